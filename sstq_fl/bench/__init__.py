@@ -1,0 +1,1 @@
+"""Benchmarks behind ``sstq-fl bench …`` (machine-readable JSON plus plots)."""

@@ -1,0 +1,153 @@
+"""The ``sstq-fl`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import torch
+
+
+def _ints(s: str) -> list[int]:
+    try:
+        return [int(v) for v in s.split(",") if v.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {s!r}") from exc
+
+
+def _list(s: str) -> list[str]:
+    return [v.strip() for v in s.split(";" if ";" in s else " ") if v.strip()] if s else []
+
+
+def cmd_encoders(args: argparse.Namespace) -> int:
+    from .encoders import registry
+
+    rows = []
+    for name, cls in sorted(registry().items()):
+        rows.append({
+            "name": name, "summary": cls.summary, "unbiased": cls.unbiased, "private": cls.private,
+            "bits": cls.bits_formula,
+            "params": {k: {"type": p.type.__name__, "default": p.default, "doc": p.doc,
+                           **({"choices": list(p.choices)} if p.choices else {})} for k, p in cls.params.items()},
+            "module": cls.__module__,
+        })
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for r in rows:
+        print(f"{r['name']:10s} bits = {r['bits']:40s} {'unbiased' if r['unbiased'] else 'biased'}"
+              f"{'' if r['private'] else ', NOT private'}  — {r['summary']}")
+        for k, p in r["params"].items():
+            ch = f" {{{'|'.join(map(str, p['choices']))}}}" if "choices" in p else ""
+            print(f"    {k}={p['default']}{ch}: {p['doc']}")
+    return 0
+
+
+def cmd_mse(args: argparse.Namespace) -> int:
+    from .bench.mse import run
+
+    res = run(args.dims, args.epsilon, args.bits, args.norm, args.trials, args.out, args.encoders or None)
+    _table(res["rows"], ["encoder", "d", "mse", "ci_low", "ci_high", "mse_exact", "bits_per_message"])
+    print(f"wrote {args.out} and {args.out.rsplit('.', 1)[0]}.png ({res['wall_s']:.1f} s)")
+    return 0
+
+
+def cmd_speed(args: argparse.Namespace) -> int:
+    from .bench.speed import encode_speed
+
+    res = encode_speed(args.clients, args.dim, args.epsilon, args.bits, args.out, args.encoders or None,
+                       reps=args.reps, device=args.device)
+    _table(res["rows"], ["encoder", "encode_s_per_round", "aggregate_s_per_round", "loop_encode_s_per_round",
+                         "loop_over_batched", "bits_per_message", "device"])
+    print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_fwht(args: argparse.Namespace) -> int:
+    from .bench.speed import fwht_speed
+
+    res = fwht_speed(args.rows, args.sizes, args.out, device=args.device)
+    _table(res["rows"], ["kernel", "rows", "N", "s", "max_abs_diff_vs_first"])
+    return 0
+
+
+def cmd_kashin(args: argparse.Namespace) -> int:
+    from .bench.speed import kashin_levels
+
+    res = kashin_levels(args.dim, args.out, args.rho)
+    _table(res["rows"], ["setting", "input", "achieved_level", "public_bound", "within_bound", "s_per_vector"])
+    return 0
+
+
+def _table(rows: list[dict[str, Any]], cols: list[str]) -> None:
+    def fmt(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return str(v)
+
+    data = [[fmt(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(d[i]) for d in data)) for i, c in enumerate(cols)]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
+    for d in data:
+        print("  ".join(v.ljust(w) for v, w in zip(d, widths)))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sstq-fl", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    e = sub.add_parser("encoders", help="list registered encoders, their parameters and bits")
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(fn=cmd_encoders)
+
+    b = sub.add_parser("bench", help="benchmarks (JSON + plots)")
+    bs = b.add_subparsers(dest="bench", required=True)
+    m = bs.add_parser("mse-vs-dim", help="experiment E1: estimation error versus dimension")
+    m.add_argument("--dims", type=_ints, default=[100, 500, 1000, 5000, 10000])
+    m.add_argument("--epsilon", type=float, default=3.0)
+    m.add_argument("--bits", type=int, default=8)
+    m.add_argument("--norm", type=float, default=0.2)
+    m.add_argument("--trials", type=int, default=1000)
+    m.add_argument("--encoders", type=_list, default=[], help="space- or ';'-separated encoder specs")
+    m.add_argument("--out", default="results/e1.json")
+    m.set_defaults(fn=cmd_mse)
+
+    s = bs.add_parser("encode-speed", help="batched encode / aggregate time per round")
+    s.add_argument("--clients", type=int, default=100)
+    s.add_argument("--dim", type=int, default=25450)
+    s.add_argument("--epsilon", type=float, default=3.0)
+    s.add_argument("--bits", type=int, default=4)
+    s.add_argument("--encoders", type=_list, default=[])
+    s.add_argument("--reps", type=int, default=5)
+    s.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    s.add_argument("--out", default="results/encode_speed.json")
+    s.set_defaults(fn=cmd_speed)
+
+    f = bs.add_parser("fwht", help="time every available FWHT kernel")
+    f.add_argument("--rows", type=int, default=100)
+    f.add_argument("--sizes", type=_ints, default=[1024, 16384, 65536, 262144])
+    f.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    f.add_argument("--out", default="results/fwht.json")
+    f.set_defaults(fn=cmd_fwht)
+
+    k = bs.add_parser("kashin", help="achieved Kashin level on adversarial inputs, per setting")
+    k.add_argument("--dim", type=int, default=25450)
+    k.add_argument("--rho", type=float, default=2.5)
+    k.add_argument("--out", default="results/kashin.json")
+    k.set_defaults(fn=cmd_kashin)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args) or 0)
+    except ValueError as exc:
+        print(f"sstq-fl: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,330 @@
+"""The encoder interface, the registry, and spec strings.
+
+An encoder follows the DPQuery split (tensorflow-privacy): client-side :meth:`Encoder.encode`
+depends only on its arguments (each client's input and its own seed), the server side
+accumulates mergeable sums (:class:`Accumulator`) and finishes once per round, and every
+encoder declares the privacy event of one message.
+
+Encoders are looked up by a spec string, ``name[:key=value,...]`` (for example
+``sstq-flat:b=4,codebook=optimized``); run-level public parameters (dimension, ε, radius,
+public seed, device) are given separately.  Third-party packages add encoders through the
+entry-point group ``sstq_fl.encoders`` (see README).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from .. import rng
+from ..privacy.events import NonPrivateEvent, PrivacyEvent, PureDpEvent
+
+ENTRY_POINT_GROUP = "sstq_fl.encoders"
+
+
+@dataclass(frozen=True)
+class Param:
+    """A declared encoder parameter: its type, default, meaning and allowed values."""
+
+    type: type
+    default: Any
+    doc: str
+    choices: tuple[Any, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Field:
+    """One wire field: ``count`` entries of ``bits`` bits (``kind='uint'``) or float32.
+
+    ``limit`` is the exclusive upper bound of a valid unsigned value (default ``2**bits``).
+    """
+
+    name: str
+    bits: int
+    count: int = 1
+    kind: str = "uint"
+    limit: int | None = None
+
+    @property
+    def total_bits(self) -> int:
+        return self.bits * self.count
+
+
+@dataclass
+class Messages:
+    """A batch of encoded messages: per field a ``[n, count]`` tensor (int64 or float32)."""
+
+    fields: dict[str, torch.Tensor]
+    stats: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return next(iter(self.fields.values())).shape[0]
+
+    def select(self, rows: torch.Tensor | list[int]) -> Messages:
+        idx = torch.as_tensor(rows, dtype=torch.int64)
+        return Messages({k: v[idx.to(v.device)] for k, v in self.fields.items()}, {})
+
+
+class Encoder(ABC):
+    """Base class of every LDP vector encoder.
+
+    Subclasses declare ``name``, ``params``, ``unbiased`` and ``bits_formula``, and
+    implement :meth:`layout`, :meth:`_encode` and :meth:`decode`.
+    """
+
+    name: ClassVar[str] = ""
+    params: ClassVar[dict[str, Param]] = {}
+    unbiased: ClassVar[bool] = True
+    private: ClassVar[bool] = True
+    bits_formula: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+
+    def __init__(self, dim: int, epsilon: float, radius: float = 1.0, seed: int = 0,
+                 device: torch.device | str = "cpu", **params: Any):
+        if not (isinstance(dim, int | np.integer) and dim >= 1):
+            raise ValueError(f"dim must be a positive integer, got {dim!r}")
+        if self.private and not (epsilon > 0 and math.isfinite(epsilon)):
+            raise ValueError(f"epsilon must be positive and finite, got {epsilon!r}")
+        if not (radius > 0 and math.isfinite(radius)):
+            raise ValueError(f"radius must be positive and finite, got {radius!r}")
+        if int(seed) < 0:
+            raise ValueError(f"seed must be non-negative, got {seed}")
+        self.dim, self.epsilon, self.radius = int(dim), float(epsilon), float(radius)
+        self.seed, self.device = int(seed), torch.device(device)
+        self.cfg = resolve_params(self.name, self.params, params)
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def spec(self) -> str:
+        """Canonical spec string (every parameter, sorted)."""
+        if not self.cfg:
+            return self.name
+        return self.name + ":" + ",".join(f"{k}={self.cfg[k]}" for k in sorted(self.cfg))
+
+    def describe(self) -> dict[str, Any]:
+        return {"spec": self.spec, "dim": self.dim, "epsilon": self.epsilon if self.private else None,
+                "radius": self.radius, "seed": self.seed}
+
+    @property
+    def fingerprint(self) -> int:
+        """CRC-32 of the public configuration: a message from another configuration is foreign."""
+        return zlib.crc32(json.dumps(self.describe(), sort_keys=True).encode())
+
+    # ------------------------------------------------------------------ declared
+    @abstractmethod
+    def layout(self) -> list[Field]:
+        """The wire fields of one message."""
+
+    def payload_bits(self) -> int:
+        """Exact payload bits per message (what the wire format carries)."""
+        return sum(f.total_bits for f in self.layout())
+
+    def privacy_event(self) -> PrivacyEvent:
+        """The privacy event of one message (pure ε-LDP, replace-one)."""
+        return PureDpEvent(self.epsilon) if self.private else NonPrivateEvent()
+
+    def mse(self, x: torch.Tensor) -> torch.Tensor | None:
+        """Exact expected squared error ``E‖x̂ − clip(x)‖²`` per row, when computable."""
+        return None
+
+    # ------------------------------------------------------------------ client
+    def encode(self, x: torch.Tensor, seeds: Any, coins: Any = None) -> Messages:
+        """Encode each row of ``x`` ``[n, dim]`` with its own seed (``seeds``: ``n`` integers).
+
+        ``coins`` are public per-client seeds, used only by public-coin encoders.
+        """
+        x = self.preprocess(x)
+        return self._encode(x, rng.as_seeds(seeds, x.shape[0]), coins)
+
+    def preprocess(self, x: torch.Tensor) -> torch.Tensor:
+        """Validate the input and project it onto the public ball of radius ``R``."""
+        x = check_input(x, self.dim)
+        return clip_to_ball(x.to(self.device), self.radius)
+
+    @abstractmethod
+    def _encode(self, x: torch.Tensor, seeds: np.ndarray, coins: Any) -> Messages: ...
+
+    # ------------------------------------------------------------------ server
+    @abstractmethod
+    def decode(self, msgs: Messages, coins: Any = None) -> torch.Tensor:
+        """Per-message estimates ``x̂`` (``[n, dim]``, float64)."""
+
+    def check(self, msgs: Messages) -> None:
+        """Encoder-specific validation of decoded wire fields (raise :class:`WireError`)."""
+
+    def accumulator(self) -> Accumulator:
+        return Accumulator(self)
+
+    def _contribution(self, msgs: Messages, coins: Any) -> torch.Tensor:
+        """Sum of the messages in the accumulation space (default: ``R^d``)."""
+        return self.decode(msgs, coins).sum(0)
+
+    def _finish(self, total: torch.Tensor) -> torch.Tensor:
+        """Map an accumulated sum to ``R^d`` (e.g. one frame synthesis per round)."""
+        return total
+
+    def aggregate(self, msgs: Messages, coins: Any = None) -> torch.Tensor:
+        """Mean of the decoded messages."""
+        acc = self.accumulator()
+        acc.add(msgs, coins)
+        return acc.result()
+
+
+class Accumulator:
+    """Mergeable server-side sum of messages; :meth:`result` returns their mean in ``R^d``."""
+
+    def __init__(self, encoder: Encoder):
+        self.encoder = encoder
+        self.total: torch.Tensor | None = None
+        self.count = 0
+
+    def add(self, msgs: Messages, coins: Any = None) -> None:
+        part = self.encoder._contribution(msgs, coins)
+        self.total = part if self.total is None else self.total + part
+        self.count += msgs.n
+
+    def merge(self, other: Accumulator) -> None:
+        if other.encoder.fingerprint != self.encoder.fingerprint:
+            raise ValueError("cannot merge accumulators of different encoder configurations")
+        if other.total is not None:
+            self.total = other.total.clone() if self.total is None else self.total + other.total
+        self.count += other.count
+
+    def result(self) -> torch.Tensor:
+        if self.total is None or self.count == 0:
+            raise ValueError("no messages were accumulated")
+        return self.encoder._finish(self.total.clone()) / self.count
+
+
+class WireError(ValueError):
+    """A message that is malformed, truncated, out of range or foreign."""
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def check_input(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Reject inputs of the wrong shape or with NaN/Inf entries (naming the rows)."""
+    if not isinstance(x, torch.Tensor):
+        x = torch.as_tensor(np.asarray(x))
+    if x.dim() == 1:
+        x = x[None, :]
+    if x.dim() != 2 or x.shape[1] != dim:
+        raise ValueError(f"input must have shape [clients, {dim}] (dimension d={dim}), got {tuple(x.shape)}")
+    if not x.is_floating_point():
+        x = x.double()
+    bad = ~torch.isfinite(x).all(dim=1)
+    if bool(bad.any()):
+        rows = torch.nonzero(bad).flatten()[:10].tolist()
+        raise ValueError(f"input contains NaN or infinite values (gradient rows {rows})")
+    return x
+
+
+def clip_to_ball(x: torch.Tensor, radius: float) -> torch.Tensor:
+    """``x · min(1, R/‖x‖)`` row by row."""
+    norms = torch.linalg.vector_norm(x, dim=1, keepdim=True)
+    scale = torch.where(norms > radius, radius / norms.clamp_min(1e-300), torch.ones_like(norms))
+    return x * scale
+
+
+def resolve_params(name: str, declared: dict[str, Param], given: dict[str, Any]) -> dict[str, Any]:
+    """Cast and validate ``given`` against the declared parameters (defaults filled in)."""
+    unknown = set(given) - set(declared)
+    if unknown:
+        raise ValueError(f"encoder {name!r} has no parameter(s) {sorted(unknown)}; "
+                         f"known: {sorted(declared) or 'none'}")
+    out: dict[str, Any] = {}
+    for key, p in declared.items():
+        val = given.get(key, p.default)
+        try:
+            val = _cast(p.type, val)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"encoder {name!r}: parameter {key!r} must be {p.type.__name__}, got {val!r}") from exc
+        if p.choices is not None and val not in p.choices:
+            raise ValueError(f"encoder {name!r}: parameter {key!r} must be one of {list(p.choices)}, got {val!r}")
+        out[key] = val
+    return out
+
+
+def _cast(typ: type, val: Any) -> Any:
+    if typ is bool and isinstance(val, str):
+        if val.lower() in ("1", "true", "yes"):
+            return True
+        if val.lower() in ("0", "false", "no"):
+            return False
+        raise ValueError(val)
+    if typ is int and isinstance(val, float) and not val.is_integer():
+        raise ValueError(val)
+    return typ(val)
+
+
+# ---------------------------------------------------------------------- registry
+
+_REGISTRY: dict[str, type[Encoder]] = {}
+_PLUGINS_LOADED = False
+
+
+def register_encoder(name: str) -> Callable[[type[Encoder]], type[Encoder]]:
+    """Class decorator: register an :class:`Encoder` subclass under ``name``."""
+
+    def deco(cls: type[Encoder]) -> type[Encoder]:
+        if name in _REGISTRY and _REGISTRY[name] is not cls:
+            raise ValueError(f"an encoder named {name!r} is already registered")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+def _load_plugins() -> None:
+    global _PLUGINS_LOADED
+    if _PLUGINS_LOADED:
+        return
+    _PLUGINS_LOADED = True
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        obj = ep.load()
+        if isinstance(obj, type) and issubclass(obj, Encoder) and ep.name not in _REGISTRY:
+            register_encoder(ep.name)(obj)
+
+
+def registry() -> dict[str, type[Encoder]]:
+    """All registered encoders, plug-ins included."""
+    from . import builtin  # noqa: F401  (registers the built-in encoders)
+
+    _load_plugins()
+    return dict(_REGISTRY)
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """``'name:k=v,k2=v2'`` → ``('name', {'k': 'v', 'k2': 'v2'})``."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"an encoder spec must be a non-empty string, got {spec!r}")
+    name, _, rest = spec.strip().partition(":")
+    params: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, val = part.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"malformed parameter {part!r} in encoder spec {spec!r} (expected key=value)")
+        params[key.strip()] = val.strip()
+    return name.strip(), params
+
+
+def make_encoder(spec: str, dim: int, epsilon: float, radius: float = 1.0, seed: int = 0,
+                 device: torch.device | str = "cpu") -> Encoder:
+    """Build the encoder named by ``spec`` for a run's public parameters."""
+    name, params = parse_spec(spec)
+    reg = registry()
+    if name not in reg:
+        raise ValueError(f"unknown encoder {name!r}; registered: {sorted(reg)}")
+    return reg[name](dim=dim, epsilon=epsilon, radius=radius, seed=seed, device=device, **params)

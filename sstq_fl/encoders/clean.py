@@ -1,0 +1,44 @@
+"""``clean``: the clipped vector itself as float32 — no privacy, ``32 d`` bits (accuracy ceiling)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from .base import Encoder, Field, Messages, register_encoder
+
+
+@register_encoder("clean")
+class Clean(Encoder):
+    unbiased = True
+    private = False
+    bits_formula = "32 d"
+    summary = "no privacy: the clipped float32 vector"
+
+    def __init__(self, dim: int, epsilon: float = float("inf"), *args: Any, **kw: Any):
+        super().__init__(dim, epsilon, *args, **kw)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "epsilon": None}
+
+    def layout(self) -> list[Field]:
+        return [Field("x", 32, self.dim, kind="f32")]
+
+    def _encode(self, x: torch.Tensor, seeds: np.ndarray, coins: Any) -> Messages:
+        return Messages({"x": x.to(torch.float32)})
+
+    def decode(self, msgs: Messages, coins: Any = None) -> torch.Tensor:
+        return msgs.fields["x"].to(self.device, torch.float64)
+
+    def check(self, msgs: Messages) -> None:
+        from .base import WireError
+
+        norms = torch.linalg.vector_norm(msgs.fields["x"].double(), dim=1)
+        if bool((norms > self.radius * (1 + 1e-5)).any()):
+            raise WireError(f"clean message norm exceeds the clip radius {self.radius}")
+
+    def mse(self, x: torch.Tensor) -> torch.Tensor:
+        xc = self.preprocess(x)
+        return ((xc.float().double() - xc.double()) ** 2).sum(1)

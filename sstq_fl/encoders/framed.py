@@ -1,0 +1,77 @@
+"""Shared machinery of the Kashin-based encoders (SSTQ, SQKR).
+
+Public inputs: the frame ``(kind, d, N = 2^⌈log2(ρ d)⌉, seed)`` and the Kashin parameters;
+from them the public coefficient bound ``B = K · R`` in scaled units ``s = √N a`` (``K`` the
+Kashin level of :class:`~sstq_fl.kashin.KashinConfig`), i.e. ``|a_j| ≤ K R / √N``.  A
+coefficient that exceeds ``B`` (possible only when the run-time contraction check failed)
+is clipped to ``[-B, B]``; privacy is unaffected, a small bias appears, and the count is
+reported in ``Messages.stats['clipped']``.
+
+Server side, contributions are accumulated as a dense ``N``-vector in scaled units and the
+frame synthesis is applied once per round (:meth:`_finish`).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Any, ClassVar
+
+import torch
+
+from ..frames import Frame, make_frame
+from ..kashin import KashinConfig, kashin
+from .base import Encoder, Param
+
+FRAME_PARAMS: dict[str, Param] = {
+    "frame": Param(str, "hadamard", "public frame: randomized partial Hadamard or dense Haar", ("hadamard", "haar")),
+    "rho": Param(float, 2.5, "frame redundancy: N = 2^ceil(log2(rho d))"),
+    "kashin": Param(str, "lv", "Kashin method: lv (fast) or ap (alternating projections, lower level)", ("lv", "ap")),
+    "eta": Param(float, 0.55, "LV truncation ratio eta"),
+    "delta": Param(float, 0.9, "LV uncertainty parameter delta"),
+    "passes": Param(int, 40, "maximum LV passes"),
+    "level": Param(float, 1.75, "target level for kashin=ap (units of R/sqrt(N))"),
+    "iters": Param(int, 300, "alternating-projection iterations for kashin=ap"),
+}
+
+
+@lru_cache(maxsize=8)
+def cached_frame(kind: str, d: int, rho: float, seed: int, device: str) -> Frame:
+    return make_frame(kind, d, rho, seed, device)
+
+
+class FramedEncoder(Encoder):
+    params: ClassVar[dict[str, Param]] = dict(FRAME_PARAMS)
+
+    def __init__(self, *args: Any, **kw: Any):
+        super().__init__(*args, **kw)
+        c = self.cfg
+        self.kashin_cfg = KashinConfig(method=c["kashin"], eta=c["eta"], delta=c["delta"], max_passes=c["passes"],
+                                       ap_level=c["level"], ap_iters=c["iters"])
+        self.frame = cached_frame(c["frame"], self.dim, c["rho"], self.seed, str(self.device))
+        self.N = self.frame.N
+        self.log2n = int(math.log2(self.N)) if self.N & (self.N - 1) == 0 else math.ceil(math.log2(self.N))
+        self.bound = self.kashin_cfg.level * self.radius  # B in scaled units s = √N a
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "N": self.N, "kashin_level": self.kashin_cfg.level, "B_scaled": self.bound}
+
+    def coefficients(self, x: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """Kashin coefficients of ``x`` at ``idx`` in scaled units, clipped to ``[-B, B]``."""
+        res = kashin(self.frame, x, self.kashin_cfg, idx)
+        s = res.coeffs.double()
+        over = s.abs() > self.bound
+        stats = {"clipped": float(over.sum()), "kashin_passes_mean": float(res.passes.double().mean()),
+                 "contraction_failures": float(res.contraction_failures.sum()),
+                 "not_converged": float((~res.converged).sum())}
+        return s.clamp(-self.bound, self.bound), stats
+
+    def _finish(self, total: torch.Tensor) -> torch.Tensor:
+        return self.frame.synth_(total[None, :].contiguous())[0]
+
+    def _scatter(self, idx: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        acc = torch.zeros(self.N, dtype=torch.float64, device=values.device)
+        return acc.index_add_(0, idx.reshape(-1).to(values.device), values.reshape(-1))
+
+    def frame_rows(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.frame.rows(idx.cpu()).to(self.device)

@@ -1,0 +1,198 @@
+"""SSTQ — Subsampled Stochastic TurboQuant (spec §2).
+
+Client: clip ``x`` to the ``R``-ball; Kashin representation ``s`` (``|s_j| ≤ B``); draw
+``J ~ Uniform{0..N-1}`` (data-independent); stochastically round ``s_J/B`` onto a codebook
+``Γ`` (``c_1 = -1 ≤ … ≤ c_M = 1``, ``Σ c_i = 0``, ``M = 2^b``) to a label ``V`` with
+``E[c_V] = s_J/B``; privatize ``V`` into ``Z`` and send ``(J, Z)``: ``log2 N + b`` bits.
+
+``sstq-flat`` (§2.1, unbiased): flat ``M``-ary randomized response, ``Z = V`` w.p.
+``p = e^ε/(e^ε+M−1)``, else uniform over the other labels (``q = 1/(e^ε+M−1)``).  Server:
+``ŝ_J = B c_Z/(p−q)`` and ``x̂ = √N ŝ_J Q_J`` (``= d ŷ_J u_J`` in the spec's scaling).
+Exact MSE: ``Σ_j ‖Q_j‖² E[ŝ_j²] − ‖x‖²`` with
+``E[ŝ_j² | V] = B² (c_V²/(p−q) + q Σ_l c_l²/(p−q)²)``.
+
+``sstq-ma`` (§2.2, metric-aware): ``Z`` is the nearest codeword to ``T ~`` Laplace(``c_V``,
+``4B/ε``) truncated to ``[-B, B]``, sampled exactly from the closed-form transition matrix;
+identity decoding ``ŝ_J = B c_Z`` (biased, bounded variance).
+
+Both are pure ε-LDP per message (replace-one): the label channel's likelihood ratio is at
+most ``e^ε`` and ``J`` is independent of the data.  Reference: the SSTQ description in
+``shared/spec/ldp-encoders.md``; Kashin step per Lyubarskii & Vershynin (2010).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from .. import codebooks, rng
+from .base import Field, Messages, Param, register_encoder
+from .framed import FRAME_PARAMS, FramedEncoder
+
+
+class _SSTQ(FramedEncoder):
+    params: ClassVar[dict[str, Param]] = {**FRAME_PARAMS, "b": Param(int, 4, "bits per label (M = 2^b codewords)")}
+    bits_formula = "ceil(log2 N) + b"
+
+    def __init__(self, *args: Any, **kw: Any):
+        super().__init__(*args, **kw)
+        b = self.cfg["b"]
+        if not 1 <= b <= 16:
+            raise ValueError(f"bit width b must be an integer in [1, 16], got {b}")
+        self.M = 1 << b
+        self.code = torch.tensor(self._codebook(), dtype=torch.float64, device=self.device)  # normalised
+
+    @abstractmethod
+    def _codebook(self) -> np.ndarray:
+        """The normalised codebook of this variant."""
+
+    def layout(self) -> list[Field]:
+        return [Field("J", self.log2n, 1, limit=self.N), Field("Z", self.cfg["b"], 1, limit=self.M)]
+
+    def _quantize(self, y: torch.Tensor, seeds: np.ndarray) -> torch.Tensor:
+        """Unbiased stochastic rounding of ``y ∈ [-1, 1]`` onto the codebook → label ``V``."""
+        c = self.code
+        k = (torch.searchsorted(c, y, right=True) - 1).clamp(0, self.M - 2)
+        lo, hi = c[k], c[k + 1]
+        gap = hi - lo
+        theta = torch.where(gap > 0, (y - lo) / torch.where(gap > 0, gap, 1.0), torch.zeros_like(y))
+        u = torch.from_numpy(rng.uniform(seeds, "sstq-round", 1)[:, 0]).to(y.device)
+        return k + (u < theta).long()
+
+    def _encode(self, x: torch.Tensor, seeds: np.ndarray, coins: Any) -> Messages:
+        j = torch.from_numpy(rng.randint(seeds, "sstq-index", 1, self.N)).to(self.device)
+        s, stats = self.coefficients(x, j)
+        v = self._quantize(s[:, 0] / self.bound, seeds)
+        z = self._channel(v, seeds)
+        return Messages({"J": j, "Z": z[:, None]}, stats)
+
+    @abstractmethod
+    def _channel(self, v: torch.Tensor, seeds: np.ndarray) -> torch.Tensor:
+        """The privatizing label channel ``V → Z``."""
+
+    @abstractmethod
+    def _value(self, z: torch.Tensor) -> torch.Tensor:
+        """Server's estimate of the scaled coefficient ``s_J`` from a label."""
+
+    def decode(self, msgs: Messages, coins: Any = None) -> torch.Tensor:
+        j = msgs.fields["J"][:, 0].to(self.device)
+        val = self._value(msgs.fields["Z"][:, 0].to(self.device))
+        return math.sqrt(self.N) * val[:, None] * self.frame_rows(j)
+
+    def _contribution(self, msgs: Messages, coins: Any) -> torch.Tensor:
+        val = self._value(msgs.fields["Z"][:, 0].to(self.device))
+        return self._scatter(msgs.fields["J"][:, 0], self.N * val)
+
+    def rounding_moments(self, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """For coefficients ``s`` (scaled units): lower label ``k`` and weights of ``k``, ``k+1``."""
+        y = (s / self.bound).clamp(-1, 1)
+        c = self.code
+        k = (torch.searchsorted(c, y.contiguous(), right=True) - 1).clamp(0, self.M - 2)
+        gap = c[k + 1] - c[k]
+        theta = torch.where(gap > 0, (y - c[k]) / torch.where(gap > 0, gap, 1.0), torch.zeros_like(y))
+        return k, 1 - theta, theta
+
+    def _full_coefficients(self, x: torch.Tensor) -> torch.Tensor:
+        from ..kashin import kashin
+
+        s = kashin(self.frame, self.preprocess(x).double(), self.kashin_cfg).coeffs
+        return s.clamp(-self.bound, self.bound)
+
+
+@register_encoder("sstq-flat")
+class SSTQFlat(_SSTQ):
+    """SSTQ with flat randomized response (unbiased); codebook ``uniform`` or ``optimized``."""
+
+    params: ClassVar[dict[str, Param]] = {
+        **_SSTQ.params,
+        "codebook": Param(str, "uniform", "uniform grid or the privacy-aware optimum (spec 2.1)", ("uniform", "optimized")),
+    }
+    unbiased = True
+    summary = "Kashin + 1 subsampled coefficient + stochastic quantizer + flat M-ary RR"
+
+    def __init__(self, *args: Any, **kw: Any):
+        super().__init__(*args, **kw)
+        e = math.exp(self.epsilon)
+        self.p, self.q = e / (e + self.M - 1), 1.0 / (e + self.M - 1)
+
+    def _codebook(self) -> np.ndarray:
+        if self.cfg["codebook"] == "optimized":
+            return codebooks.flat_optimized(self.epsilon, 1 << self.cfg["b"])
+        return codebooks.uniform(1 << self.cfg["b"])
+
+    def _channel(self, v: torch.Tensor, seeds: np.ndarray) -> torch.Tensor:
+        u = torch.from_numpy(rng.uniform(seeds, "sstq-rr", 2)).to(v.device)
+        other = torch.minimum((u[:, 1] * (self.M - 1)).long(), torch.tensor(self.M - 2))
+        other = other + (other >= v).long()
+        return torch.where(u[:, 0] < self.p, v, other)
+
+    def _value(self, z: torch.Tensor) -> torch.Tensor:
+        return self.bound * self.code[z] / (self.p - self.q)
+
+    def label_channel(self) -> torch.Tensor:
+        """Exact ``P[Z = i | V = k]`` of the flat channel (for the exact LDP test)."""
+        p = torch.full((self.M, self.M), self.q, dtype=torch.float64)
+        return p.fill_diagonal_(self.p)
+
+    def mse(self, x: torch.Tensor) -> torch.Tensor:
+        s = self._full_coefficients(x)
+        k, w0, w1 = self.rounding_moments(s)
+        c = self.code
+        cv2 = w0 * c[k] ** 2 + w1 * c[k + 1] ** 2
+        pq = self.p - self.q
+        es2 = self.bound**2 * (cv2 / pq + self.q * float((c**2).sum()) / pq**2)
+        rows = self.frame.row_sq_norms().to(s.device)
+        xc = self.preprocess(x).double()
+        return (es2 * rows).sum(1) - (xc**2).sum(1)
+
+
+@register_encoder("sstq-ma")
+class SSTQMetricAware(_SSTQ):
+    """SSTQ with the metric-aware truncated-Laplace channel and identity decoding (biased)."""
+
+    params: ClassVar[dict[str, Param]] = {
+        **_SSTQ.params,
+        "codebook": Param(str, "metric", "codebook optimized for this channel, or uniform", ("metric", "uniform")),
+        "law": Param(str, "uniform", "public surrogate law of a coefficient for the codebook", ("uniform", "kashin")),
+    }
+    unbiased = False
+    summary = "Kashin + 1 subsampled coefficient + stochastic quantizer + truncated-Laplace channel"
+
+    def __init__(self, *args: Any, **kw: Any):
+        super().__init__(*args, **kw)
+        self.P = codebooks.ma_transition(self.code.cpu(), self.epsilon).to(self.device)
+        cum = torch.cumsum(self.P, 1)
+        self.cum = (cum / cum[:, -1:]).contiguous()
+
+    def _codebook(self) -> np.ndarray:
+        m = 1 << self.cfg["b"]
+        if self.cfg["codebook"] == "metric":
+            return codebooks.metric_aware(self.epsilon, m, self.cfg["law"], self.kashin_cfg.level)
+        return codebooks.uniform(m)
+
+    def _channel(self, v: torch.Tensor, seeds: np.ndarray) -> torch.Tensor:
+        u = torch.from_numpy(rng.uniform(seeds, "sstq-ma", 1)).to(v.device)
+        z = torch.searchsorted(self.cum[v], u, right=True)[:, 0]
+        return z.clamp_max(self.M - 1)
+
+    def _value(self, z: torch.Tensor) -> torch.Tensor:
+        return self.bound * self.code[z]
+
+    def label_channel(self) -> torch.Tensor:
+        return self.P.cpu()
+
+    def mse(self, x: torch.Tensor) -> torch.Tensor:
+        s = self._full_coefficients(x)
+        k, w0, w1 = self.rounding_moments(s)
+        c, p = self.code, self.P
+        ez = w0 * (p[k] @ c) + w1 * (p[k + 1] @ c)  # E[c_Z | s_j]
+        ez2 = w0 * (p[k] @ c**2) + w1 * (p[k + 1] @ c**2)
+        rows = self.frame.row_sq_norms().to(s.device)
+        second = self.bound**2 * (ez2 * rows).sum(1)
+        mean = self.frame.synth_((self.bound * ez).contiguous())  # E x̂ = Qᵀ(B E[c_Z]) in scaled units
+        xc = self.preprocess(x).double()
+        return second - 2 * (mean * xc).sum(1) + (xc**2).sum(1)

@@ -1,0 +1,15 @@
+import numpy as np
+import pytest
+import torch
+
+torch.set_num_threads(2)
+
+
+@pytest.fixture
+def rs() -> np.random.Generator:
+    return np.random.default_rng(1234)
+
+
+def unit_rows(n: int, d: int, seed: int = 0, norm: float = 1.0) -> torch.Tensor:
+    g = torch.from_numpy(np.random.default_rng(seed).standard_normal((n, d)))
+    return g / torch.linalg.vector_norm(g, dim=1, keepdim=True) * norm
