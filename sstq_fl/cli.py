@@ -24,7 +24,7 @@ def _list(s: str) -> list[str]:
 def cmd_encoders(args: argparse.Namespace) -> int:
     from .encoders import registry
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, cls in sorted(registry().items()):
         rows.append({
             "name": name, "summary": cls.summary, "unbiased": cls.unbiased, "private": cls.private,

@@ -40,13 +40,13 @@ def stream_id(name: str) -> int:
 
 def derive_seed(*parts: int) -> int:
     """Hash a tuple of non-negative integers (e.g. run seed, round, client) to one seed."""
-    z = np.uint64(0x6A09E667F3BCC909)
+    z = np.array([0x6A09E667F3BCC909], dtype=np.uint64)
     with np.errstate(over="ignore"):
         for p in parts:
             if int(p) < 0:
                 raise ValueError(f"seed parts must be non-negative, got {p}")
-            z = splitmix64(np.uint64(z ^ np.uint64(int(p) & 0xFFFFFFFFFFFFFFFF)) + _GOLDEN)
-    return int(z)
+            z = splitmix64((z ^ np.uint64(int(p) & 0xFFFFFFFFFFFFFFFF)) + _GOLDEN)
+    return int(z[0])
 
 
 def as_seeds(seeds: ArrayLike, n: int | None = None) -> U64:

@@ -107,12 +107,12 @@ def unpack_lenient(encoder: Encoder, blobs: Sequence[bytes], round: int | None =
         except WireError:  # find the offending rows one by one
             rows = np.nonzero(keep)[0]
             ok = np.ones(len(rows), bool)
-            for j, row in enumerate(rows):
+            for j, r in enumerate(rows):
                 try:
                     encoder.check(msgs.select([j]))
                 except WireError as exc:
                     ok[j] = False
-                    rejected.append((good[row], str(exc)))
+                    rejected.append((good[int(r)], str(exc)))
             msgs = msgs.select(np.nonzero(ok)[0].tolist())
     rejected.sort()
     return msgs, rejected
@@ -134,9 +134,9 @@ def _check_frame(encoder: Encoder, blob: bytes, nbytes: int, round: int | None) 
         return f"foreign message: fingerprint {fp:#010x} does not match encoder {encoder.spec!r} ({encoder.fingerprint:#010x})"
     if round is not None and rnd != round & 0xFFFFFFFF:
         return f"message for round {rnd}, expected round {round}"
-    if bits != encoder.payload_bits():
+    if int(bits) != encoder.payload_bits():
         return f"declares {bits} payload bits, encoder {encoder.spec!r} sends {encoder.payload_bits()}"
-    got = len(blob) - HEADER_BYTES
+    got: int = len(blob) - HEADER_BYTES
     if got < nbytes:
         return f"truncated: payload has {got} bytes, expected {nbytes}"
     if got > nbytes:

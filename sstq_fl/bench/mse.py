@@ -33,7 +33,7 @@ def with_bits(label: str, bits: int) -> str:
 
 
 def test_vector(d: int, norm: float, seed: int = 0) -> torch.Tensor:
-    g = torch.from_numpy(rng.normal(np.array([seed], np.uint64), f"e1-vector-{d}", d))
+    g = torch.from_numpy(rng.normal(np.array([seed], np.uint64), f"e1-vector-{d}", d)[0])
     return g / torch.linalg.vector_norm(g) * norm
 
 

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from .. import rng, wire
-from ..encoders import make_encoder
-from ..fwht import fwht_, is_available, kernels
+from ..encoders import Encoder, make_encoder
 from ..frames import make_frame
+from ..fwht import fwht_, is_available, kernels
 from ..io import atomic_write_json, run_meta
 from ..kashin import KashinConfig, achieved_level, adversarial_inputs
 from .mse import E1_ENCODERS, with_bits
@@ -46,33 +46,42 @@ def encode_speed(clients: int, dim: int, epsilon: float, bits: int, out: str, en
                  reps: int = 5, device: str = "cpu") -> dict[str, Any]:
     x = client_inputs(clients, dim, device)
     seeds = np.arange(clients)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for label in encoders or ["clean", *E1_ENCODERS]:
-        enc = make_encoder(with_bits(label, bits), dim, epsilon, radius=1.0, device=device)
-        msgs = enc.encode(x, seeds, coins=seeds)
-        blobs = wire.pack(enc, msgs, round=0)
-
-        def aggregate(enc: Any = enc, msgs: Any = msgs) -> torch.Tensor:
-            return enc.aggregate(msgs, coins=seeds)
-
-        def loop(enc: Any = enc) -> None:
-            for i in range(clients):
-                enc.encode(x[i : i + 1], seeds[i : i + 1], coins=seeds[i : i + 1])
-
-        rows.append({
-            "encoder": label, "spec": enc.spec, "device": str(device), "clients": clients, "dim": dim,
-            "encode_s_per_round": timeit(lambda enc=enc: enc.encode(x, seeds, coins=seeds), reps),
-            "aggregate_s_per_round": timeit(aggregate, reps),
-            "wire_decode_s_per_round": timeit(lambda enc=enc, blobs=blobs: wire.unpack(enc, blobs, round=0), reps),
-            "loop_encode_s_per_round": timeit(loop, max(1, reps // 2)),
-            "bits_per_message": enc.payload_bits(),
-            "bytes_per_message": len(blobs[0]) - wire.HEADER_BYTES,
-        })
-        r = rows[-1]
-        r["loop_over_batched"] = r["loop_encode_s_per_round"] / r["encode_s_per_round"]
+        rows.append(_speed_row(make_encoder(with_bits(label, bits), dim, epsilon, radius=1.0, device=device), label,
+                               x, seeds, reps))
     result = {"clients": clients, "dim": dim, "epsilon": epsilon, "bits": bits, "rows": rows, "meta": run_meta()}
     atomic_write_json(out, result)
     return result
+
+
+def _speed_row(enc: Encoder, label: str, x: torch.Tensor, seeds: np.ndarray, reps: int) -> dict[str, Any]:
+    clients = x.shape[0]
+    msgs = enc.encode(x, seeds, coins=seeds)
+    blobs = wire.pack(enc, msgs, round=0)
+
+    def encode() -> None:
+        enc.encode(x, seeds, coins=seeds)
+
+    def aggregate() -> None:
+        enc.aggregate(msgs, coins=seeds)
+
+    def unpack() -> None:
+        wire.unpack(enc, blobs, round=0)
+
+    def loop() -> None:
+        for i in range(clients):
+            enc.encode(x[i : i + 1], seeds[i : i + 1], coins=seeds[i : i + 1])
+
+    batched = timeit(encode, reps)
+    looped = timeit(loop, max(1, reps // 2))
+    return {
+        "encoder": label, "spec": enc.spec, "device": str(x.device), "clients": clients, "dim": x.shape[1],
+        "encode_s_per_round": batched, "aggregate_s_per_round": timeit(aggregate, reps),
+        "wire_decode_s_per_round": timeit(unpack, reps), "loop_encode_s_per_round": looped,
+        "loop_over_batched": looped / batched, "bits_per_message": enc.payload_bits(),
+        "bytes_per_message": len(blobs[0]) - wire.HEADER_BYTES, "stats": msgs.stats,
+    }
 
 
 def fwht_speed(rows: int, sizes: list[int], out: str, reps: int = 10, device: str = "cpu") -> dict[str, Any]:
@@ -83,8 +92,7 @@ def fwht_speed(rows: int, sizes: list[int], out: str, reps: int = 10, device: st
         for name in kernels():
             if not is_available(name, torch.device(device)):
                 continue
-            buf = x.clone()
-            t = timeit(lambda buf=buf, name=name: fwht_(buf, name), reps)
+            t = _time_kernel(x, name, reps)
             y = fwht_(x.clone(), name)
             ref = y if ref is None else ref
             res.append({"kernel": name, "rows": rows, "N": n, "s": t, "device": device,
@@ -92,6 +100,21 @@ def fwht_speed(rows: int, sizes: list[int], out: str, reps: int = 10, device: st
     result = {"rows": res, "meta": run_meta()}
     atomic_write_json(out, result)
     return result
+
+
+def _time_kernel(x: torch.Tensor, name: str, reps: int) -> float:
+    """Median time of one in-place transform; the input is restored (untimed) before each."""
+    buf = x.clone()
+    fwht_(buf, name)
+    ts = []
+    for _ in range(reps):
+        buf.copy_(x)
+        t = time.perf_counter()
+        fwht_(buf, name)
+        if buf.is_cuda:
+            torch.cuda.synchronize()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
 
 
 KASHIN_SETTINGS = {

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Regenerate every committed benchmark result (run on a quiet machine).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+S=.venv/bin/sstq-fl
+$S bench mse-vs-dim --out benchmarks/results/e1.json
+$S bench encode-speed --clients 100 --dim 25450 --epsilon 3 --bits 4 --out benchmarks/results/encode_speed.json
+$S bench fwht --out benchmarks/results/fwht.json
+$S bench kashin --out benchmarks/results/kashin.json

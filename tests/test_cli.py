@@ -1,0 +1,48 @@
+import json
+import subprocess
+import sys
+
+from sstq_fl.cli import main
+
+
+def test_encoders_listing(capsys):
+    assert main(["encoders", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert set(rows) >= {"clean", "vqsgd", "sqkr", "privunit", "sstq-flat", "sstq-ma"}
+    assert rows["sstq-flat"]["bits"] == "ceil(log2 N) + b" and "codebook" in rows["sstq-flat"]["params"]
+    assert main(["encoders"]) == 0 and "sstq-ma" in capsys.readouterr().out
+
+
+def test_mse_vs_dim_small(tmp_path):
+    out = tmp_path / "e1.json"
+    assert main(["bench", "mse-vs-dim", "--dims", "50,200", "--trials", "50", "--out", str(out),
+                 "--encoders", "vqsgd sstq-flat:codebook=optimized sstq-ma"]) == 0
+    res = json.loads(out.read_text())
+    assert {"epsilon", "bits", "norm", "trials", "rows"} <= set(res)
+    assert len(res["rows"]) == 6
+    for r in res["rows"]:
+        assert {"encoder", "d", "mse", "ci_low", "ci_high", "bits_per_message"} <= set(r)
+        assert r["ci_low"] <= r["mse"] <= r["ci_high"]
+    sstq = [r for r in res["rows"] if r["encoder"] == "sstq-ma"]
+    assert sstq[0]["bits_per_message"] == 7 + 8  # N = 128 at d = 50, b = 8
+    assert (tmp_path / "e1.png").stat().st_size > 1000
+
+
+def test_encode_speed_small(tmp_path):
+    out = tmp_path / "s.json"
+    assert main(["bench", "encode-speed", "--clients", "4", "--dim", "300", "--reps", "1", "--out", str(out),
+                 "--encoders", "sstq-flat vqsgd"]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["encoder"] for r in rows] == ["sstq-flat", "vqsgd"]
+    for r in rows:
+        assert {"encoder", "encode_s_per_round", "aggregate_s_per_round", "loop_encode_s_per_round", "device"} <= set(r)
+
+
+def test_errors_are_reported_not_raised(capsys):
+    assert main(["bench", "mse-vs-dim", "--dims", "10", "--trials", "5", "--encoders", "nope", "--out", "/tmp/x.json"]) == 2
+    assert "unknown encoder 'nope'" in capsys.readouterr().err
+
+
+def test_console_script_installed():
+    out = subprocess.run([sys.executable, "-m", "sstq_fl.cli", "encoders"], capture_output=True, text=True, check=True)
+    assert "sstq-flat" in out.stdout
