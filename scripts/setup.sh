@@ -8,4 +8,4 @@ PY=${PYTHON:-python3}
 # torch first, pinned: on these machines 2.13.0 is a CPU build already on disk
 .venv/bin/python -m pip install --quiet "torch==2.13.0"
 .venv/bin/python -m pip install --quiet -e ".[dev]"
-echo "sstq-fl installed in .venv ($(.venv/bin/sstq-fl encoders | grep -c bits) encoders registered)"
+echo "sstq-fl installed in .venv: $(.venv/bin/sstq-fl encoders | grep -c "^[a-z]") encoders registered"
