@@ -81,6 +81,47 @@ def cmd_kashin(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_privacy_plan(args: argparse.Namespace) -> int:
+    from .privacy.ldp import ldp_plan_report
+
+    rep = ldp_plan_report(args.ldp_epsilon, args.rounds, args.delta, args.sampling_rate)
+    if args.json:
+        print(json.dumps(rep, indent=2))
+        return 0
+    print(f"per message: epsilon = {rep['per_message']:g} (pure, replace-one)")
+    print(f"{rep['rounds']} rounds, full participation, at delta = {rep['delta']:g}:")
+    print(f"  basic {rep['basic']:.4g}   advanced {rep['advanced']:.4g}   PLD {rep['pld']:.4g}")
+    if "identified" in rep:
+        idf, amp = rep["identified"], rep["amplified"]
+        print(f"sampling rate q = {args.sampling_rate:g}:")
+        print(f"  [{idf['threat_model']}]")
+        print(f"    PLD over {idf['rounds_expected']} rounds (expected) {idf['pld_expected_rounds']:.4g}; "
+              f"{idf['rounds_p99']} rounds (99th pct) {idf['pld_p99_rounds']:.4g}; all rounds {idf['pld_all_rounds']:.4g}")
+        print(f"  [{amp['threat_model']}]")
+        print(f"    per round {amp['per_round']:.4g}; PLD total {amp['pld']:.4g}")
+    return 0
+
+
+def cmd_privacy_replay(args: argparse.Namespace) -> int:
+    from .privacy.ledger import PrivacyLedger
+
+    led, summary = PrivacyLedger.from_transcript(args.file)
+    delta = args.delta if args.delta is not None else (summary or {}).get("delta", 1e-5)
+    eps = led.epsilon(delta)
+    out = {"file": args.file, "relation": led.relation, "delta": delta, "epsilon": eps,
+           "epsilon_rdp_crosscheck": led.rdp_epsilon(delta), "events": sum(e.count for e in led.entries)}
+    if summary is not None and summary.get("delta") == delta:
+        out["recorded_epsilon"] = summary.get("epsilon")
+        out["matches_recorded"] = summary.get("epsilon") == eps
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(f"epsilon = {eps:.6g} at delta = {delta:g} ({led.relation}, {out['events']} events)"
+              + (f"; recorded {out['recorded_epsilon']:.6g}: {'match' if out['matches_recorded'] else 'MISMATCH'}"
+                 if "recorded_epsilon" in out else ""))
+    return 0 if out.get("matches_recorded", True) else 1
+
+
 def _table(rows: list[dict[str, Any]], cols: list[str]) -> None:
     def fmt(v: Any) -> str:
         if isinstance(v, float):
@@ -137,6 +178,20 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--rho", type=float, default=2.5)
     k.add_argument("--out", default="results/kashin.json")
     k.set_defaults(fn=cmd_kashin)
+    pv = sub.add_parser("privacy", help="privacy accounting: plans and transcript replay")
+    ps = pv.add_subparsers(dest="privacy", required=True)
+    pl = ps.add_parser("plan", help="LDP training: per-message, basic, advanced and PLD totals")
+    pl.add_argument("--ldp-epsilon", type=float, required=True)
+    pl.add_argument("--rounds", type=int, required=True)
+    pl.add_argument("--sampling-rate", type=float, default=1.0)
+    pl.add_argument("--delta", type=float, default=1e-5)
+    pl.add_argument("--json", action="store_true")
+    pl.set_defaults(fn=cmd_privacy_plan)
+    rp = ps.add_parser("replay", help="recompute epsilon from a transcript alone")
+    rp.add_argument("file")
+    rp.add_argument("--delta", type=float, default=None)
+    rp.add_argument("--json", action="store_true")
+    rp.set_defaults(fn=cmd_privacy_replay)
     return p
 
 
@@ -144,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.fn(args) or 0)
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         print(f"sstq-fl: error: {exc}", file=sys.stderr)
         return 2
 

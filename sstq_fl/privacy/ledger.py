@@ -108,7 +108,7 @@ def event_pld(event: PrivacyEvent, relation: str, interval: float) -> PLD | None
     if isinstance(event, RandomizedResponseEvent):
         if relation != "replace_one":
             raise UnsupportedEventError("randomized_response is accounted only under replace_one")
-        return pld_lib.from_randomized_response(event.noise_parameter, event.num_buckets, interval,
+        return pld_lib.from_randomized_response(event.noise_parameter, event.num_buckets, value_discretization_interval=interval,
                                                 neighboring_relation=rel)
     if isinstance(event, GaussianEvent):
         return pld_lib.from_gaussian_mechanism(event.noise_multiplier, value_discretization_interval=interval,
