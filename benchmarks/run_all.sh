@@ -7,3 +7,4 @@ $S bench mse-vs-dim --out benchmarks/results/e1.json
 $S bench encode-speed --clients 100 --dim 25450 --epsilon 3 --bits 4 --out benchmarks/results/encode_speed.json
 $S bench fwht --out benchmarks/results/fwht.json
 $S bench kashin --out benchmarks/results/kashin.json
+$S bench ledger --out benchmarks/results/ledger.json

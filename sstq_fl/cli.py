@@ -122,6 +122,15 @@ def cmd_privacy_replay(args: argparse.Namespace) -> int:
     return 0 if out.get("matches_recorded", True) else 1
 
 
+def cmd_ledger(args: argparse.Namespace) -> int:
+    from .bench.ledger import ledger_bench
+
+    res = ledger_bench(args.out, args.steps)
+    _table(res["subsampled_gaussian"], ["relation", "steps", "epsilon", "epsilon_rdp", "record_and_answer_s"])
+    _table(res["pure_eps_references"], ["per_message", "rounds", "pld", "basic", "advanced"])
+    return 0
+
+
 def _table(rows: list[dict[str, Any]], cols: list[str]) -> None:
     def fmt(v: Any) -> str:
         if isinstance(v, float):
@@ -192,6 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--delta", type=float, default=None)
     rp.add_argument("--json", action="store_true")
     rp.set_defaults(fn=cmd_privacy_replay)
+    lb = bs.add_parser("ledger", help="ledger speed (10k subsampled-Gaussian steps) and reference values")
+    lb.add_argument("--steps", type=int, default=10_000)
+    lb.add_argument("--out", default="results/ledger.json")
+    lb.set_defaults(fn=cmd_ledger)
     return p
 
 

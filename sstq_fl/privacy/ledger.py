@@ -250,6 +250,12 @@ class PrivacyLedger:
         """Charge ``count`` runs of ``event`` (validated now, refused if unsupported or unplanned)."""
         if not (isinstance(count, int) and count >= 0):
             raise ValueError(f"count must be a non-negative integer, got {count!r}")
+        last = self.entries[-1] if self.entries else None
+        if self.plan is None and last is not None and last.event is event and last.subset == subset and last.note == note:
+            last.count += count  # fast path: the same event object again (e.g. every DP-SGD step)
+            self._used[event] = self._used.get(event, 0) + count
+            self._cache = None
+            return
         self._validate(event)
         used = self._used.get(event, 0)
         if self.plan is not None:
@@ -258,7 +264,6 @@ class PrivacyLedger:
                 raise PlanExceededError(f"recording {count} more {event.kind} event(s) {event.to_json()} exceeds the "
                                         f"declared plan ({used} of {allowed} used)")
         self._used[event] = used + count
-        last = self.entries[-1] if self.entries else None
         if last is not None and last.event == event and last.subset == subset and last.note == note:
             last.count += count
         else:
