@@ -183,6 +183,52 @@ def rdp_event(event: PrivacyEvent, relation: str) -> dp_accounting.DpEvent:
     raise UnsupportedEventError(f"no RDP cross-check for a {event.kind} event under {relation}")
 
 
+def homogeneous_pure(entries: Sequence[Entry]) -> tuple[float, int] | None:
+    """``(ε₀, k)`` when the entries are ``k`` runs of one pure ε₀-DP mechanism, else ``None``."""
+    eps, k = None, 0
+    for e in entries:
+        ev = e.event
+        if isinstance(ev, PublicDataEvent) or e.count == 0:
+            continue
+        if not isinstance(ev, PureDpEvent | ExponentialMechanismEvent) or (eps is not None and ev.epsilon != eps):
+            return None
+        eps, k = ev.epsilon, k + e.count
+    return (eps, k) if eps is not None else None
+
+
+def pure_composition_delta(eps0: float, k: int, eps: float) -> float:
+    """Exact ``δ(ε)`` of ``k``-fold composition of ε₀-DP (Kairouz, Oh & Viswanath 2015).
+
+    The tight dominating pair is ``k``-fold binary randomized response: the privacy loss is
+    ``L_j = ε₀ (k − 2j)`` with ``j ~ Bin(k, 1/(1+e^{ε₀}))``, and
+    ``δ(ε) = Σ_{L_j > ε} P(j) (1 − e^{ε − L_j})``.
+    """
+    import numpy as np
+    from scipy import stats
+
+    j = np.arange(k + 1)
+    loss = eps0 * (k - 2 * j)
+    logp = stats.binom.logpmf(j, k, 1 / (1 + math.exp(eps0)))
+    m = loss > eps
+    return float(np.sum(np.exp(logp[m]) * -np.expm1(eps - loss[m])))
+
+
+def pure_composition_epsilon(eps0: float, k: int, delta: float) -> float:
+    """Smallest ε with ``δ(ε) ≤ delta`` for ``k``-fold ε₀-DP composition (bisection, 1e-12)."""
+    if k == 0:
+        return 0.0
+    lo, hi = 0.0, eps0 * k
+    if pure_composition_delta(eps0, k, 0.0) <= delta:
+        return 0.0
+    while hi - lo > 1e-12 * max(1.0, hi):
+        mid = 0.5 * (lo + hi)
+        if pure_composition_delta(eps0, k, mid) <= delta:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 def _planned_counts(plan: Sequence[tuple[PrivacyEvent, int]]) -> dict[PrivacyEvent, int]:
     counts: dict[PrivacyEvent, int] = {}
     for ev, n in plan:
@@ -280,14 +326,25 @@ class PrivacyLedger:
         return self._cache[1]
 
     def epsilon(self, delta: float) -> float:
-        """Smallest ε such that the composition so far is (ε, δ)-DP (``inf`` if non-private)."""
+        """Smallest ε such that the composition so far is (ε, δ)-DP (``inf`` if non-private).
+
+        A ledger holding only one pure-ε mechanism (an LDP training run) is answered by the
+        exact optimal-composition formula (:func:`pure_composition_epsilon`, no
+        discretisation, ``O(k)``); anything else by the PLD accountant.
+        """
         if not 0 <= delta < 1:
             raise ValueError(f"delta must be in [0, 1), got {delta}")
+        homo = homogeneous_pure(self.entries)
+        if homo is not None:
+            return pure_composition_epsilon(homo[0], homo[1], delta)
         p = self._pld()
         return math.inf if p is None else max(0.0, float(p.get_epsilon_for_delta(delta)))
 
     def delta(self, epsilon: float) -> float:
         """Smallest δ such that the composition so far is (ε, δ)-DP."""
+        homo = homogeneous_pure(self.entries)
+        if homo is not None:
+            return pure_composition_delta(homo[0], homo[1], epsilon)
         p = self._pld()
         return 1.0 if p is None else float(p.get_delta_for_epsilon(epsilon))
 

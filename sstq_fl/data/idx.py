@@ -1,0 +1,90 @@
+"""IDX files (the MNIST / Fashion-MNIST format) and the Fashion-MNIST loader.
+
+IDX: a big-endian header ``0x00 0x00 <type> <ndim>`` followed by ``ndim`` uint32 sizes and
+the row-major data; ``type 0x08`` is unsigned bytes.  Files may be gzip-compressed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+FMNIST_FILES = {
+    "train_images": "train-images-idx3-ubyte.gz", "train_labels": "train-labels-idx1-ubyte.gz",
+    "test_images": "t10k-images-idx3-ubyte.gz", "test_labels": "t10k-labels-idx1-ubyte.gz",
+}
+FMNIST_SEARCH = ["/usr/share/datasets/fashion-mnist", "~/.cache/sstq-fl/fashion-mnist"]
+FMNIST_URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
+_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+
+def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
+    """Parse an IDX file (optionally gzipped), validating the header against the payload size."""
+    raw = Path(path).read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
+        raise ValueError(f"{path}: not an IDX file (bad magic)")
+    dtype, ndim = raw[2], raw[3]
+    if dtype not in _TYPES:
+        raise ValueError(f"{path}: unknown IDX data type {dtype:#x}")
+    if len(raw) < 4 + 4 * ndim:
+        raise ValueError(f"{path}: truncated IDX header")
+    shape = struct.unpack(f">{ndim}I", raw[4 : 4 + 4 * ndim])
+    dt = np.dtype(_TYPES[dtype])
+    want = int(np.prod(shape)) * dt.itemsize
+    body = raw[4 + 4 * ndim :]
+    if len(body) != want:
+        raise ValueError(f"{path}: IDX payload has {len(body)} bytes, header {shape} needs {want}")
+    return np.frombuffer(body, dtype=dt).reshape(shape)
+
+
+def write_idx(path: str | os.PathLike[str], arr: np.ndarray) -> None:
+    """Write an unsigned-byte IDX file (gzipped when the name ends in .gz); used for tests."""
+    a = np.ascontiguousarray(arr, dtype=np.uint8)
+    data = bytes([0, 0, 0x08, a.ndim]) + struct.pack(f">{a.ndim}I", *a.shape) + a.tobytes()
+    Path(path).write_bytes(gzip.compress(data) if str(path).endswith(".gz") else data)
+
+
+def find_fashion_mnist(root: str | None = None, download: bool = True) -> Path:
+    """The folder holding the four Fashion-MNIST files: ``root``, ``$SSTQ_FL_FMNIST``, the Debian
+    package's ``/usr/share/datasets/fashion-mnist``, or a cache (downloaded from the official
+    source when the machine has internet)."""
+    candidates = [root] if root else [os.environ.get("SSTQ_FL_FMNIST"), *FMNIST_SEARCH]
+    for c in filter(None, candidates):
+        p = Path(c).expanduser()
+        if all((p / f).exists() for f in FMNIST_FILES.values()):
+            return p
+    if root:
+        raise FileNotFoundError(f"Fashion-MNIST files {sorted(FMNIST_FILES.values())} not found in {root}")
+    cache = Path(FMNIST_SEARCH[-1]).expanduser()
+    if download:
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            for f in FMNIST_FILES.values():
+                if not (cache / f).exists():
+                    urllib.request.urlretrieve(FMNIST_URL + f, cache / (f + ".part"))
+                    os.replace(cache / (f + ".part"), cache / f)
+            return cache
+        except OSError as exc:
+            raise FileNotFoundError("Fashion-MNIST not found (install the Debian package dataset-fashion-mnist, "
+                                    f"set SSTQ_FL_FMNIST, or allow the download): {exc}") from exc
+    raise FileNotFoundError("Fashion-MNIST not found: apt-get install dataset-fashion-mnist, or set SSTQ_FL_FMNIST")
+
+
+def load_fashion_mnist(root: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(x_train [60000, 784] float32 in [0, 1], y_train, x_test, y_test)``."""
+    p = find_fashion_mnist(root)
+    xs = {k: read_idx(p / f) for k, f in FMNIST_FILES.items()}
+    for split in ("train", "test"):
+        if xs[f"{split}_images"].shape[0] != xs[f"{split}_labels"].shape[0]:
+            raise ValueError(f"Fashion-MNIST {split} images and labels disagree in length")
+    def flat(a: np.ndarray) -> np.ndarray:
+        return (a.reshape(a.shape[0], -1).astype(np.float32) / 255.0)
+    return (flat(xs["train_images"]), xs["train_labels"].astype(np.int64), flat(xs["test_images"]),
+            xs["test_labels"].astype(np.int64))

@@ -1,0 +1,1 @@
+"""Federated training with encoded gradients (the vectorized in-process engine)."""

@@ -1,0 +1,56 @@
+"""Client partitions, per-round minibatches and participation, all derived per (seed, round, client)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import rng
+
+
+def iid_shards(n_records: int, clients: int, seed: int) -> list[np.ndarray]:
+    """Disjoint IID shards of (almost) equal size: a seeded permutation split evenly."""
+    if not 1 <= clients <= n_records:
+        raise ValueError(f"cannot split {n_records} records over {clients} clients")
+    keys = rng.raw_bits(np.array([rng.derive_seed(seed, 0xA11)], np.uint64), "iid-permutation", n_records)[0]
+    return [np.sort(s) for s in np.array_split(np.argsort(keys, kind="stable"), clients)]
+
+
+def dirichlet_shards(labels: np.ndarray, clients: int, alpha: float, seed: int) -> list[np.ndarray]:
+    """Label-skewed disjoint shards: each class is split over clients by Dirichlet(α) proportions."""
+    if not alpha > 0:
+        raise ValueError(f"Dirichlet alpha must be positive, got {alpha}")
+    gen = np.random.Generator(np.random.Philox(key=rng.derive_seed(seed, 0xD1)))
+    parts: list[list[np.ndarray]] = [[] for _ in range(clients)]
+    for c in np.unique(labels):
+        idx = np.nonzero(labels == c)[0]
+        idx = idx[gen.permutation(len(idx))]
+        cuts = (np.cumsum(gen.dirichlet(np.full(clients, alpha))) * len(idx)).astype(int)[:-1]
+        for k, chunk in enumerate(np.split(idx, cuts)):
+            parts[k].append(chunk)
+    shards = [np.sort(np.concatenate(p)) for p in parts]
+    if any(len(s) == 0 for s in shards):
+        raise ValueError(f"Dirichlet({alpha}) left a client without data; use more data, fewer clients or larger alpha")
+    return shards
+
+
+def minibatch(shard: np.ndarray, batch: int, seed: int, round: int, client: int) -> np.ndarray:
+    """The client's minibatch for a round: ``batch`` records drawn without replacement (with
+    replacement when the shard is smaller than the batch), identical for every encoder and
+    engine, since it depends only on ``(seed, round, client)``."""
+    s = np.array([rng.derive_seed(seed, round, client, 0xB47)], np.uint64)
+    if batch > len(shard):
+        return shard[rng.randint(s, "minibatch-small", batch, len(shard))[0]]
+    return shard[rng.sample_without_replacement(s, "minibatch", batch, len(shard))[0]]
+
+
+def participates(seed: int, round: int, clients: int, rate: float) -> np.ndarray:
+    """Poisson participation: client ``c`` joins round ``t`` w.p. ``rate`` (per (seed, t, c))."""
+    if rate >= 1:
+        return np.ones(clients, bool)
+    s = np.array([rng.derive_seed(seed, round, c, 0x5A3) for c in range(clients)], np.uint64)
+    return rng.uniform(s, "participation", 1)[:, 0] < rate
+
+
+def encoder_seeds(seed: int, round: int, clients: np.ndarray) -> np.ndarray:
+    """Private per-client encoding seeds for a round."""
+    return np.array([rng.derive_seed(seed, round, int(c), 0xE4C) for c in clients], np.uint64)

@@ -1,0 +1,130 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from sstq_fl.fl.engine import RunConfig, Trainer, run
+from sstq_fl.privacy.ledger import BudgetExceededError, PrivacyLedger
+
+def same_rounds(a, b, rel=1e-9):
+    """Per-round metrics equal (floats to ``rel``: LAPACK's θ* may differ in the last bit)."""
+    assert len(a) == len(b)
+    for ra, rb in zip(a, b):
+        assert ra.keys() == rb.keys()
+        for k in ra:
+            if isinstance(ra[k], float):
+                assert ra[k] == pytest.approx(rb[k], rel=rel), (ra["round"], k)
+            else:
+                assert ra[k] == rb[k], (ra["round"], k)
+    return True
+
+
+LSQ = dict(task="lsq", dim=20, n=400, clients=20, batch=20, clip=1.0, lr=0.5, rounds=12)
+
+
+def test_lsq_clean_converges_and_sstq_is_private(tmp_path):
+    clean = run(RunConfig(encoder="clean", **LSQ), tmp_path / "c", progress=False)
+    d = [r["distance_to_optimum"] for r in clean["rounds"]]
+    assert d[-1] < 0.2 * d[0]
+    sstq = run(RunConfig(encoder="sstq-flat:b=4", epsilon=3.0, **LSQ), tmp_path / "s", progress=False)
+    f = sstq["final"]
+    assert f["bits_per_client"] == 6 + 4 and f["epsilon_total"] == pytest.approx(36.0, abs=0.01)
+    assert [r["round"] for r in sstq["rounds"]] == list(range(1, 13))
+    assert all(r["bits_per_client"] == 10 and r["clients"] == 20 for r in sstq["rounds"])
+    led, summary = PrivacyLedger.from_transcript(tmp_path / "s" / "transcript.jsonl")
+    assert led.epsilon(1e-5) == summary["epsilon"] == f["epsilon_total"]
+    assert (tmp_path / "s" / "curves.png").exists()
+
+
+def test_same_seed_same_metrics_and_batches_shared_across_encoders(tmp_path):
+    a = run(RunConfig(encoder="sstq-ma:b=3", **LSQ), tmp_path / "a", progress=False)
+    b = run(RunConfig(encoder="sstq-ma:b=3", **LSQ), tmp_path / "b", progress=False)
+    assert same_rounds(a["rounds"], b["rounds"])
+
+
+def test_interrupted_run_resumes_to_identical_result(tmp_path):
+    cfg = RunConfig(encoder="sstq-flat:b=4", **LSQ)
+    full = run(cfg, tmp_path / "full", progress=False)
+
+    class Boom(Exception):
+        pass
+
+    tr = Trainer(cfg)
+    orig = tr.run_round
+
+    def flaky(st):
+        if st.round == 5:
+            raise Boom
+        return orig(st)
+
+    tr.run_round = flaky  # type: ignore[method-assign]
+    with pytest.raises(Boom):
+        tr.train(tmp_path / "part", progress=False)
+    assert json.loads((tmp_path / "part" / "checkpoint.json").read_text())["round"] == 5
+    resumed = run(cfg, tmp_path / "part", resume=True, progress=False)
+    assert same_rounds(resumed["rounds"], full["rounds"])
+    assert resumed["final"]["epsilon_total"] == full["final"]["epsilon_total"]
+    with pytest.raises(ValueError, match="different config"):
+        run(RunConfig(encoder="sstq-flat:b=5", **LSQ), tmp_path / "part", resume=True, progress=False)
+
+
+def test_kill_9_then_resume_matches_uninterrupted(tmp_path):
+    args = ["--task", "lsq", "--dim", "200", "--n", "4000", "--clients", "200", "--batch", "20", "--clip", "1",
+            "--lr", "0.5", "--rounds", "60", "--encoder", "sstq-flat:b=4", "--seed", "3"]
+    cli = [sys.executable, "-m", "sstq_fl.cli", "run", *args]
+    subprocess.run([*cli, "--out", str(tmp_path / "ref")], check=True, capture_output=True)
+    proc = subprocess.Popen([*cli, "--out", str(tmp_path / "k")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ck = tmp_path / "k" / "checkpoint.json"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if ck.exists() and json.loads(ck.read_text())["round"] >= 10:
+            break
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = json.loads(ck.read_text())["round"]
+    assert 10 <= killed_at < 60, killed_at
+    subprocess.run([*cli, "--out", str(tmp_path / "k"), "--resume"], check=True, capture_output=True)
+    ref = json.loads((tmp_path / "ref" / "metrics.json").read_text())
+    got = json.loads((tmp_path / "k" / "metrics.json").read_text())
+    assert same_rounds(got["rounds"], ref["rounds"]) and got["final"]["epsilon_total"] == ref["final"]["epsilon_total"]
+
+
+def test_nan_gradients_are_rejected_and_the_round_goes_on(tmp_path):
+    tr = Trainer(RunConfig(encoder="sstq-flat:b=4", **LSQ))
+    orig = tr.task.client_grads
+
+    def poisoned(theta, xb, yb):
+        g = orig(theta, xb, yb)
+        g[0, 3] = float("nan")
+        return g
+
+    tr.task.client_grads = poisoned  # type: ignore[method-assign]
+    m = tr.train(tmp_path / "n", progress=False)
+    r = m["rounds"][0]
+    assert r["dropped"] and "non-finite" in r["dropped"][0]["reason"]
+    assert np.isfinite(m["final"]["distance_to_optimum"])
+
+
+def test_budget_refusal_and_sampling_labels(tmp_path):
+    with pytest.raises(BudgetExceededError, match="budget"):
+        run(RunConfig(encoder="sstq-flat", budget_epsilon=5.0, **LSQ), tmp_path / "x", progress=False)
+    m = run(RunConfig(encoder="sstq-flat", sampling_rate=0.3, **LSQ), tmp_path / "y", progress=False)
+    assert 0 < np.mean([r["clients"] for r in m["rounds"]]) < 20
+    assert "does not learn" in m["final"]["epsilon_amplified"]["threat_model"]
+    assert m["final"]["epsilon_amplified"]["epsilon"] < m["final"]["epsilon_total"] or m["final"]["epsilon_total"] < 36
+
+
+@pytest.mark.skipif(not os.path.isdir("/usr/share/datasets/fashion-mnist"), reason="dataset-fashion-mnist not installed")
+def test_fmnist_small_run(tmp_path):
+    torch.manual_seed(0)
+    m = run(RunConfig(task="fmnist", encoder="clean", clients=10, rounds=5, clip=1.0, lr=0.5), tmp_path / "f", progress=False)
+    assert set(m["final"]) >= {"test_accuracy", "train_loss", "bits_per_client", "epsilon_total", "wall_s"}
+    assert m["final"]["bits_per_client"] == 32 * 25450
+    assert m["rounds"][-1]["test_accuracy"] > 0.3
