@@ -131,14 +131,32 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from .fl.engine import RunConfig, run
+def _run_config(args: argparse.Namespace, encoder: str) -> Any:
+    from .fl.engine import RunConfig
 
-    cfg = RunConfig(task=args.task, encoder=args.encoder, clients=args.clients, rounds=args.rounds, epsilon=args.epsilon,
-                    seed=args.seed, batch=args.batch, clip=args.clip, lr=args.lr, server_cap=args.server_cap,
-                    partition=args.partition, alpha=args.alpha, sampling_rate=args.sampling_rate, delta=args.delta,
-                    budget_epsilon=args.budget_epsilon, engine=args.engine, data_dir=args.data_dir, dim=args.dim,
-                    n=args.n)
+    return RunConfig(task=args.task, encoder=encoder, clients=args.clients, rounds=args.rounds, epsilon=args.epsilon,
+                     seed=args.seed, batch=args.batch, clip=args.clip, lr=args.lr, server_cap=args.server_cap,
+                     partition=args.partition, alpha=args.alpha, sampling_rate=args.sampling_rate, delta=args.delta,
+                     budget_epsilon=args.budget_epsilon, engine=args.engine, data_dir=args.data_dir, dim=args.dim,
+                     n=args.n)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .fl.compare import DEFAULT_ENCODERS, compare
+
+    encoders = args.encoders or DEFAULT_ENCODERS
+    print(f"comparing {len(encoders)} encoders on {args.task} ({args.clients} clients, {args.rounds} rounds, "
+          f"epsilon {args.epsilon}) -> {args.out}")
+    compare(_run_config(args, encoders[0]), encoders, args.out, resume=args.resume)
+    print(f"wrote {args.out}/comparison.md (table), {args.out}/comparison.png (curves, accuracy vs bits), "
+          f"{args.out}/comparison.json and one folder per encoder")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .fl.engine import run
+
+    cfg = _run_config(args, args.encoder)
     m = run(cfg, args.out, resume=args.resume)
     f = m["final"]
     metric = f"test accuracy {f['test_accuracy']:.4f}" if "test_accuracy" in f else \
@@ -205,9 +223,39 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--rho", type=float, default=2.5)
     k.add_argument("--out", default="results/kashin.json")
     k.set_defaults(fn=cmd_kashin)
+    lb = bs.add_parser("ledger", help="ledger speed (10k subsampled-Gaussian steps) and reference values")
+    lb.add_argument("--steps", type=int, default=10_000)
+    lb.add_argument("--out", default="results/ledger.json")
+    lb.set_defaults(fn=cmd_ledger)
+
     r = sub.add_parser("run", help="federated training with encoded gradients (writes DIR/metrics.json)")
-    r.add_argument("--task", default="fmnist", choices=["fmnist", "cifar10", "lsq"])
     r.add_argument("--encoder", default="sstq-flat:b=4")
+    _training_args(r)
+    r.set_defaults(fn=cmd_run)
+    c = sub.add_parser("compare", help="several encoders on identical batches: curves, accuracy vs bits, table")
+    c.add_argument("--encoders", type=_list, default=[], help="space- or ';'-separated specs (default: seven)")
+    _training_args(c)
+    c.set_defaults(fn=cmd_compare)
+
+    pv = sub.add_parser("privacy", help="privacy accounting: plans and transcript replay")
+    ps = pv.add_subparsers(dest="privacy", required=True)
+    pl = ps.add_parser("plan", help="LDP training: per-message, basic, advanced and PLD totals")
+    pl.add_argument("--ldp-epsilon", type=float, required=True)
+    pl.add_argument("--rounds", type=int, required=True)
+    pl.add_argument("--sampling-rate", type=float, default=1.0)
+    pl.add_argument("--delta", type=float, default=1e-5)
+    pl.add_argument("--json", action="store_true")
+    pl.set_defaults(fn=cmd_privacy_plan)
+    rp = ps.add_parser("replay", help="recompute epsilon from a transcript alone")
+    rp.add_argument("file")
+    rp.add_argument("--delta", type=float, default=None)
+    rp.add_argument("--json", action="store_true")
+    rp.set_defaults(fn=cmd_privacy_replay)
+    return p
+
+
+def _training_args(r: argparse.ArgumentParser) -> None:
+    r.add_argument("--task", default="fmnist", choices=["fmnist", "cifar10", "lsq"])
     r.add_argument("--clients", type=int, default=100)
     r.add_argument("--rounds", type=int, default=100)
     r.add_argument("--epsilon", type=float, default=3.0, help="per-message LDP epsilon")
@@ -227,27 +275,6 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--n", type=int, default=4000, help="lsq: samples")
     r.add_argument("--resume", action="store_true", help="continue from DIR's last completed round")
     r.add_argument("--out", required=True)
-    r.set_defaults(fn=cmd_run)
-
-    pv = sub.add_parser("privacy", help="privacy accounting: plans and transcript replay")
-    ps = pv.add_subparsers(dest="privacy", required=True)
-    pl = ps.add_parser("plan", help="LDP training: per-message, basic, advanced and PLD totals")
-    pl.add_argument("--ldp-epsilon", type=float, required=True)
-    pl.add_argument("--rounds", type=int, required=True)
-    pl.add_argument("--sampling-rate", type=float, default=1.0)
-    pl.add_argument("--delta", type=float, default=1e-5)
-    pl.add_argument("--json", action="store_true")
-    pl.set_defaults(fn=cmd_privacy_plan)
-    rp = ps.add_parser("replay", help="recompute epsilon from a transcript alone")
-    rp.add_argument("file")
-    rp.add_argument("--delta", type=float, default=None)
-    rp.add_argument("--json", action="store_true")
-    rp.set_defaults(fn=cmd_privacy_replay)
-    lb = bs.add_parser("ledger", help="ledger speed (10k subsampled-Gaussian steps) and reference values")
-    lb.add_argument("--steps", type=int, default=10_000)
-    lb.add_argument("--out", default="results/ledger.json")
-    lb.set_defaults(fn=cmd_ledger)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:

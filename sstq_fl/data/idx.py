@@ -11,6 +11,7 @@ import os
 import struct
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -20,7 +21,7 @@ FMNIST_FILES = {
 }
 FMNIST_SEARCH = ["/usr/share/datasets/fashion-mnist", "~/.cache/sstq-fl/fashion-mnist"]
 FMNIST_URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
-_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+_TYPES: dict[int, Any] = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 
 def read_idx(path: str | os.PathLike[str]) -> np.ndarray:

@@ -181,7 +181,7 @@ class Trainer:
 
     def finish(self, out: Path, st: RoundState) -> dict[str, Any]:
         last = st.rounds[-1]
-        final = {k: last[k] for k in ("test_accuracy", "distance_to_optimum", "train_loss") if k in last}
+        final: dict[str, Any] = {k: last[k] for k in ("test_accuracy", "distance_to_optimum", "train_loss") if k in last}
         final.update({"bits_per_client": self.enc.payload_bits(), "epsilon_total": self.ledger.epsilon(self.cfg.delta),
                       "delta": self.cfg.delta, "wall_s": st.wall_s, "encoder_spec": self.enc.spec,
                       "kashin_level": getattr(getattr(self.enc, "kashin_cfg", None), "level", None)})

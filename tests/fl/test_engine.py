@@ -12,6 +12,7 @@ import torch
 from sstq_fl.fl.engine import RunConfig, Trainer, run
 from sstq_fl.privacy.ledger import BudgetExceededError, PrivacyLedger
 
+
 def same_rounds(a, b, rel=1e-9):
     """Per-round metrics equal (floats to ``rel``: LAPACK's θ* may differ in the last bit)."""
     assert len(a) == len(b)
