@@ -73,3 +73,15 @@ def test_invalid_config_and_shapes():
         KashinConfig(method="xyz")
     with pytest.raises(ValueError, match="clients"):
         kashin(make_frame("hadamard", 10), torch.zeros(2, 11), KashinConfig())
+
+
+def test_pure_torch_kernel_path_matches(monkeypatch):
+    """The device-agnostic kernel (what CUDA tensors use without fast-hadamard-transform)."""
+    import sstq_fl.fwht as fw
+
+    fr = make_frame("hadamard", 3000, seed=4)
+    x = unit_rows(5, 3000, seed=1).float()
+    ref = kashin(fr, x, KashinConfig()).coeffs
+    monkeypatch.setattr(fw, "default_kernel", lambda device: "torch")
+    got = kashin(fr, x, KashinConfig()).coeffs
+    assert torch.allclose(got, ref, atol=1e-4)
