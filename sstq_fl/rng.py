@@ -40,13 +40,21 @@ def stream_id(name: str) -> int:
 
 def derive_seed(*parts: int) -> int:
     """Hash a tuple of non-negative integers (e.g. run seed, round, client) to one seed."""
-    z = np.array([0x6A09E667F3BCC909], dtype=np.uint64)
+    return int(derive_seeds(*parts)[0])
+
+
+def derive_seeds(*parts: ArrayLike) -> U64:
+    """Vectorised :func:`derive_seed`: parts may be integer arrays (broadcast together)."""
+    arrs = [np.asarray(p) for p in parts]
+    for a in arrs:
+        if a.dtype.kind not in "iu" or (a.dtype.kind == "i" and (a < 0).any()):
+            raise ValueError(f"seed parts must be non-negative integers, got {a!r}")
+    shape = np.broadcast_shapes(*(a.shape for a in arrs)) if arrs else ()
+    z = np.full(shape if shape else (1,), 0x6A09E667F3BCC909, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        for p in parts:
-            if int(p) < 0:
-                raise ValueError(f"seed parts must be non-negative, got {p}")
-            z = splitmix64((z ^ np.uint64(int(p) & 0xFFFFFFFFFFFFFFFF)) + _GOLDEN)
-    return int(z[0])
+        for a in arrs:
+            z = splitmix64((z ^ a.astype(np.uint64)) + _GOLDEN)
+    return z.reshape(-1)
 
 
 def as_seeds(seeds: ArrayLike, n: int | None = None) -> U64:
@@ -98,13 +106,18 @@ def normal(seeds: U64, stream: str, count: int) -> NDArray[np.float64]:
     return z[:, :count]
 
 
-def sample_without_replacement(seeds: U64, stream: str, k: int, n_items: int) -> NDArray[np.int64]:
-    """``k`` distinct indices in ``{0..n_items-1}`` per client (Floyd's algorithm), ``[n, k]``."""
-    if not 1 <= k <= n_items:
-        raise ValueError(f"cannot draw k={k} distinct items from {n_items}")
+def sample_without_replacement(seeds: U64, stream: str, k: int, n_items: int | NDArray[np.int64]) -> NDArray[np.int64]:
+    """``k`` distinct indices in ``{0..n_items-1}`` per client (Floyd's algorithm), ``[n, k]``.
+
+    ``n_items`` may differ per client (an array); each row depends only on its own seed.
+    """
+    items = np.broadcast_to(np.asarray(n_items, dtype=np.int64), seeds.shape)
+    if k < 1 or (items < k).any():
+        raise ValueError(f"cannot draw k={k} distinct items from {int(items.min(initial=k))}")
     u = uniform(seeds, stream, k)
     out = np.empty((seeds.shape[0], k), dtype=np.int64)
-    for step, j in enumerate(range(n_items - k, n_items)):
+    for step in range(k):
+        j = items - k + step
         t = np.minimum(np.floor(u[:, step] * (j + 1)).astype(np.int64), j)
         taken = (out[:, :step] == t[:, None]).any(axis=1) if step else np.zeros_like(t, bool)
         out[:, step] = np.where(taken, j, t)

@@ -37,3 +37,18 @@ def test_derive_seed_distinct_and_validated():
         rng.derive_seed(-1)
     with pytest.raises(ValueError, match="seeds"):
         rng.as_seeds(np.array([[1, 2]]))
+
+
+def test_vectorised_seed_derivation_matches_scalar():
+    clients = np.array([0, 5, 17, 2**40])
+    vec = rng.derive_seeds(3, 9, clients, 0xB47)
+    assert [int(v) for v in vec] == [rng.derive_seed(3, 9, int(c), 0xB47) for c in clients]
+
+
+def test_without_replacement_with_per_row_sizes():
+    seeds = np.arange(6, dtype=np.uint64)
+    sizes = np.array([5, 10, 64, 5, 100, 7])
+    both = rng.sample_without_replacement(seeds, "w", 5, sizes)
+    for i in range(6):
+        alone = rng.sample_without_replacement(seeds[i : i + 1], "w", 5, int(sizes[i]))[0]
+        assert np.array_equal(alone, both[i]) and len(set(both[i])) == 5 and both[i].max() < sizes[i]

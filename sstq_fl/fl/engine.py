@@ -27,7 +27,7 @@ from ..encoders import make_encoder
 from ..io import atomic_write_bytes, atomic_write_json, run_meta
 from ..privacy.ldp import ldp_plan_report
 from ..privacy.ledger import Budget, PrivacyLedger
-from .partition import dirichlet_shards, encoder_seeds, iid_shards, minibatch, participates
+from .partition import dirichlet_shards, encoder_seeds, iid_shards, minibatches, participates
 from .tasks import Task, make_task
 
 log = logging.getLogger("sstq_fl.fl")
@@ -100,7 +100,7 @@ class Trainer:
         ids = np.nonzero(participates(cfg.seed, t, cfg.clients, cfg.sampling_rate))[0]
         rec: dict[str, Any] = {"round": t, "clients": int(len(ids)), "dropped": []}
         if len(ids):
-            idx = np.stack([minibatch(self.shards[c], cfg.batch, cfg.seed, t, int(c)) for c in ids])
+            idx = minibatches([self.shards[c] for c in ids], cfg.batch, cfg.seed, t, ids)
             d = self.task.data
             grads = self.task.client_grads(st.theta, d.x_train[idx], d.y_train[idx]).detach()
             ok = torch.isfinite(grads).all(1)

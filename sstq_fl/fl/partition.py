@@ -34,23 +34,37 @@ def dirichlet_shards(labels: np.ndarray, clients: int, alpha: float, seed: int) 
 
 
 def minibatch(shard: np.ndarray, batch: int, seed: int, round: int, client: int) -> np.ndarray:
-    """The client's minibatch for a round: ``batch`` records drawn without replacement (with
-    replacement when the shard is smaller than the batch), identical for every encoder and
-    engine, since it depends only on ``(seed, round, client)``."""
-    s = np.array([rng.derive_seed(seed, round, client, 0xB47)], np.uint64)
-    if batch > len(shard):
-        return shard[rng.randint(s, "minibatch-small", batch, len(shard))[0]]
-    return shard[rng.sample_without_replacement(s, "minibatch", batch, len(shard))[0]]
+    """One client's minibatch for a round (see :func:`minibatches`)."""
+    return minibatches([shard], batch, seed, round, np.array([client]))[0]
+
+
+def minibatches(shards: list[np.ndarray], batch: int, seed: int, round: int, clients: np.ndarray) -> np.ndarray:
+    """Minibatches ``[len(clients), batch]`` of record indices, ``shards[i]`` belonging to
+    ``clients[i]``: ``batch`` records drawn without replacement (with replacement from a shard
+    smaller than the batch).  Row ``i`` depends only on ``(seed, round, clients[i])`` and the
+    shard, so every encoder and engine sees the same batches."""
+    clients = np.asarray(clients, dtype=np.int64)
+    s = rng.derive_seeds(seed, round, clients, 0xB47)
+    sizes = np.array([len(sh) for sh in shards], dtype=np.int64)
+    out = np.empty((len(shards), batch), dtype=np.int64)
+    big = sizes >= batch
+    if big.any():
+        pos = rng.sample_without_replacement(s[big], "minibatch", batch, sizes[big])
+        for row, p in zip(np.nonzero(big)[0], pos):
+            out[row] = shards[row][p]
+    for row in np.nonzero(~big)[0]:
+        out[row] = shards[row][rng.randint(s[row : row + 1], "minibatch-small", batch, int(sizes[row]))[0]]
+    return out
 
 
 def participates(seed: int, round: int, clients: int, rate: float) -> np.ndarray:
     """Poisson participation: client ``c`` joins round ``t`` w.p. ``rate`` (per (seed, t, c))."""
     if rate >= 1:
         return np.ones(clients, bool)
-    s = np.array([rng.derive_seed(seed, round, c, 0x5A3) for c in range(clients)], np.uint64)
+    s = rng.derive_seeds(seed, round, np.arange(clients), 0x5A3)
     return rng.uniform(s, "participation", 1)[:, 0] < rate
 
 
 def encoder_seeds(seed: int, round: int, clients: np.ndarray) -> np.ndarray:
     """Private per-client encoding seeds for a round."""
-    return np.array([rng.derive_seed(seed, round, int(c), 0xE4C) for c in clients], np.uint64)
+    return rng.derive_seeds(seed, round, np.asarray(clients, dtype=np.int64), 0xE4C)

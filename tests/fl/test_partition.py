@@ -30,3 +30,14 @@ def test_minibatches_and_participation_depend_only_on_seed_round_client():
     assert len(minibatch(shard[:10], 64, 0, 1, 1)) == 64
     p = np.mean([participates(0, t, 200, 0.1).mean() for t in range(50)])
     assert abs(p - 0.1) < 0.01
+
+
+def test_batched_minibatches_equal_per_client_ones():
+    from sstq_fl.fl.partition import minibatches
+
+    shards = iid_shards(1000, 7, seed=2)
+    shards[3] = shards[3][:10]  # one small shard: drawn with replacement
+    clients = np.array([0, 1, 2, 3, 4, 5, 6]) * 3
+    both = minibatches(shards, 16, 5, 2, clients)
+    for i, c in enumerate(clients):
+        assert np.array_equal(both[i], minibatch(shards[i], 16, 5, 2, int(c)))
