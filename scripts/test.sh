@@ -8,6 +8,6 @@ if [ ! -d /usr/share/datasets/fashion-mnist ] && [ "$(id -u)" = 0 ] && command -
   (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist) >/dev/null 2>&1 \
     || echo "note: could not install dataset-fashion-mnist; Fashion-MNIST tests will be skipped"
 fi
-.venv/bin/ruff check sstq_fl tests benchmarks
+.venv/bin/ruff check sstq_fl tests benchmarks clients strategies
 .venv/bin/mypy
 .venv/bin/python -m pytest -q "$@"

@@ -259,7 +259,7 @@ def _training_args(r: argparse.ArgumentParser) -> None:
     r.add_argument("--clients", type=int, default=100)
     r.add_argument("--rounds", type=int, default=100)
     r.add_argument("--epsilon", type=float, default=3.0, help="per-message LDP epsilon")
-    r.add_argument("--engine", default="vectorized", choices=["vectorized"])
+    r.add_argument("--engine", default="vectorized", choices=["vectorized", "flower"])
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--batch", type=int, default=64)
     r.add_argument("--clip", type=float, default=0.1, help="client clip norm C (the encoders' radius)")

@@ -66,8 +66,8 @@ class RunConfig:
             raise ValueError(f"sampling rate must be in (0, 1], got {self.sampling_rate}")
         if self.partition not in ("iid", "dirichlet"):
             raise ValueError(f"partition must be iid or dirichlet, got {self.partition!r}")
-        if self.engine != "vectorized":
-            raise ValueError(f"engine {self.engine!r} is not available in this build; use --engine vectorized")
+        if self.engine not in ("vectorized", "flower"):
+            raise ValueError(f"engine must be 'vectorized' or 'flower', got {self.engine!r}")
 
 
 @dataclass
@@ -94,29 +94,54 @@ class Trainer:
         self.ledger.start([(self.enc.privacy_event(), cfg.rounds)],
                           Budget(cfg.budget_epsilon, cfg.delta) if cfg.budget_epsilon else None)
 
+    def participants(self, t: int) -> np.ndarray:
+        cfg = self.cfg
+        return np.nonzero(participates(cfg.seed, t, cfg.clients, cfg.sampling_rate))[0]
+
+    def client_messages(self, theta: torch.Tensor, t: int, ids: np.ndarray
+                        ) -> tuple[np.ndarray, list[bytes], list[dict[str, Any]], dict[str, float]]:
+        """Client side of round ``t`` for clients ``ids`` (batched): gradient, clip, encode, bytes.
+
+        Returns the ids that sent a message, their wire bytes, the clients that refused to
+        send (with the reason) and the encoder's statistics.
+        """
+        cfg = self.cfg
+        dropped: list[dict[str, Any]] = []
+        if not len(ids):
+            return ids, [], dropped, {}
+        idx = minibatches([self.shards[c] for c in ids], cfg.batch, cfg.seed, t, ids)
+        d = self.task.data
+        grads = self.task.client_grads(theta, d.x_train[idx], d.y_train[idx]).detach()
+        ok = torch.isfinite(grads).all(1).numpy()
+        for c in ids[~ok]:
+            dropped.append({"client": int(c), "reason": "non-finite gradient rejected on the client"})
+        ids, grads = ids[ok], grads[torch.from_numpy(ok)]
+        if not len(ids):
+            return ids, [], dropped, {}
+        msgs = self.enc.encode(grads, encoder_seeds(cfg.seed, t, ids))
+        return ids, wire.pack(self.enc, msgs, round=t), dropped, msgs.stats
+
     def run_round(self, st: RoundState) -> dict[str, Any]:
-        cfg, t = self.cfg, st.round + 1
+        assert st.theta is not None
+        t = st.round + 1
+        sent = self.participants(t)
+        ids, blobs, dropped, stats = self.client_messages(st.theta, t, sent)
+        return self.server_round(st, t, len(sent), ids, blobs, dropped, stats)
+
+    def server_round(self, st: RoundState, t: int, n_sent: int, ids: np.ndarray, blobs: list[bytes],
+                     dropped: list[dict[str, Any]], stats: dict[str, float]) -> dict[str, Any]:
+        """Server side of round ``t``: validate and decode the bytes, aggregate, cap, step, evaluate."""
+        cfg = self.cfg
         assert st.theta is not None and st.joins is not None
-        ids = np.nonzero(participates(cfg.seed, t, cfg.clients, cfg.sampling_rate))[0]
-        rec: dict[str, Any] = {"round": t, "clients": int(len(ids)), "dropped": []}
+        rec: dict[str, Any] = {"round": t, "clients": int(n_sent), "dropped": list(dropped)}
         if len(ids):
-            idx = minibatches([self.shards[c] for c in ids], cfg.batch, cfg.seed, t, ids)
-            d = self.task.data
-            grads = self.task.client_grads(st.theta, d.x_train[idx], d.y_train[idx]).detach()
-            ok = torch.isfinite(grads).all(1)
-            for c in ids[~ok.numpy()]:
-                rec["dropped"].append({"client": int(c), "reason": "non-finite gradient rejected on the client"})
-            ids, grads = ids[ok.numpy()], grads[ok]
-        if len(ids):
-            msgs = self.enc.encode(grads, encoder_seeds(cfg.seed, t, ids))
-            blobs = wire.pack(self.enc, msgs, round=t)
             got, rejected = wire.unpack_lenient(self.enc, blobs, round=t)
             for i, why in rejected:
                 rec["dropped"].append({"client": int(ids[i]), "reason": why})
             payload_bits = [8 * (len(b) - wire.HEADER_BYTES) for b in blobs]
             rec["bits_per_client"] = self.enc.payload_bits()
             rec["bytes_per_client"] = float(np.mean(payload_bits)) / 8 + wire.HEADER_BYTES
-            rec["encode_stats"] = msgs.stats
+            rec["encode_stats"] = stats
             if got.n:
                 g = self.enc.aggregate(got).to(st.theta.dtype)
                 norm = float(torch.linalg.vector_norm(g))
@@ -156,27 +181,34 @@ class Trainer:
             self.ledger.record(self.enc.privacy_event())
         return RoundState(ck["round"], theta, ck["rounds"], joins, ck["wall_s"])
 
-    def train(self, out: str | Path, resume: bool = False, progress: bool | None = None) -> dict[str, Any]:
-        out = Path(out)
+    def initial_state(self, out: Path, resume: bool) -> RoundState:
         out.mkdir(parents=True, exist_ok=True)
         if resume and (out / "checkpoint.json").exists():
-            st = self.load(out)
-        else:
-            st = RoundState(0, self.task.init_params(self.cfg.seed), [], np.zeros(self.cfg.clients, np.int64))
-        progress = sys.stderr.isatty() if progress is None else progress
+            return self.load(out)
+        return RoundState(0, self.task.init_params(self.cfg.seed), [], np.zeros(self.cfg.clients, np.int64))
+
+    def complete_round(self, out: Path, st: RoundState, rec: dict[str, Any], seconds: float, progress: bool) -> None:
+        """Record a finished round and checkpoint atomically (metrics, model, joins, transcript)."""
+        st.wall_s += seconds
+        st.rounds.append(rec)
+        st.round += 1
+        self.save(out, st)
+        for d in rec["dropped"]:
+            log.warning("round %d: client %d left out: %s", rec["round"], d["client"], d["reason"])
+        if progress:
+            metric = rec.get("test_accuracy", rec.get("distance_to_optimum"))
+            print(f"\rround {st.round}/{self.cfg.rounds}  loss {rec['train_loss']:.4f}  metric {metric:.4f}  "
+                  f"eps {rec['epsilon_spent']:.3g}", end="" if st.round < self.cfg.rounds else "\n", file=sys.stderr,
+                  flush=True)
+
+    def train(self, out: str | Path, resume: bool = False, progress: bool | None = None) -> dict[str, Any]:
+        out = Path(out)
+        st = self.initial_state(out, resume)
+        show = sys.stderr.isatty() if progress is None else progress
         while st.round < self.cfg.rounds:
             t0 = time.perf_counter()
             rec = self.run_round(st)
-            st.wall_s += time.perf_counter() - t0
-            st.rounds.append(rec)
-            st.round += 1
-            self.save(out, st)
-            if progress:
-                metric = rec.get("test_accuracy", rec.get("distance_to_optimum"))
-                print(f"\rround {st.round}/{self.cfg.rounds}  loss {rec['train_loss']:.4f}  metric {metric:.4f}  "
-                      f"eps {rec['epsilon_spent']:.3g}", end="", file=sys.stderr, flush=True)
-        if progress:
-            print(file=sys.stderr)
+            self.complete_round(out, st, rec, time.perf_counter() - t0, show)
         return self.finish(out, st)
 
     def finish(self, out: Path, st: RoundState) -> dict[str, Any]:
@@ -221,4 +253,8 @@ def plot_run(metrics: dict[str, Any], path: Path) -> None:
 def run(cfg: RunConfig, out: str | Path, resume: bool = False, progress: bool | None = None) -> dict[str, Any]:
     if not math.isfinite(cfg.epsilon) or cfg.epsilon <= 0:
         raise ValueError(f"epsilon must be positive and finite, got {cfg.epsilon}")
+    if cfg.engine == "flower":
+        from strategies.sstq_server import run_flower  # Flower stays at the edges
+
+        return run_flower(cfg, Path(out), resume, progress)
     return Trainer(cfg).train(out, resume, progress)

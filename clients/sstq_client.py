@@ -1,0 +1,71 @@
+"""The Flower ``ClientApp``: one simulated client of an sstq-fl run.
+
+On a ``train`` message (round ``t``, the model ``θ`` and the run's config) the client
+computes its clipped minibatch gradient on its own partition, encodes it with the configured
+encoder and replies with the **wire bytes** (``ConfigRecord`` bytes: no pickle, nothing
+executable).  On a ``query`` message it reports its partition id.  All randomness is derived
+from ``(seed, round, client)``, so the reply is the same whichever actor runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+
+from sstq_fl.fl.engine import RunConfig, Trainer
+
+app = ClientApp()
+
+
+@lru_cache(maxsize=2)
+def _trainer(cfg_json: str) -> Trainer:
+    """One trainer (data, partitions, encoder) per actor process and config."""
+    torch.set_num_threads(1)
+    return Trainer(RunConfig(**json.loads(cfg_json)))
+
+
+def _pid(context: Context) -> int:
+    return int(context.node_config["partition-id"])
+
+
+@app.query()
+def query(msg: Message, context: Context) -> Message:
+    return Message(RecordDict({"node": ConfigRecord({"partition-id": _pid(context)})}), reply_to=msg)
+
+
+def _injected_fault(pid: int, t: int) -> str | None:
+    """Fault injection for tests of the server's fault handling: ``SSTQ_FL_FAULTS`` holds a
+    JSON list of ``{"client": c, "round": t, "kind": "raise" | "garbage"}``."""
+    for f in json.loads(os.environ.get("SSTQ_FL_FAULTS", "[]")):
+        if int(f["client"]) == pid and int(f["round"]) == t:
+            return str(f["kind"])
+    return None
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    conf: Any = msg.content["config"]
+    tr = _trainer(str(conf["run-config"]))
+    t, pid = int(conf["round"]), _pid(context)
+    fault = _injected_fault(pid, t)
+    if fault == "raise":
+        raise RuntimeError(f"injected fault: client {pid} raises in round {t}")
+    if fault == "garbage":
+        return Message(RecordDict({"reply": ConfigRecord({"partition-id": pid, "round": t, "blob": b"\x00garbage"})}),
+                       reply_to=msg)
+    model: Any = msg.content["model"]
+    theta = torch.from_numpy(np.array(model["theta"].numpy()))
+    ids, blobs, dropped, stats = tr.client_messages(theta, t, np.array([pid]))
+    reply: dict[str, Any] = {"partition-id": pid, "round": t, "stats": json.dumps(stats)}
+    if blobs:
+        reply["blob"] = blobs[0]
+    else:
+        reply["dropped"] = dropped[0]["reason"] if dropped else "no message"
+    return Message(RecordDict({"reply": ConfigRecord(reply)}), reply_to=msg)
