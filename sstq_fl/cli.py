@@ -132,7 +132,12 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 
 
 def _run_config(args: argparse.Namespace, encoder: str) -> Any:
+    import os
+
     from .fl.engine import RunConfig
+
+    if args.ray_address:  # where the flower engine's Ray cluster is (not part of the run's identity)
+        os.environ["SSTQ_FL_RAY_ADDRESS"] = args.ray_address
 
     return RunConfig(task=args.task, encoder=encoder, clients=args.clients, rounds=args.rounds, epsilon=args.epsilon,
                      seed=args.seed, batch=args.batch, clip=args.clip, lr=args.lr, server_cap=args.server_cap,
@@ -260,6 +265,7 @@ def _training_args(r: argparse.ArgumentParser) -> None:
     r.add_argument("--rounds", type=int, default=100)
     r.add_argument("--epsilon", type=float, default=3.0, help="per-message LDP epsilon")
     r.add_argument("--engine", default="vectorized", choices=["vectorized", "flower"])
+    r.add_argument("--ray-address", default=None, help="flower engine: attach to this Ray cluster (host:port)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--batch", type=int, default=64)
     r.add_argument("--clip", type=float, default=0.1, help="client clip norm C (the encoders' radius)")

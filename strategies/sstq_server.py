@@ -111,18 +111,30 @@ def make_server_app(cfg: RunConfig, out: Path, resume: bool, progress: bool, res
 
 
 def run_flower(cfg: RunConfig, out: Path, resume: bool = False, progress: bool | None = None,
-               client_cpus: float = 0.5) -> dict[str, Any]:
-    """Run ``cfg`` on Flower's simulation engine (Ray), one SuperNode per client."""
+               client_cpus: float = 0.5, ray_address: str | None = None, client_gpus: float | None = None
+               ) -> dict[str, Any]:
+    """Run ``cfg`` on Flower's simulation engine (Ray), one SuperNode per client.
+
+    ``ray_address`` (or ``$SSTQ_FL_RAY_ADDRESS``) attaches to an existing Ray cluster instead
+    of starting a local one.  Clients get ``client_gpus`` GPUs each (default: 0.25 when CUDA is
+    available, else 0), through Flower's client resources.
+    """
     from flwr.simulation import run_simulation
 
     from clients.sstq_client import app as client_app
 
     result: dict[str, Any] = {}
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+    address = ray_address or os.environ.get("SSTQ_FL_RAY_ADDRESS")
+    init_args: dict[str, Any] = {"address": address} if address else {"num_cpus": os.cpu_count() or 2}
+    if client_gpus is None:
+        import torch
+
+        client_gpus = 0.25 if torch.cuda.is_available() else 0.0
     server = make_server_app(cfg, out, resume, bool(progress), result)
     run_simulation(server_app=server, client_app=client_app, num_supernodes=cfg.clients,
-                   backend_config={"init_args": {"num_cpus": os.cpu_count() or 2},
-                                   "client_resources": {"num_cpus": client_cpus, "num_gpus": 0.0}})
+                   backend_config={"init_args": init_args,
+                                   "client_resources": {"num_cpus": client_cpus, "num_gpus": client_gpus}})
     if not result:
         raise RuntimeError(f"the Flower run did not finish (see the log); resume with --resume from {out}")
     return result

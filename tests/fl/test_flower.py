@@ -26,3 +26,32 @@ def test_flower_engine_matches_vectorized_and_survives_faulty_clients(tmp_path, 
     assert [d["client"] for d in r2["dropped"]] == [3] and "client raised" in r2["dropped"][0]["reason"]
     assert [d["client"] for d in r3["dropped"]] == [5] and "truncated" in r3["dropped"][0]["reason"]
     assert len(bad["rounds"]) == 4 and same_rounds(bad["rounds"][:1], ref["rounds"][:1], rel=1e-6)
+
+
+def test_flower_engine_attaches_to_an_existing_ray_cluster(tmp_path):
+    """A local Ray head on loopback (``ray start --head``), the run attached to it, then ``ray stop``."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from strategies.sstq_server import run_flower
+
+    ray = str(Path(sys.executable).with_name("ray"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
+    subprocess.run([ray, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2",
+                    "--include-dashboard=false", "--disable-usage-stats"], check=True, capture_output=True, env=env,
+                   timeout=180)
+    try:
+        cfg = RunConfig(engine="flower", **{**CFG, "rounds": 2})
+        res = run_flower(cfg, tmp_path / "cluster", ray_address=f"127.0.0.1:{port}")
+        ref = run(RunConfig(**{**CFG, "rounds": 2}), tmp_path / "v", progress=False)
+        assert same_rounds(res["rounds"], ref["rounds"], rel=1e-6)
+    finally:
+        subprocess.run([ray, "stop", "--force"], capture_output=True, env=env, timeout=120)
+    left = subprocess.run(["pgrep", "-f", f"gcs_server.*{port}"], capture_output=True, text=True).stdout.strip()
+    assert not left, f"ray processes left behind: {left}"
