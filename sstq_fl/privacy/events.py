@@ -91,19 +91,11 @@ class PureDpEvent(PrivacyEvent):
 
 @_kind("exponential_mechanism")
 @dataclass(frozen=True)
-class ExponentialMechanismEvent(PrivacyEvent):
+class ExponentialMechanismEvent(PureDpEvent):
     """The exponential mechanism with utility sensitivity ``Δu`` run at ``ε``: it selects ``r``
     with probability ``∝ exp(ε u(x, r) / (2 Δu))`` and is pure ``ε``-DP (McSherry & Talwar
     2007); composed as a pure-ε event (dp-accounting 0.6 has no event for it).
     """
-
-    epsilon: float
-    relation: str = "replace_one"
-
-    def __post_init__(self) -> None:
-        _positive("epsilon", self.epsilon)
-        if self.relation not in RELATIONS:
-            raise ValueError(f"relation must be one of {RELATIONS}, got {self.relation!r}")
 
 
 @_kind("randomized_response")
