@@ -42,7 +42,7 @@ def query(msg: Message, context: Context) -> Message:
 
 def _injected_fault(pid: int, t: int) -> str | None:
     """Fault injection for tests of the server's fault handling: ``SSTQ_FL_FAULTS`` holds a
-    JSON list of ``{"client": c, "round": t, "kind": "raise" | "garbage"}``."""
+    JSON list of ``{"client": c, "round": t, "kind": "raise" | "garbage" | "sleep:SECONDS"}``."""
     for f in json.loads(os.environ.get("SSTQ_FL_FAULTS", "[]")):
         if int(f["client"]) == pid and int(f["round"]) == t:
             return str(f["kind"])
@@ -57,6 +57,10 @@ def train(msg: Message, context: Context) -> Message:
     fault = _injected_fault(pid, t)
     if fault == "raise":
         raise RuntimeError(f"injected fault: client {pid} raises in round {t}")
+    if fault and fault.startswith("sleep:"):
+        import time
+
+        time.sleep(float(fault.split(":", 1)[1]))
     if fault == "garbage":
         return Message(RecordDict({"reply": ConfigRecord({"partition-id": pid, "round": t, "blob": b"\x00garbage"})}),
                        reply_to=msg)

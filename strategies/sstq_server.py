@@ -24,7 +24,11 @@ from flwr.serverapp import Grid, ServerApp
 
 from sstq_fl.fl.engine import RoundState, RunConfig, Trainer
 
-ROUND_TIMEOUT_S = 600.0
+ROUND_TIMEOUT_S = 600.0  # override with $SSTQ_FL_ROUND_TIMEOUT
+
+
+def _round_timeout() -> float:
+    return float(os.environ.get("SSTQ_FL_ROUND_TIMEOUT", ROUND_TIMEOUT_S))
 
 
 def _discover(grid: Grid, clients: int, timeout: float = 120.0) -> dict[int, int]:
@@ -57,7 +61,7 @@ def _round(grid: Grid, tr: Trainer, st: RoundState, nodes: dict[int, int], cfg_j
     got: dict[int, bytes] = {}
     stats: dict[str, float] = {}
     answered = set()
-    for r in grid.send_and_receive(msgs, timeout=ROUND_TIMEOUT_S):
+    for r in grid.send_and_receive(msgs, timeout=_round_timeout()):
         cid = by_node.get(int(r.metadata.src_node_id), -1)
         answered.add(cid)
         why = _reply(r, t, cid, got, stats)

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 pytest.importorskip("flwr")
@@ -55,3 +56,12 @@ def test_flower_engine_attaches_to_an_existing_ray_cluster(tmp_path):
         subprocess.run([ray, "stop", "--force"], capture_output=True, env=env, timeout=120)
     left = subprocess.run(["pgrep", "-f", f"gcs_server.*{port}"], capture_output=True, text=True).stdout.strip()
     assert not left, f"ray processes left behind: {left}"
+
+
+def test_a_client_that_times_out_is_left_out_and_the_run_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setenv("SSTQ_FL_FAULTS", json.dumps([{"client": 2, "round": 2, "kind": "sleep:20"}]))
+    monkeypatch.setenv("SSTQ_FL_ROUND_TIMEOUT", "8")
+    res = run(RunConfig(engine="flower", **{**CFG, "rounds": 3}), tmp_path / "slow", progress=False)
+    r2 = res["rounds"][1]
+    assert [d["client"] for d in r2["dropped"]] == [2] and "timeout" in r2["dropped"][0]["reason"]
+    assert len(res["rounds"]) == 3 and np.isfinite(res["final"]["distance_to_optimum"])
