@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from .. import codebooks, rng
+from ..kashin import kashin
 from .base import Field, Messages, Param, register_encoder
 from .framed import FRAME_PARAMS, FramedEncoder
 
@@ -53,20 +54,16 @@ class _SSTQ(FramedEncoder):
     def layout(self) -> list[Field]:
         return [Field("J", self.log2n, 1, limit=self.N), Field("Z", self.cfg["b"], 1, limit=self.M)]
 
-    def _quantize(self, y: torch.Tensor, seeds: np.ndarray) -> torch.Tensor:
-        """Unbiased stochastic rounding of ``y ∈ [-1, 1]`` onto the codebook → label ``V``."""
-        c = self.code
-        k = (torch.searchsorted(c, y, right=True) - 1).clamp(0, self.M - 2)
-        lo, hi = c[k], c[k + 1]
-        gap = hi - lo
-        theta = torch.where(gap > 0, (y - lo) / torch.where(gap > 0, gap, 1.0), torch.zeros_like(y))
-        u = torch.from_numpy(rng.uniform(seeds, "sstq-round", 1)[:, 0]).to(y.device)
+    def _quantize(self, s: torch.Tensor, seeds: np.ndarray) -> torch.Tensor:
+        """Unbiased stochastic rounding of coefficients ``s`` onto the codebook → label ``V``."""
+        k, _, theta = self.rounding_moments(s)
+        u = torch.from_numpy(rng.uniform(seeds, "sstq-round", 1)[:, 0]).to(s.device)
         return k + (u < theta).long()
 
     def _encode(self, x: torch.Tensor, seeds: np.ndarray, coins: Any) -> Messages:
         j = torch.from_numpy(rng.randint(seeds, "sstq-index", 1, self.N)).to(self.device)
         s, stats = self.coefficients(x, j)
-        v = self._quantize(s[:, 0] / self.bound, seeds)
+        v = self._quantize(s[:, 0], seeds)
         z = self._channel(v, seeds)
         return Messages({"J": j, "Z": z[:, None]}, stats)
 
@@ -97,8 +94,6 @@ class _SSTQ(FramedEncoder):
         return k, 1 - theta, theta
 
     def _full_coefficients(self, x: torch.Tensor) -> torch.Tensor:
-        from ..kashin import kashin
-
         s = kashin(self.frame, self.preprocess(x).double(), self.kashin_cfg).coeffs
         return s.clamp(-self.bound, self.bound)
 

@@ -29,7 +29,6 @@ from ..io import atomic_write_bytes
 from .events import (
     RELATIONS,
     ComposedEvent,
-    ExponentialMechanismEvent,
     GaussianEvent,
     LaplaceEvent,
     NonPrivateEvent,
@@ -100,7 +99,7 @@ def amplified_pure_epsilon(epsilon: float, q: float) -> float:
 def event_pld(event: PrivacyEvent, relation: str, interval: float) -> PLD | None:
     """The PLD of ``event`` under ``relation``; ``None`` for a non-private event."""
     rel = _neighbor_rel(relation)
-    if isinstance(event, PureDpEvent | ExponentialMechanismEvent):
+    if isinstance(event, PureDpEvent):
         if event.relation != relation:
             raise UnsupportedEventError(f"{event.kind} event holds under {event.relation}, but this ledger's relation is "
                                         f"{relation}")
@@ -146,7 +145,7 @@ def _sampled_pld(event: PoissonSampledEvent, relation: str, interval: float) -> 
         _need_add_remove(event, relation)
         return pld_lib.from_laplace_mechanism(inner.noise_multiplier, value_discretization_interval=interval,
                                               sampling_prob=q)
-    if isinstance(inner, PureDpEvent | ExponentialMechanismEvent):
+    if isinstance(inner, PureDpEvent):
         amplified = PureDpEvent(amplified_pure_epsilon(inner.epsilon, q), inner.relation)
         out = event_pld(amplified, relation, interval)
         assert out is not None
@@ -170,7 +169,7 @@ def rdp_event(event: PrivacyEvent, relation: str) -> dp_accounting.DpEvent:
     multiplier is halved; a pure ε-DP event is ``ε²/2``-zCDP (Bun & Steinke 2016)."""
     if isinstance(event, GaussianEvent):
         return dp_accounting.GaussianDpEvent(event.noise_multiplier / (2 if relation == "replace_one" else 1))
-    if isinstance(event, PureDpEvent | ExponentialMechanismEvent):
+    if isinstance(event, PureDpEvent):
         return dp_accounting.ZCDpEvent(event.epsilon**2 / 2)
     if isinstance(event, PoissonSampledEvent) and relation == "add_or_remove_one":
         return dp_accounting.PoissonSampledDpEvent(event.sampling_probability, rdp_event(event.event, relation))
@@ -190,7 +189,7 @@ def homogeneous_pure(entries: Sequence[Entry]) -> tuple[float, int] | None:
         ev = e.event
         if isinstance(ev, PublicDataEvent) or e.count == 0:
             continue
-        if not isinstance(ev, PureDpEvent | ExponentialMechanismEvent) or (eps is not None and ev.epsilon != eps):
+        if not isinstance(ev, PureDpEvent) or (eps is not None and ev.epsilon != eps):
             return None
         eps, k = ev.epsilon, k + e.count
     return (eps, k) if eps is not None else None
@@ -363,7 +362,7 @@ class PrivacyLedger:
         total = 0.0
         for e in self.entries:
             ev = e.event
-            if isinstance(ev, PureDpEvent | ExponentialMechanismEvent):
+            if isinstance(ev, PureDpEvent):
                 total += e.count * ev.epsilon
             elif isinstance(ev, PublicDataEvent):
                 continue
