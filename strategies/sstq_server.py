@@ -1,29 +1,42 @@
-"""The Flower ``ServerApp`` of an sstq-fl run, and the in-process simulation launcher.
+"""The Flower server side of an sstq-fl run: a ``FedAvg`` subclass and the ``ServerApp``.
 
-Each round the server samples participants exactly as the vectorized engine does, sends
-them ``θ`` and the round number, and receives wire bytes.  A client that raised, timed out,
-declined (non-finite gradient) or sent a malformed or foreign message is left out of that
-round's aggregate with its reason logged and recorded; the run goes on.  Decoding,
-aggregation in frame coordinates, the norm cap, the step, evaluation, the privacy ledger and
-the atomic checkpoints are the same code as the vectorized engine (``Trainer.server_round``),
-so the same config and seed give the same metrics on both engines.
+:class:`SstqFedAvg` overrides only what differs from Flower's ``FedAvg``:
+
+* ``configure_train`` sends ``θ`` and the round to the round's participants, sampled from
+  ``(seed, round)`` exactly as the vectorized engine samples them (not Flower's node sampler);
+* ``aggregate_train`` decodes the **wire bytes** (never a weighted average of float arrays),
+  aggregates in frame coordinates, caps the norm, steps, evaluates, charges the privacy
+  ledger and checkpoints atomically: the same code as the vectorized engine
+  (``Trainer.server_round``), so the same config and seed give the same metrics on both.
+
+Federated evaluation is off (``fraction_evaluate=0``); the server evaluates ``θ`` itself.  A
+client that raised, timed out, declined (non-finite gradient) or sent a malformed or foreign
+message is left out of that round's aggregate with its reason logged and recorded.
+
+Two entry points run the same strategy: ``app`` (configured from ``[tool.flwr.app.config]``
+in ``pyproject.toml`` and ``flwr run . -c key=value``) and :func:`run_flower` (the
+``sstq-fl run --engine flower`` path, on Flower's simulation engine over Ray).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
-from dataclasses import asdict
+from collections.abc import Iterable
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import FedAvg
 
 from sstq_fl.fl.engine import RoundState, RunConfig, Trainer
 
+log = logging.getLogger("sstq_fl.fl")
 ROUND_TIMEOUT_S = 600.0  # override with $SSTQ_FL_ROUND_TIMEOUT
 
 
@@ -31,7 +44,7 @@ def _round_timeout() -> float:
     return float(os.environ.get("SSTQ_FL_ROUND_TIMEOUT", ROUND_TIMEOUT_S))
 
 
-def _discover(grid: Grid, clients: int, timeout: float = 120.0) -> dict[int, int]:
+def discover(grid: Grid, clients: int, timeout: float = 120.0) -> dict[int, int]:
     """Map partition id → node id (nodes register just after the server starts)."""
     deadline = time.time() + timeout
     nodes: list[int] = []
@@ -39,7 +52,7 @@ def _discover(grid: Grid, clients: int, timeout: float = 120.0) -> dict[int, int
         nodes = list(grid.get_node_ids())
         time.sleep(0.05)
     if len(nodes) < clients:
-        raise RuntimeError(f"only {len(nodes)} of {clients} Flower nodes connected")
+        raise RuntimeError(f"only {len(nodes)} Flower nodes connected, the run config needs clients={clients}")
     msgs = [Message(RecordDict({"q": ConfigRecord({})}), dst_node_id=n, message_type=MessageType.QUERY) for n in nodes]
     out = {}
     for r in grid.send_and_receive(msgs, timeout=timeout):
@@ -49,34 +62,8 @@ def _discover(grid: Grid, clients: int, timeout: float = 120.0) -> dict[int, int
     return out
 
 
-def _round(grid: Grid, tr: Trainer, st: RoundState, nodes: dict[int, int], cfg_json: str) -> dict[str, Any]:
-    assert st.theta is not None
-    t = st.round + 1
-    sent = tr.participants(t)
-    dropped: list[dict[str, Any]] = [{"client": int(c), "reason": "node not connected"} for c in sent if c not in nodes]
-    theta = ArrayRecord({"theta": Array(np.ascontiguousarray(st.theta.numpy()))})
-    msgs = [Message(RecordDict({"config": ConfigRecord({"round": t, "run-config": cfg_json}), "model": theta}),
-                    dst_node_id=nodes[int(c)], message_type=MessageType.TRAIN, group_id=str(t)) for c in sent if c in nodes]
-    by_node = {v: k for k, v in nodes.items()}
-    got: dict[int, bytes] = {}
-    stats: dict[str, float] = {}
-    answered = set()
-    for r in grid.send_and_receive(msgs, timeout=_round_timeout()):
-        cid = by_node.get(int(r.metadata.src_node_id), -1)
-        answered.add(cid)
-        why = _reply(r, t, cid, got, stats)
-        if why:
-            dropped.append({"client": cid, "reason": why})
-    dropped += [{"client": int(c), "reason": "no reply before the round timeout"} for c in sent
-                if c in nodes and int(c) not in answered]
-    ids = np.array(sorted(got), dtype=np.int64)  # aggregate in client order, as the vectorized engine
-    n = max(1, len(ids))
-    stats = {k: (v / n if k.endswith("_mean") else v) for k, v in stats.items()}
-    return tr.server_round(st, t, len(sent), ids, [got[int(c)] for c in ids], dropped, stats)
-
-
-def _reply(r: Message, t: int, cid: int, got: dict[int, bytes], stats: dict[str, float]) -> str | None:
-    """Accept one reply's bytes, or return why it is left out (never raises)."""
+def read_reply(r: Message, t: int, cid: int, got: dict[int, bytes], stats: dict[str, float]) -> str | None:
+    """Accept one reply's bytes into ``got``, or return why it is left out (never raises)."""
     if r.has_error():
         return f"client raised (code {r.error.code}): {str(r.error.reason).splitlines()[0][:200]}"
     try:
@@ -92,26 +79,114 @@ def _reply(r: Message, t: int, cid: int, got: dict[int, bytes], stats: dict[str,
             stats[k] = stats.get(k, 0.0) + float(v)
     except (KeyError, TypeError, ValueError) as exc:
         return f"malformed reply: {exc}"
+    if cid in got:
+        return "second reply from the same client in one round (replay) ignored"
     got[cid] = blob
     return None
 
 
-def make_server_app(cfg: RunConfig, out: Path, resume: bool, progress: bool, result: dict[str, Any]) -> ServerApp:
-    app = ServerApp()
+class SstqFedAvg(FedAvg):
+    """``FedAvg`` whose clients send LDP-encoded wire bytes; one instance runs one (resumed) run.
 
-    @app.main()
-    def main(grid: Grid, context: Context) -> None:
-        tr = Trainer(cfg)
-        st = tr.initial_state(out, resume)
-        nodes = _discover(grid, cfg.clients)
-        cfg_json = json.dumps(asdict(cfg), sort_keys=True)
-        while st.round < cfg.rounds:
-            t0 = time.perf_counter()
-            rec = _round(grid, tr, st, nodes, cfg_json)
-            tr.complete_round(out, st, rec, time.perf_counter() - t0, progress)
-        result.update(tr.finish(out, st))
+    Flower's rounds ``1..num_rounds`` map to the run's rounds ``offset+1..`` (``offset`` =
+    rounds already completed in the checkpoint), so a resumed run continues where it stopped.
+    """
 
-    return app
+    def __init__(self, trainer: Trainer, state: RoundState, out: Path, progress: bool = False):
+        n = trainer.cfg.clients
+        super().__init__(fraction_evaluate=0.0, min_train_nodes=n, min_available_nodes=n, arrayrecord_key="model")
+        self.tr, self.st, self.out, self.progress = trainer, state, out, progress
+        self.offset = state.round
+        self.cfg_json = json.dumps(asdict(trainer.cfg), sort_keys=True)
+        self.nodes: dict[int, int] | None = None
+        self._sent: np.ndarray = np.zeros(0, np.int64)
+        self._t0 = 0.0
+
+    def summary(self) -> None:
+        log.info("SstqFedAvg: encoder %s, %d clients, rounds %d..%d", self.tr.enc.spec, self.tr.cfg.clients,
+                 self.offset + 1, self.tr.cfg.rounds)
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        self._t0 = time.perf_counter()
+        if self.nodes is None:
+            self.nodes = discover(grid, self.tr.cfg.clients)
+        t = self.offset + server_round
+        self._sent = self.tr.participants(t)
+        conf = ConfigRecord({"round": t, "run-config": self.cfg_json})
+        return [Message(RecordDict({"config": conf, "model": arrays}), dst_node_id=self.nodes[int(c)],
+                        message_type=MessageType.TRAIN, group_id=str(t)) for c in self._sent if int(c) in self.nodes]
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        assert self.nodes is not None
+        t = self.offset + server_round
+        by_node = {v: k for k, v in self.nodes.items()}
+        dropped = [{"client": int(c), "reason": "node not connected"} for c in self._sent if int(c) not in self.nodes]
+        got: dict[int, bytes] = {}
+        stats: dict[str, float] = {}
+        answered: set[int] = set()
+        for r in replies:
+            cid = by_node.get(int(r.metadata.src_node_id), -1)
+            answered.add(cid)
+            if why := read_reply(r, t, cid, got, stats):
+                dropped.append({"client": cid, "reason": why})
+        dropped += [{"client": int(c), "reason": "no reply before the round timeout"} for c in self._sent
+                    if int(c) in self.nodes and int(c) not in answered]
+        ids = np.array(sorted(got), dtype=np.int64)  # aggregate in client order, as the vectorized engine
+        stats = {k: (v / max(1, len(ids)) if k.endswith("_mean") else v) for k, v in stats.items()}
+        rec = self.tr.server_round(self.st, t, len(self._sent), ids, [got[int(c)] for c in ids], dropped, stats)
+        self.tr.complete_round(self.out, self.st, rec, time.perf_counter() - self._t0, self.progress)
+        return self.model_record(), MetricRecord({k: float(rec[k]) for k in _METRICS if k in rec})
+
+    def model_record(self) -> ArrayRecord:
+        assert self.st.theta is not None
+        return ArrayRecord({"theta": Array(np.ascontiguousarray(self.st.theta.numpy()))})
+
+
+_METRICS = ("train_loss", "test_accuracy", "distance_to_optimum", "bits_per_client", "epsilon_spent")
+
+
+def serve(grid: Grid, cfg: RunConfig, out: Path, resume: bool = False, progress: bool = False) -> dict[str, Any]:
+    """Run (or resume) ``cfg`` through :class:`SstqFedAvg`; write and return ``metrics.json``."""
+    tr = Trainer(cfg)
+    st = tr.initial_state(out, resume)
+    if st.round < cfg.rounds:
+        strategy = SstqFedAvg(tr, st, out, progress)
+        strategy.start(grid, strategy.model_record(), num_rounds=cfg.rounds - st.round, timeout=_round_timeout())
+    return tr.finish(out, st)
+
+
+def config_from_run_config(rc: dict[str, Any]) -> tuple[RunConfig, Path, bool]:
+    """``[tool.flwr.app.config]`` (hyphenated keys) → ``RunConfig``, output directory, resume flag.
+
+    TOML has no null: ``budget-epsilon = 0`` and ``data-dir = ""`` mean unset.  A relative
+    ``out-dir`` is taken relative to ``$SSTQ_FL_WORKDIR`` (else the SuperLink's working directory).
+    """
+    known = {f.name: f for f in fields(RunConfig)}
+    kw: dict[str, Any] = {}
+    for key, value in rc.items():
+        name = key.replace("-", "_")
+        if name in known:
+            kw[name] = value
+        elif key not in ("out-dir", "resume"):
+            raise ValueError(f"unknown key {key!r} in the Flower run config (known: {sorted(known)} + out-dir, resume)")
+    kw["budget_epsilon"] = kw.get("budget_epsilon") or None
+    kw["data_dir"] = kw.get("data_dir") or None
+    kw["engine"] = "flower"
+    out = Path(str(rc.get("out-dir", "results/flwr-run")))
+    if not out.is_absolute():
+        out = Path(os.environ.get("SSTQ_FL_WORKDIR", ".")) / out
+    return RunConfig(**kw), out.resolve(), bool(rc.get("resume", False))
+
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """``flwr run .``: the run is configured by the app config (and ``-c`` overrides)."""
+    cfg, out, resume = config_from_run_config(dict(context.run_config))
+    final = serve(grid, cfg, out, resume)["final"]
+    log.info("sstq-fl run finished: %s → %s", json.dumps(final, default=str), out / "metrics.json")
 
 
 def run_flower(cfg: RunConfig, out: Path, resume: bool = False, progress: bool | None = None,
@@ -135,7 +210,12 @@ def run_flower(cfg: RunConfig, out: Path, resume: bool = False, progress: bool |
         import torch
 
         client_gpus = 0.25 if torch.cuda.is_available() else 0.0
-    server = make_server_app(cfg, out, resume, bool(progress), result)
+    server = ServerApp()
+
+    @server.main()
+    def _main(grid: Grid, context: Context) -> None:
+        result.update(serve(grid, cfg, out, resume, bool(progress)))
+
     run_simulation(server_app=server, client_app=client_app, num_supernodes=cfg.clients,
                    backend_config={"init_args": init_args,
                                    "client_resources": {"num_cpus": client_cpus, "num_gpus": client_gpus}})
