@@ -198,11 +198,39 @@ def run_flower(cfg: RunConfig, out: Path, resume: bool = False, progress: bool |
     of starting a local one.  Clients get ``client_gpus`` GPUs each (default: 0.25 when CUDA is
     available, else 0), through Flower's client resources.
     """
+    return run_flower_many([(cfg, out, resume)], progress, client_cpus, ray_address, client_gpus)[0]
+
+
+def run_flower_many(jobs: list[tuple[RunConfig, Path, bool]], progress: bool | None = None, client_cpus: float = 0.5,
+                    ray_address: str | None = None, client_gpus: float | None = None) -> list[dict[str, Any]]:
+    """Run several configs (e.g. one per encoder) one after another in **one** Flower simulation.
+
+    The SuperNodes and their Ray actors are started once; each message carries its run's
+    config, so the clients switch encoder with the server.  All jobs need the same ``clients``.
+    """
     from flwr.simulation import run_simulation
 
     from clients.sstq_client import app as client_app
 
-    result: dict[str, Any] = {}
+    if len({cfg.clients for cfg, _, _ in jobs}) != 1:
+        raise ValueError("run_flower_many: every job must have the same number of clients")
+    results: list[dict[str, Any]] = []
+    server = ServerApp()
+
+    @server.main()
+    def _main(grid: Grid, context: Context) -> None:
+        for cfg, out, resume in jobs:
+            results.append(serve(grid, cfg, out, resume, bool(progress)))
+
+    run_simulation(server_app=server, client_app=client_app, num_supernodes=jobs[0][0].clients,
+                   backend_config=_backend_config(client_cpus, ray_address, client_gpus))
+    if len(results) < len(jobs):
+        raise RuntimeError(f"the Flower run stopped after {len(results)} of {len(jobs)} runs (see the log); "
+                           f"resume with --resume from {jobs[len(results)][1]}")
+    return results
+
+
+def _backend_config(client_cpus: float, ray_address: str | None, client_gpus: float | None) -> dict[str, Any]:
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     address = ray_address or os.environ.get("SSTQ_FL_RAY_ADDRESS")
     init_args: dict[str, Any] = {"address": address} if address else {"num_cpus": os.cpu_count() or 2}
@@ -210,15 +238,4 @@ def run_flower(cfg: RunConfig, out: Path, resume: bool = False, progress: bool |
         import torch
 
         client_gpus = 0.25 if torch.cuda.is_available() else 0.0
-    server = ServerApp()
-
-    @server.main()
-    def _main(grid: Grid, context: Context) -> None:
-        result.update(serve(grid, cfg, out, resume, bool(progress)))
-
-    run_simulation(server_app=server, client_app=client_app, num_supernodes=cfg.clients,
-                   backend_config={"init_args": init_args,
-                                   "client_resources": {"num_cpus": client_cpus, "num_gpus": client_gpus}})
-    if not result:
-        raise RuntimeError(f"the Flower run did not finish (see the log); resume with --resume from {out}")
-    return result
+    return {"init_args": init_args, "client_resources": {"num_cpus": client_cpus, "num_gpus": client_gpus}}

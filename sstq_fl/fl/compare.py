@@ -20,9 +20,15 @@ def _slug(spec: str) -> str:
 def compare(base: RunConfig, encoders: list[str], out: str | Path, resume: bool = False) -> dict[str, Any]:
     out = Path(out)
     results = {}
+    if base.engine == "flower":  # one Flower simulation (one Ray start-up) for all encoders
+        from strategies.sstq_server import run_flower_many
+
+        jobs = [(replace(base, encoder=spec), out / _slug(spec), resume) for spec in encoders]
+        results = dict(zip(encoders, run_flower_many(jobs)))
     for spec in encoders:
-        m = run(replace(base, encoder=spec), out / _slug(spec), resume=resume, progress=False)
-        results[spec] = m
+        if spec not in results:
+            results[spec] = run(replace(base, encoder=spec), out / _slug(spec), resume=resume, progress=False)
+        m = results[spec]
         print(f"  {spec}: final {_metric_name(m)} {_metric(m):.4g}, {m['final']['bits_per_client']} bits, "
               f"{m['final']['wall_s']:.1f} s", flush=True)
     rows = [{"encoder": s, "bits_per_client": m["final"]["bits_per_client"], _metric_name(m): _metric(m),

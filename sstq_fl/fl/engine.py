@@ -58,6 +58,8 @@ class RunConfig:
     n: int = 4000
 
     def __post_init__(self) -> None:
+        if not math.isfinite(self.epsilon) or self.epsilon <= 0:
+            raise ValueError(f"epsilon must be positive and finite, got {self.epsilon}")
         if self.clients < 1 or self.rounds < 1 or self.batch < 1:
             raise ValueError("clients, rounds and batch must be positive")
         if not (self.clip > 0 and self.lr > 0 and self.server_cap > 0):
@@ -251,8 +253,6 @@ def plot_run(metrics: dict[str, Any], path: Path) -> None:
 
 
 def run(cfg: RunConfig, out: str | Path, resume: bool = False, progress: bool | None = None) -> dict[str, Any]:
-    if not math.isfinite(cfg.epsilon) or cfg.epsilon <= 0:
-        raise ValueError(f"epsilon must be positive and finite, got {cfg.epsilon}")
     if cfg.engine == "flower":
         from strategies.sstq_server import run_flower  # Flower stays at the edges
 

@@ -77,10 +77,16 @@ class Entry:
     count: int
     subset: str = "private"
     note: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"type": "event", "event": self.event.to_json(), "count": self.count, "subset": self.subset,
-                "note": self.note}
+        out = {"type": "event", "event": self.event.to_json(), "count": self.count, "subset": self.subset, "note": self.note}
+        if self.meta:  # what a pipeline records about one execution (stage, bound, std, q, clients, ...)
+            out["meta"] = self.meta
+        return out
+
+    def merges_with(self, event: PrivacyEvent, subset: str, note: str, meta: dict[str, Any] | None) -> bool:
+        return not meta and not self.meta and self.event == event and self.subset == subset and self.note == note
 
 
 def _neighbor_rel(relation: str) -> dp_accounting.NeighboringRelation:
@@ -291,12 +297,16 @@ class PrivacyLedger:
         return PrivacyLedger(self.relation, self.discretization, [Entry(ev, n) for ev, n in self.plan]).epsilon(delta)
 
     # ------------------------------------------------------------------ recording
-    def record(self, event: PrivacyEvent, count: int = 1, subset: str = "private", note: str = "") -> None:
-        """Charge ``count`` runs of ``event`` (validated now, refused if unsupported or unplanned)."""
+    def record(self, event: PrivacyEvent, count: int = 1, subset: str = "private", note: str = "",
+               meta: dict[str, Any] | None = None) -> None:
+        """Charge ``count`` runs of ``event`` (validated now, refused if unsupported or unplanned).
+
+        ``meta`` (JSON-able) describes this execution in the transcript (one line each).
+        """
         if not (isinstance(count, int) and count >= 0):
             raise ValueError(f"count must be a non-negative integer, got {count!r}")
         last = self.entries[-1] if self.entries else None
-        if self.plan is None and last is not None and last.event is event and last.subset == subset and last.note == note:
+        if self.plan is None and last is not None and last.event is event and last.merges_with(event, subset, note, meta):
             last.count += count  # fast path: the same event object again (e.g. every DP-SGD step)
             self._used[event] = self._used.get(event, 0) + count
             self._cache = None
@@ -309,18 +319,20 @@ class PrivacyLedger:
                 raise PlanExceededError(f"recording {count} more {event.kind} event(s) {event.to_json()} exceeds the "
                                         f"declared plan ({used} of {allowed} used)")
         self._used[event] = used + count
-        if last is not None and last.event == event and last.subset == subset and last.note == note:
+        if last is not None and last.merges_with(event, subset, note, meta):
             last.count += count
         else:
-            self.entries.append(Entry(event, count, subset, note))
+            self.entries.append(Entry(event, count, subset, note, dict(meta or {})))
         self._cache = None
 
     # ------------------------------------------------------------------ queries
     def _pld(self) -> PLD | None:
         key = sum(e.count for e in self.entries) * 1_000_003 + len(self.entries)
         if self._cache is None or self._cache[0] != key:
-            plds = (event_pld(SelfComposedEvent(e.event, e.count), self.relation, self.discretization)
-                    for e in self.entries)
+            counts: dict[PrivacyEvent, int] = {}  # composition commutes: one self-composition per distinct event
+            for e in self.entries:
+                counts[e.event] = counts.get(e.event, 0) + e.count
+            plds = (event_pld(SelfComposedEvent(ev, n), self.relation, self.discretization) for ev, n in counts.items())
             self._cache = (key, compose_plds(plds, self.discretization))
         return self._cache[1]
 
@@ -420,7 +432,7 @@ class PrivacyLedger:
         for line in lines[1:]:
             if line.get("type") == "event":
                 entry = Entry(PrivacyEvent.from_json(line["event"]), int(line["count"]), line.get("subset", "private"),
-                              line.get("note", ""))
+                              line.get("note", ""), dict(line.get("meta") or {}))
                 led._validate(entry.event)
                 led.entries.append(entry)
             elif line.get("type") == "summary":

@@ -1,0 +1,40 @@
+"""The Flower ``ClientApp`` of the DP generative workloads (:mod:`sstq_fl.gen.runner`).
+
+A ``train`` message names a registered client task, carries the broadcast arrays
+(``ArrayRecord``) and scalars (``ConfigRecord``: the task's config as JSON, the workload's
+data spec, seed and round).  The client loads **its own** partition of the private records,
+runs the task and replies with arrays only: no pickle, nothing executable crosses the wire.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+
+from sstq_fl.gen.runner import WorkloadData, run_client_task
+
+app = ClientApp()
+
+
+@app.query()
+def query(msg: Message, context: Context) -> Message:
+    """Report this node's partition id (the server maps partitions to nodes once)."""
+    return Message(RecordDict({"node": ConfigRecord({"partition-id": int(context.node_config["partition-id"])})}),
+                   reply_to=msg)
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    conf: Any = msg.content["request"]
+    pid = int(context.node_config["partition-id"])
+    data = WorkloadData.from_json(str(conf["data"]))
+    payload = {k: np.asarray(v.numpy()) for k, v in msg.content.array_records["payload"].items()} \
+        if "payload" in msg.content.array_records else {}
+    out = run_client_task(data, pid, str(conf["task"]), payload, json.loads(str(conf["config"])), int(conf["seed"]),
+                          int(conf["round"]))
+    arrays = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in out.items()})
+    return Message(RecordDict({"result": arrays, "meta": ConfigRecord({"partition-id": pid})}), reply_to=msg)

@@ -1,0 +1,147 @@
+"""Built-in client tasks of the DP workload runner (see :mod:`sstq_fl.gen.runner`).
+
+Each task is ``fn(ctx, payload, config) -> arrays``: it sees only its own records, the
+broadcast payload (numpy arrays) and scalars, and returns numpy arrays.  Per-record
+contributions are bounded **on the client** (clipping), so the server's noise scale holds
+whatever a client computes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from functools import lru_cache
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from .runner import Arrays, ClientContext, Scalar, register_client_task
+
+# ----------------------------------------------------------------------------- models for DP-SGD rounds
+ModelBuilder = Callable[[dict[str, Scalar]], nn.Module]
+_MODELS: dict[str, ModelBuilder] = {}
+
+
+def register_model(name: str) -> Callable[[ModelBuilder], ModelBuilder]:
+    """Register a model for ``dpsgd.clipped_sum``: ``builder(config) -> nn.Module``; the loss of
+    one example is ``model(x, y)`` if the module sets ``returns_loss = True``, else cross-entropy
+    of ``model(x)``.  No BatchNorm (it couples examples; spec §1.3)."""
+
+    def deco(fn: ModelBuilder) -> ModelBuilder:
+        _MODELS[name] = fn
+        return fn
+
+    return deco
+
+
+@register_model("mlp-classifier")
+def _mlp(config: dict[str, Scalar]) -> nn.Module:
+    hidden = int(config.get("hidden", 64))
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, 10))
+
+
+def build_model(config: dict[str, Scalar]) -> nn.Module:
+    name = str(config.get("model", ""))
+    if name not in _MODELS:
+        raise KeyError(f"unknown model {name!r} for DP-SGD; registered: {sorted(_MODELS)}")
+    model = _MODELS[name](config)
+    if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        raise ValueError(f"model {name!r} has BatchNorm, which couples examples and breaks per-example clipping")
+    return model
+
+
+def _example_loss(model: nn.Module) -> Callable[..., torch.Tensor]:
+    """The loss of one example: ``model(x, y)`` itself when the model sets ``returns_loss = True``
+    (e.g. a VQ-VAE's reconstruction loss), else cross-entropy of ``model(x)``."""
+    returns_loss = bool(getattr(model, "returns_loss", False))
+
+    def loss(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if returns_loss:
+            return functional_call(model, params, (x[None], y[None])).reshape(())  # type: ignore[no-any-return]
+        return torch.nn.functional.cross_entropy(functional_call(model, params, (x[None],)), y[None])
+
+    return loss
+
+
+def per_example_clipped_sum(model: nn.Module, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+                            clip: float) -> dict[str, torch.Tensor]:
+    """``Σ_i clip_C(∇ℓ(θ; x_i, y_i))`` over the given examples (``vmap(grad)``, Abadi et al. 2016)."""
+    if x.shape[0] == 0:
+        return {k: torch.zeros_like(v) for k, v in params.items()}
+    g = vmap(grad(_example_loss(model)), in_dims=(None, 0, 0))(params, x, y)
+    norms = torch.sqrt(sum(v.reshape(v.shape[0], -1).pow(2).sum(1) for v in g.values()))  # type: ignore[arg-type]
+    scale = (clip / (norms + 1e-12)).clamp(max=1.0)
+    return {k: (v * scale.view(-1, *([1] * (v.ndim - 1)))).sum(0) for k, v in g.items()}
+
+
+@register_client_task("dpsgd.clipped_sum")
+def dpsgd_clipped_sum(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]) -> Arrays:
+    """Poisson-sample own records at rate ``q`` (own RNG), return the sum of per-example gradients
+    clipped to ``clip``: a zero vector when nothing was sampled, never a count (spec §1.3)."""
+    model = build_model(config).to(ctx.device)
+    params = {k: torch.as_tensor(v, device=ctx.device) for k, v in payload.items()}
+    take = torch.rand(len(ctx.y), generator=ctx.generator("poisson")) < float(config["q"])
+    x = torch.as_tensor(ctx.x[take.numpy()], device=ctx.device)
+    y = torch.as_tensor(ctx.y[take.numpy()], device=ctx.device)
+    sums = per_example_clipped_sum(model, params, x, y, float(config["clip"]))
+    return {k: v.detach().cpu().double().numpy() for k, v in sums.items()}
+
+
+# ----------------------------------------------------------------------------- additive statistics
+@register_client_task("stats.class_sums")
+def class_pixel_sums(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]) -> Arrays:
+    """Labelled counts and per-class sums of ``clip_R(x_i)`` (pixels), ``R = √(bound² − 1)``:
+    each record contributes ``(e_y, clip_R(x)⊗e_y)`` of norm ≤ ``bound``."""
+    r = float(np.sqrt(float(config["bound"]) ** 2 - 1.0))
+    x = ctx.x.reshape(len(ctx.x), -1).astype(np.float64)
+    x = x * np.minimum(1.0, r / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12))
+    counts = np.bincount(ctx.y, minlength=10).astype(np.float64)
+    sums = np.zeros((10, x.shape[1]))
+    np.add.at(sums, ctx.y, x)
+    return {"counts": counts, "sums": sums}
+
+
+# ----------------------------------------------------------------------------- record-local releases
+@register_client_task("labels.randomized_response")
+def label_randomized_response(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]) -> Arrays:
+    """k-ary randomized response on each own record's label (Warner 1965): keep ``y`` with
+    probability ``e^ε/(e^ε+k−1)``, else report one of the other ``k−1`` labels uniformly, so
+    every output has probability ratio ≤ ``e^ε`` between any two inputs."""
+    eps, k = float(config["epsilon"]), int(config.get("classes", 10))
+    g = ctx.generator("label-rr")
+    keep = torch.rand(len(ctx.y), generator=g).numpy() < np.exp(eps) / (np.exp(eps) + k - 1)
+    shift = torch.randint(1, k, (len(ctx.y),), generator=g).numpy()
+    return {"labels": np.where(keep, ctx.y, (ctx.y + shift) % k).astype(np.int64)}
+
+
+# ----------------------------------------------------------------------------- DP-MEPF
+@lru_cache(maxsize=2)
+def _extractor(key: str, profile: str, device: str, arrays: tuple[tuple[str, bytes, tuple[int, ...], str], ...]):  # type: ignore[no-untyped-def]
+    from .mepf import FeatureExtractor
+
+    fx = FeatureExtractor(profile)
+    state = {k: torch.from_numpy(np.frombuffer(b, dtype=np.dtype(dt)).reshape(shape).copy()) for k, b, shape, dt in arrays}
+    fx.load_state_dict(state)
+    return fx.to(torch.device(device)).eval().requires_grad_(False)
+
+
+def extractor_payload(fx: nn.Module) -> Arrays:
+    """Φ's state dict as broadcast arrays (``phi/<name>``): public weights, no pickle."""
+    return {f"phi/{k}": v.detach().cpu().numpy() for k, v in fx.state_dict().items()}
+
+
+@register_client_task("mepf.class_sums")
+def mepf_class_sums(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]) -> Arrays:
+    """DP-MEPF's labelled statistics on the client (spec §4.3 federated mapping): apply the
+    broadcast public Φ, unit-normalise the moments per record, and sum per class."""
+    from .mepf import embedded_class_sums
+
+    items = tuple(sorted((k[4:], np.ascontiguousarray(v).tobytes(), tuple(v.shape), str(v.dtype))
+                         for k, v in payload.items() if k.startswith("phi/")))
+    key = hashlib.sha256(b"".join(b for _, b, _, _ in items)).hexdigest()
+    fx = _extractor(key, str(config["profile"]), ctx.device, items)
+    moments = tuple(int(m) for m in str(config["moments"]).split(","))
+    counts, sums = embedded_class_sums(fx, ctx.x, ctx.y, moments)
+    return {"counts": counts.cpu().numpy(), "sums": sums.cpu().numpy()}
