@@ -104,10 +104,13 @@ def synthetic_records(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _stratified_subset(y: np.ndarray, k: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(y))
-    per = {c: int(round(k * np.mean(y == c))) for c in np.unique(y)}
-    keep = [i for c in per for i in order[y[order] == c][:per[c]]]
+    """Exactly ``k`` indices, per class in proportion to its frequency (largest remainders), seeded."""
+    order = np.random.default_rng(seed).permutation(len(y))
+    classes, freq = np.unique(y, return_counts=True)
+    share = k * freq / len(y)
+    per = np.floor(share).astype(int)
+    per[np.argsort(-(share - per), kind="stable")[:k - per.sum()]] += 1
+    keep = [i for c, n in zip(classes, per) for i in order[y[order] == c][:n]]
     return np.sort(np.asarray(keep, dtype=np.int64))
 
 
@@ -228,7 +231,7 @@ class DPRunner:
     def __init__(self, pool: ClientPool, pipeline: str, relation: str, seed: int = 0, run_id: str | None = None):
         self.pool, self.pipeline, self.seed = pool, pipeline, seed
         self.run_id = run_id or uuid.uuid4().hex[:12]
-        self.ledger = PrivacyLedger(relation, notes={"pipeline": pipeline, "run_id": run_id,
+        self.ledger = PrivacyLedger(relation, notes={"pipeline": pipeline, "run_id": self.run_id,
                                                      "guarantee": "record-level", "data": asdict(pool.data)})
         self._round = 0
 
@@ -260,6 +263,15 @@ class DPRunner:
         self._record(GaussianEvent(noise_multiplier), stage, {"contribution_bound": bound, "std": std, "q": None,
                                                               "count": 1, "eps0": None}, outs)
         return {k: v / self.n_decl for k, v in noisy.items()} if normalize else noisy
+
+    def non_private_sum(self, stage: str, task: str, payload: Arrays, config: dict[str, Scalar], bound: float) -> Arrays:
+        """The same sums **without noise** (a non-private reference); the ledger records it as such (ε = ∞)."""
+        from ..privacy.events import NonPrivateEvent
+
+        outs = self.pool.map(task, payload, {**config, "bound": bound}, self.seed, 0)
+        self._record(NonPrivateEvent("non-private reference: sums released without noise"), stage,
+                     {"contribution_bound": bound, "std": 0.0, "q": None, "count": 1, "eps0": None}, outs)
+        return _sum_outputs(outs)
 
     def dpsgd_round(self, stage: str, task: str, params: Arrays, config: dict[str, Scalar], q: float, clip: float,
                     noise_multiplier: float) -> Arrays:
