@@ -5,6 +5,10 @@ computes its clipped minibatch gradient on its own partition, encodes it with th
 encoder and replies with the **wire bytes** (``ConfigRecord`` bytes: no pickle, nothing
 executable).  On a ``query`` message it reports its partition id.  All randomness is derived
 from ``(seed, round, client)``, so the reply is the same whichever actor runs it.
+
+Under Flower's deployment runtime every message is handled by a fresh ``flwr-clientapp``
+process, so the heavy imports (torch, the engine) happen in ``train`` only: a ``query`` (the
+server discovering which node holds which partition) is answered without them.
 """
 
 from __future__ import annotations
@@ -12,14 +16,13 @@ from __future__ import annotations
 import json
 import os
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from sstq_fl.fl.engine import RunConfig, Trainer
+if TYPE_CHECKING:
+    from sstq_fl.fl.engine import Trainer
 
 app = ClientApp()
 
@@ -27,6 +30,10 @@ app = ClientApp()
 @lru_cache(maxsize=2)
 def _trainer(cfg_json: str) -> Trainer:
     """One trainer (data, partitions, encoder) per actor process and config."""
+    import torch
+
+    from sstq_fl.fl.engine import RunConfig, Trainer
+
     torch.set_num_threads(1)
     return Trainer(RunConfig(**json.loads(cfg_json)))
 
@@ -64,6 +71,9 @@ def train(msg: Message, context: Context) -> Message:
     if fault == "garbage":
         return Message(RecordDict({"reply": ConfigRecord({"partition-id": pid, "round": t, "blob": b"\x00garbage"})}),
                        reply_to=msg)
+    import numpy as np
+    import torch
+
     model: Any = msg.content["model"]
     theta = torch.from_numpy(np.array(model["theta"].numpy()))
     ids, blobs, dropped, stats = tr.client_messages(theta, t, np.array([pid]))

@@ -31,9 +31,11 @@ from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
+from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
+from sstq_fl import wire
 from sstq_fl.fl.engine import RoundState, RunConfig, Trainer
 
 log = logging.getLogger("sstq_fl.fl")
@@ -44,44 +46,93 @@ def _round_timeout() -> float:
     return float(os.environ.get("SSTQ_FL_ROUND_TIMEOUT", ROUND_TIMEOUT_S))
 
 
-def discover(grid: Grid, clients: int, timeout: float = 120.0) -> dict[int, int]:
-    """Map partition id → node id (nodes register just after the server starts)."""
+def discover(grid: Grid, clients: int, timeout: float = 120.0, nodes: Iterable[int] | None = None) -> dict[int, int]:
+    """Map partition id → node id: ask each node (``nodes``, default: every connected node) for its
+    partition with a QUERY message.
+
+    Without ``nodes`` it first waits (up to ``timeout``) for ``clients`` nodes to connect (nodes
+    register just after the server starts).  It returns as soon as every partition
+    ``0..clients-1`` is mapped or every asked node answered, so a dead node that is still listed
+    (until its heartbeat expires) costs nothing once the live ones have answered.  A node that
+    claims a partition outside ``0..clients-1`` or one already claimed is ignored (logged).
+    """
     deadline = time.time() + timeout
-    nodes: list[int] = []
-    while len(nodes) < clients and time.time() < deadline:
-        nodes = list(grid.get_node_ids())
-        time.sleep(0.05)
-    if len(nodes) < clients:
-        raise RuntimeError(f"only {len(nodes)} Flower nodes connected, the run config needs clients={clients}")
-    msgs = [Message(RecordDict({"q": ConfigRecord({})}), dst_node_id=n, message_type=MessageType.QUERY) for n in nodes]
-    out = {}
-    for r in grid.send_and_receive(msgs, timeout=timeout):
-        if not r.has_error():
-            node: Any = r.content["node"]
-            out[int(node["partition-id"])] = int(r.metadata.src_node_id)
+    if nodes is None:
+        ids: list[int] = []
+        while len(ids) < clients and time.time() < deadline:
+            ids = list(grid.get_node_ids())
+            time.sleep(0.05)
+        if len(ids) < clients:
+            raise RuntimeError(f"only {len(ids)} Flower nodes connected, the run config needs clients={clients}")
+    else:
+        ids = list(nodes)
+    msgs = [Message(RecordDict({"q": ConfigRecord({})}), dst_node_id=n, message_type=MessageType.QUERY) for n in ids]
+    pending = {m for m in grid.push_messages(msgs) if m}
+    out: dict[int, int] = {}
+    while pending and len(out) < clients:
+        for r in grid.pull_messages(list(pending)):
+            pending.discard(r.metadata.reply_to_message_id)
+            if r.has_error():
+                continue
+            try:
+                node: Any = r.content["node"]
+                pid, src = int(node["partition-id"]), int(r.metadata.src_node_id)
+            except (KeyError, TypeError, ValueError):
+                log.warning("discovery: node %d sent a malformed answer", r.metadata.src_node_id)
+                continue
+            if not 0 <= pid < clients or pid in out:
+                log.warning("discovery: node %d claims partition %d (invalid or already claimed by node %s); ignored",
+                            src, pid, out.get(pid))
+                continue
+            out[pid] = src
+        if pending and len(out) < clients:
+            if time.time() >= deadline:
+                break
+            time.sleep(0.2)
     return out
 
 
-def read_reply(r: Message, t: int, cid: int, got: dict[int, bytes], stats: dict[str, float]) -> str | None:
-    """Accept one reply's bytes into ``got``, or return why it is left out (never raises)."""
+def _reason(r: Message) -> str:
+    """Why a reply carries a Flower error (the client raised, its node went away, ...)."""
+    first = (str(r.error.reason).splitlines() or [""])[0][:200]
+    if int(r.error.code) == ErrorCode.NODE_UNAVAILABLE:
+        return f"node unavailable (missed its heartbeats): {first}"
+    return f"client raised (code {r.error.code}): {first}"
+
+
+MAX_STATS = 64  # a reply's encoder statistics: at most this many finite numbers
+
+
+def read_reply(r: Message, t: int, cid: int, got: dict[int, bytes], stats: dict[int, dict[str, float]]) -> str | None:
+    """Accept one reply's bytes into ``got[cid]`` (its encoder statistics into ``stats[cid]``), or
+    return why it is left out.  Never raises: whatever a reply holds, the worst outcome is a
+    reason (logged and recorded by the caller).  The bytes themselves are validated later, by
+    the wire decoder."""
     if r.has_error():
-        return f"client raised (code {r.error.code}): {str(r.error.reason).splitlines()[0][:200]}"
+        return _reason(r)
+    if cid < 0:
+        return f"reply from node {r.metadata.src_node_id}, which holds no partition of this run"
     try:
         rep: Any = r.content["reply"]
         if int(rep["partition-id"]) != cid or int(rep["round"]) != t:
             return "reply for another client or round"
         if "blob" not in rep:
-            return str(rep.get("dropped", "no message"))
+            return str(rep.get("dropped", "no message"))[:200]
         blob = rep["blob"]
         if not isinstance(blob, bytes):
             return "reply payload is not bytes"
-        for k, v in json.loads(str(rep.get("stats", "{}"))).items():
-            stats[k] = stats.get(k, 0.0) + float(v)
-    except (KeyError, TypeError, ValueError) as exc:
-        return f"malformed reply: {exc}"
+        mine = json.loads(str(rep.get("stats", "{}")))
+        if not isinstance(mine, dict) or len(mine) > MAX_STATS:
+            return "malformed reply: statistics are not a small JSON object"
+        mine = {str(k): float(v) for k, v in mine.items()}
+        if not all(np.isfinite(v) for v in mine.values()):
+            return "malformed reply: non-finite statistics"
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+        return f"malformed reply: {type(exc).__name__}: {str(exc)[:200]}"
     if cid in got:
         return "second reply from the same client in one round (replay) ignored"
     got[cid] = blob
+    stats[cid] = mine
     return None
 
 
@@ -100,42 +151,85 @@ class SstqFedAvg(FedAvg):
         self.cfg_json = json.dumps(asdict(trainer.cfg), sort_keys=True)
         self.nodes: dict[int, int] | None = None
         self._sent: np.ndarray = np.zeros(0, np.int64)
+        self._targets: set[int] = set()  # the sampled clients a message went to this round
+        self._silent: set[int] = set()  # clients whose node did not answer last round (maybe gone)
         self._t0 = 0.0
 
     def summary(self) -> None:
         log.info("SstqFedAvg: encoder %s, %d clients, rounds %d..%d", self.tr.enc.spec, self.tr.cfg.clients,
                  self.offset + 1, self.tr.cfg.rounds)
 
+    def refresh_nodes(self, grid: Grid) -> set[int]:
+        """Connected node ids; re-map partitions whose node left or went silent when new nodes joined.
+
+        A SuperNode that restarts registers with a **new** node id.  The old id stays listed until
+        its heartbeats expire, so a partition is re-mapped when its node is no longer connected or
+        did not answer last round, and some connected node is not in the mapping yet: those new
+        nodes alone are asked for their partition.  With nodes that never change (simulation),
+        this is one ``get_node_ids`` call and nothing else.
+        """
+        assert self.nodes is not None
+        live = set(int(n) for n in grid.get_node_ids())
+        missing = {c for c in range(self.tr.cfg.clients) if self.nodes.get(c) not in live} | self._silent
+        new = live - set(self.nodes.values())
+        if missing and new:
+            found = discover(grid, self.tr.cfg.clients, timeout=min(60.0, _round_timeout()), nodes=sorted(new))
+            for c, node in sorted(found.items()):
+                if c in missing or c not in self.nodes:
+                    log.warning("partition %d is now served by node %d (was node %s)", c, node, self.nodes.get(c))
+                    self.nodes[c] = node
+        return live
+
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         self._t0 = time.perf_counter()
         if self.nodes is None:
             self.nodes = discover(grid, self.tr.cfg.clients)
+            live = set(self.nodes.values())
+        else:
+            live = self.refresh_nodes(grid)
         t = self.offset + server_round
         self._sent = self.tr.participants(t)
+        self._targets = {int(c) for c in self._sent if self.nodes.get(int(c)) in live}
         conf = ConfigRecord({"round": t, "run-config": self.cfg_json})
-        return [Message(RecordDict({"config": conf, "model": arrays}), dst_node_id=self.nodes[int(c)],
-                        message_type=MessageType.TRAIN, group_id=str(t)) for c in self._sent if int(c) in self.nodes]
+        return [Message(RecordDict({"config": conf, "model": arrays}), dst_node_id=self.nodes[c],
+                        message_type=MessageType.TRAIN, group_id=str(t)) for c in sorted(self._targets)]
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         assert self.nodes is not None
         t = self.offset + server_round
         by_node = {v: k for k, v in self.nodes.items()}
-        dropped = [{"client": int(c), "reason": "node not connected"} for c in self._sent if int(c) not in self.nodes]
+        dropped = [{"client": int(c), "reason": "node not connected"} for c in self._sent if int(c) not in self._targets]
         got: dict[int, bytes] = {}
-        stats: dict[str, float] = {}
+        stats_by: dict[int, dict[str, float]] = {}
         answered: set[int] = set()
+        silent: set[int] = set()
         for r in replies:
             cid = by_node.get(int(r.metadata.src_node_id), -1)
             answered.add(cid)
-            if why := read_reply(r, t, cid, got, stats):
+            if why := read_reply(r, t, cid, got, stats_by):
                 dropped.append({"client": cid, "reason": why})
-        dropped += [{"client": int(c), "reason": "no reply before the round timeout"} for c in self._sent
-                    if int(c) in self.nodes and int(c) not in answered]
+                if r.has_error() and int(r.error.code) == ErrorCode.NODE_UNAVAILABLE:
+                    silent.add(cid)
+        late = [int(c) for c in self._sent if int(c) in self._targets and int(c) not in answered]
+        dropped += [{"client": c, "reason": "no reply before the round timeout"} for c in late]
+        self._silent = silent | set(late)
         ids = np.array(sorted(got), dtype=np.int64)  # aggregate in client order, as the vectorized engine
-        stats = {k: (v / max(1, len(ids)) if k.endswith("_mean") else v) for k, v in stats.items()}
-        rec = self.tr.server_round(self.st, t, len(self._sent), ids, [got[int(c)] for c in ids], dropped, stats)
+        blobs = [got[int(c)] for c in ids]
+        stats = self._stats(ids, blobs, t, stats_by)
+        rec = self.tr.server_round(self.st, t, len(self._sent), ids, blobs, dropped, stats)
         self.tr.complete_round(self.out, self.st, rec, time.perf_counter() - self._t0, self.progress)
         return self.model_record(), MetricRecord({k: float(rec[k]) for k in _METRICS if k in rec})
+
+    def _stats(self, ids: np.ndarray, blobs: list[bytes], t: int, stats_by: dict[int, dict[str, float]]) -> dict[str, float]:
+        """Sum the encoder statistics of the messages the wire decoder accepts (``*_mean``: average)."""
+        _, rejected = wire.unpack_lenient(self.tr.enc, blobs, round=t)
+        bad = {int(ids[i]) for i, _ in rejected}
+        ok = [int(c) for c in ids if int(c) not in bad]
+        stats: dict[str, float] = {}
+        for c in ok:
+            for k, v in stats_by.get(c, {}).items():
+                stats[k] = stats.get(k, 0.0) + v
+        return {k: (v / max(1, len(ok)) if k.endswith("_mean") else v) for k, v in stats.items()}
 
     def model_record(self) -> ArrayRecord:
         assert self.st.theta is not None

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
+import torch
 
 from ..io import atomic_write_json, run_meta
 from ..privacy.calibrate import calibrate_noise_multiplier
@@ -163,10 +164,31 @@ def _evaluate(cfg: MepfConfig, gen: Any, split: Any, out: Path) -> dict[str, Any
                          cache_path=Path(cfg.cache_dir) / "evaluator-mnist.pt")
     m = min(len(split.test_y), n)
     fd = domain_fd(ev, split.test_x[:m], split.test_y[:m], x[:m], y[:m])
-    res = {"downstream_accuracy": acc, "domain_fd": fd["domain_fd"], "domain_fd_detail": fd}
+    res = {"downstream_accuracy": acc, "domain_fd": fd["domain_fd"], "domain_fd_detail": fd,
+           "membership_audit": membership_audit(cfg, ev, x, split)}
     if cfg.inception_weights:
         res["inception_fid"] = inception_fid(cfg.inception_weights, split.test_x, x)
     return res
+
+
+def membership_audit(cfg: MepfConfig, ev: Any, samples: torch.Tensor, split: Any, n: int = 1000) -> dict[str, Any]:
+    """Black-box membership inference (spec §1.4.4a): score each record by its distance to the nearest
+    synthetic sample in the evaluator's feature space (closer = "member"); AUC over up to ``n`` records
+    released by the clients against ``n`` from ``priv_test``.  ≈ 0.5 means no detectable leakage (an
+    attack only ever gives a lower bound)."""
+    from .evaluation import membership_auc
+
+    data = WorkloadData("mnist-subset", cfg.clients, cfg.partition, cfg.alpha, cfg.seed, cfg.resolved("records"),
+                        cfg.data_path)
+    members = np.concatenate([data.client_records(c)[0] for c in range(cfg.clients)])[:n]
+    nonmembers = split.test_x[:n]
+    fs = torch.as_tensor(ev.features_and_predictions(samples)[0])
+
+    def score(x: np.ndarray) -> np.ndarray:
+        return torch.cdist(torch.as_tensor(ev.features_and_predictions(x)[0]), fs).min(dim=1).values.numpy()
+
+    return {"auc": membership_auc(score(members), score(nonmembers)), "members": len(members),
+            "nonmembers": len(nonmembers), "score": "distance to the nearest synthetic sample (evaluator features)"}
 
 
 def run_dp_mepf(cfg: MepfConfig, out: str | Path) -> dict[str, Any]:

@@ -384,6 +384,7 @@ class PrivacyLedger:
 
     def report(self, delta: float) -> dict[str, Any]:
         out: dict[str, Any] = {"relation": self.relation, "delta": delta, "epsilon": self.epsilon(delta),
+                               "accountant": "pure-kov" if homogeneous_pure(self.entries) is not None else "pld",
                                "epsilon_rdp_crosscheck": self.rdp_epsilon(delta),
                                "events": sum(e.count for e in self.entries)}
         if self.plan is not None:
