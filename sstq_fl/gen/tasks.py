@@ -53,24 +53,30 @@ def build_model(config: dict[str, Scalar]) -> nn.Module:
 
 
 def _example_loss(model: nn.Module) -> Callable[..., torch.Tensor]:
-    """The loss of one example: ``model(x, y)`` itself when the model sets ``returns_loss = True``
-    (e.g. a VQ-VAE's reconstruction loss), else cross-entropy of ``model(x)``."""
+    """The loss of one example: ``model(x, y[, noise])`` itself when the model sets
+    ``returns_loss = True`` (e.g. a VQ-VAE's reconstruction loss, or a flow-matching loss
+    averaged over the example's own noise draws), else cross-entropy of ``model(x)``."""
     returns_loss = bool(getattr(model, "returns_loss", False))
 
-    def loss(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def loss(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, *noise: torch.Tensor) -> torch.Tensor:
         if returns_loss:
-            return functional_call(model, params, (x[None], y[None])).reshape(())  # type: ignore[no-any-return]
+            args = (x[None], y[None], *(n[None] for n in noise))
+            return functional_call(model, params, args).reshape(())  # type: ignore[no-any-return]
         return torch.nn.functional.cross_entropy(functional_call(model, params, (x[None],)), y[None])
 
     return loss
 
 
 def per_example_clipped_sum(model: nn.Module, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
-                            clip: float) -> dict[str, torch.Tensor]:
-    """``Σ_i clip_C(∇ℓ(θ; x_i, y_i))`` over the given examples (``vmap(grad)``, Abadi et al. 2016)."""
+                            clip: float, noise: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """``Σ_i clip_C(∇ℓ(θ; x_i, y_i[, ξ_i]))`` over the given examples (``vmap(grad)``, Abadi et al. 2016).
+
+    ``noise`` (``[n, ...]``) holds each example's own random draws (e.g. StraightDP's noise
+    multiplicity: M draws of (t, ξ) averaged inside ℓ **before** the single clip)."""
     if x.shape[0] == 0:
         return {k: torch.zeros_like(v) for k, v in params.items()}
-    g = vmap(grad(_example_loss(model)), in_dims=(None, 0, 0))(params, x, y)
+    extra = () if noise is None else (noise,)
+    g = vmap(grad(_example_loss(model)), in_dims=(None, 0, 0, *(0 for _ in extra)))(params, x, y, *extra)
     norms = torch.sqrt(sum(v.reshape(v.shape[0], -1).pow(2).sum(1) for v in g.values()))  # type: ignore[arg-type]
     scale = (clip / (norms + 1e-12)).clamp(max=1.0)
     return {k: (v * scale.view(-1, *([1] * (v.ndim - 1)))).sum(0) for k, v in g.items()}
@@ -79,13 +85,19 @@ def per_example_clipped_sum(model: nn.Module, params: dict[str, torch.Tensor], x
 @register_client_task("dpsgd.clipped_sum")
 def dpsgd_clipped_sum(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]) -> Arrays:
     """Poisson-sample own records at rate ``q`` (own RNG), return the sum of per-example gradients
-    clipped to ``clip``: a zero vector when nothing was sampled, never a count (spec §1.3)."""
+    clipped to ``clip``: a zero vector when nothing was sampled, never a count (spec §1.3).
+
+    A model with ``draw_noise(n, generator) -> Tensor`` gets each example's random draws from the
+    client's own RNG (reproducible whatever the scheduling)."""
     model = build_model(config).to(ctx.device)
     params = {k: torch.as_tensor(v, device=ctx.device) for k, v in payload.items()}
-    take = torch.rand(len(ctx.y), generator=ctx.generator("poisson")) < float(config["q"])
-    x = torch.as_tensor(ctx.x[take.numpy()], device=ctx.device)
-    y = torch.as_tensor(ctx.y[take.numpy()], device=ctx.device)
-    sums = per_example_clipped_sum(model, params, x, y, float(config["clip"]))
+    g = ctx.generator("poisson")
+    take = (torch.rand(len(ctx.y), generator=g) < float(config["q"])).numpy()
+    x = torch.as_tensor(ctx.x[take], device=ctx.device)
+    y = torch.as_tensor(ctx.y[take], device=ctx.device)
+    draw = getattr(model, "draw_noise", None)
+    noise = draw(len(y), g).to(ctx.device) if draw is not None and len(y) else None
+    sums = per_example_clipped_sum(model, params, x, y, float(config["clip"]), noise)
     return {k: v.detach().cpu().double().numpy() for k, v in sums.items()}
 
 

@@ -150,3 +150,38 @@ def test_flower_pool_gives_the_inprocess_numbers():
     assert np.allclose(flw["counts"], local["counts"], atol=1e-9)
     for k in local["g"]:
         assert np.allclose(flw["g"][k], local["g"][k], atol=1e-9)
+
+
+class _NoisyRegression(torch.nn.Module):
+    """A loss averaged over each example's own M noise draws (the multiplicity trick) before clipping."""
+
+    returns_loss = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(784))
+
+    def draw_noise(self, n: int, g: torch.Generator) -> torch.Tensor:
+        return torch.randn(n, 4, generator=g)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        pred = x.flatten(1) @ self.w
+        return ((pred[:, None] + noise - y[:, None].float()) ** 2).mean()
+
+
+def test_per_example_noise_draws_come_from_the_clients_rng_and_are_averaged_before_clipping():
+    from sstq_fl.gen.tasks import register_model
+
+    register_model("noisy-regression")(lambda cfg: _NoisyRegression())
+    pool = InProcessPool(DATA)
+    params = {"w": np.zeros(784, np.float32)}
+    cfg = {"model": "noisy-regression", "q": 0.5, "clip": 1e6}
+    a, b = pool.map("dpsgd.clipped_sum", params, cfg, 0, 1), pool.map("dpsgd.clipped_sum", params, cfg, 0, 1)
+    assert all(np.array_equal(a[c]["w"], b[c]["w"]) for c in a)  # reproducible from (seed, round, client)
+    c = pool.map("dpsgd.clipped_sum", params, cfg, 0, 2)
+    assert not np.array_equal(a[0]["w"], c[0]["w"])  # fresh sampling and draws each round
+    # with one example, the clipped gradient has norm exactly C when the raw one exceeds it
+    model = _NoisyRegression()
+    x, y = (torch.as_tensor(v[:1]) for v in DATA.client_records(0))
+    s = per_example_clipped_sum(model, {"w": torch.zeros(784)}, x, y, 0.01, torch.randn(1, 4))
+    assert float(torch.linalg.vector_norm(s["w"])) == pytest.approx(0.01, rel=1e-5)
