@@ -7,15 +7,22 @@ executable).  On a ``query`` message it reports its partition id.  All randomnes
 from ``(seed, round, client)``, so the reply is the same whichever actor runs it.
 
 Under Flower's deployment runtime every message is handled by a fresh ``flwr-clientapp``
-process, so the heavy imports (torch, the engine) happen in ``train`` only: a ``query`` (the
-server discovering which node holds which partition) is answered without them.
+process, so there a ``query`` (the server discovering which node holds which partition) is
+answered without the heavy imports (torch, the engine), which only ``train`` needs; a
+long-lived process (a simulation actor) still makes them while answering the query, as before.
+
+``SSTQ_FL_CLIENT_STATS=0`` keeps the encoder's per-client diagnostics (clipping, Kashin passes:
+data-dependent, not covered by the LDP guarantee) out of the reply, so the server learns the
+wire message alone; the Docker images set it (docker/commands.json).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
@@ -42,8 +49,17 @@ def _pid(context: Context) -> int:
     return int(context.node_config["partition-id"])
 
 
+def _one_shot_process() -> bool:
+    """True in a ``flwr-clientapp`` process (deployment runtime): it handles one message and exits."""
+    return Path(sys.argv[0]).name == "flwr-clientapp"
+
+
 @app.query()
 def query(msg: Message, context: Context) -> Message:
+    if not _one_shot_process():  # warm a long-lived process up for its train messages
+        import torch  # noqa: F401
+
+        import sstq_fl.fl.engine  # noqa: F401
     return Message(RecordDict({"node": ConfigRecord({"partition-id": _pid(context)})}), reply_to=msg)
 
 
@@ -77,6 +93,8 @@ def train(msg: Message, context: Context) -> Message:
     model: Any = msg.content["model"]
     theta = torch.from_numpy(np.array(model["theta"].numpy()))
     ids, blobs, dropped, stats = tr.client_messages(theta, t, np.array([pid]))
+    if os.environ.get("SSTQ_FL_CLIENT_STATS", "1") == "0":
+        stats = {}
     reply: dict[str, Any] = {"partition-id": pid, "round": t, "stats": json.dumps(stats)}
     if blobs:
         reply["blob"] = blobs[0]

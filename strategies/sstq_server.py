@@ -10,8 +10,14 @@
   (``Trainer.server_round``), so the same config and seed give the same metrics on both.
 
 Federated evaluation is off (``fraction_evaluate=0``); the server evaluates ``θ`` itself.  A
-client that raised, timed out, declined (non-finite gradient) or sent a malformed or foreign
-message is left out of that round's aggregate with its reason logged and recorded.
+client that raised, timed out, declined (non-finite gradient) or sent a malformed, foreign,
+stale or replayed message is left out of that round's aggregate with its reason logged and
+recorded (``rounds[t]["dropped"]`` in ``metrics.json``); nothing a reply holds can crash the
+server (tests/fl/test_hostile.py, tests/test_wire_fuzz.py).
+
+Which node holds which partition is learnt with a QUERY message at the first round and
+refreshed when a node left or went silent and new nodes joined: a SuperNode restarted after a
+crash (a new node id) rejoins the following rounds (tests/deployment).
 
 Two entry points run the same strategy: ``app`` (configured from ``[tool.flwr.app.config]``
 in ``pyproject.toml`` and ``flwr run . -c key=value``) and :func:`run_flower` (the
@@ -31,7 +37,7 @@ from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
-from flwr.common.constant import ErrorCode
+from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
@@ -94,7 +100,7 @@ def discover(grid: Grid, clients: int, timeout: float = 120.0, nodes: Iterable[i
 
 def _reason(r: Message) -> str:
     """Why a reply carries a Flower error (the client raised, its node went away, ...)."""
-    first = (str(r.error.reason).splitlines() or [""])[0][:200]
+    first = (str(r.error.reason).splitlines() or ["no reason given"])[0][:200] or "no reason given"
     if int(r.error.code) == ErrorCode.NODE_UNAVAILABLE:
         return f"node unavailable (missed its heartbeats): {first}"
     return f"client raised (code {r.error.code}): {first}"
@@ -152,6 +158,7 @@ class SstqFedAvg(FedAvg):
         self.nodes: dict[int, int] | None = None
         self._sent: np.ndarray = np.zeros(0, np.int64)
         self._targets: set[int] = set()  # the sampled clients a message went to this round
+        self._msgs: list[Message] = []  # this round's messages (the grid sets their ids when it sends them)
         self._silent: set[int] = set()  # clients whose node did not answer last round (maybe gone)
         self._t0 = 0.0
 
@@ -162,11 +169,12 @@ class SstqFedAvg(FedAvg):
     def refresh_nodes(self, grid: Grid) -> set[int]:
         """Connected node ids; re-map partitions whose node left or went silent when new nodes joined.
 
-        A SuperNode that restarts registers with a **new** node id.  The old id stays listed until
-        its heartbeats expire, so a partition is re-mapped when its node is no longer connected or
-        did not answer last round, and some connected node is not in the mapping yet: those new
-        nodes alone are asked for their partition.  With nodes that never change (simulation),
-        this is one ``get_node_ids`` call and nothing else.
+        A SuperNode that restarts registers with a **new** node id (without SuperNode
+        authentication; with it, it comes back under its old id and nothing needs re-mapping).
+        The old id stays listed until its heartbeats expire, so a partition is re-mapped when its
+        node is no longer connected or did not answer last round, and some connected node is not
+        in the mapping yet: those new nodes alone are asked for their partition.  With nodes that
+        never change (simulation), this is one ``get_node_ids`` call and nothing else.
         """
         assert self.nodes is not None
         live = set(int(n) for n in grid.get_node_ids())
@@ -191,8 +199,20 @@ class SstqFedAvg(FedAvg):
         self._sent = self.tr.participants(t)
         self._targets = {int(c) for c in self._sent if self.nodes.get(int(c)) in live}
         conf = ConfigRecord({"round": t, "run-config": self.cfg_json})
-        return [Message(RecordDict({"config": conf, "model": arrays}), dst_node_id=self.nodes[c],
-                        message_type=MessageType.TRAIN, group_id=str(t)) for c in sorted(self._targets)]
+        self._msgs = [Message(RecordDict({"config": conf, "model": arrays}), dst_node_id=self.nodes[c],
+                              message_type=MessageType.TRAIN, group_id=str(t)) for c in sorted(self._targets)]
+        return list(self._msgs)
+
+    def _client_of(self, r: Message, by_node: dict[int, int]) -> int:
+        """The partition a reply answers for: its sender's, or, for an error the SuperLink returns on a
+        node's behalf (node unavailable, message expired), that of the node the message went to."""
+        src = int(r.metadata.src_node_id)
+        if src in by_node:
+            return by_node[src]
+        if r.has_error() and src == SUPERLINK_NODE_ID:
+            sent_to = {m.metadata.message_id: int(m.metadata.dst_node_id) for m in self._msgs}
+            return by_node.get(sent_to.get(r.metadata.reply_to_message_id, -1), -1)
+        return -1
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         assert self.nodes is not None
@@ -204,7 +224,7 @@ class SstqFedAvg(FedAvg):
         answered: set[int] = set()
         silent: set[int] = set()
         for r in replies:
-            cid = by_node.get(int(r.metadata.src_node_id), -1)
+            cid = self._client_of(r, by_node)
             answered.add(cid)
             if why := read_reply(r, t, cid, got, stats_by):
                 dropped.append({"client": cid, "reason": why})

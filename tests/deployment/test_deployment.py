@@ -1,0 +1,170 @@
+"""Flower's deployment runtime for real: ``flower-superlink`` + three ``flower-supernode``
+processes on 127.0.0.1 (each with its own partition), the app submitted with ``flwr run <repo>
+<connection>``, with TLS (certificates made by ``docker/certs.py``) and without.
+
+* With TLS, the run's per-round metrics equal the vectorized engine's for the same config and seed.
+* Without TLS, faults: a SuperNode is SIGKILLed while its ClientApp works on round 1 (the round
+  finishes with the other two at the round timeout; the dropout is recorded), a new SuperNode
+  for that partition (a new node id) rejoins in round 2; then the whole server side (SuperLink,
+  SuperExec, ServerApp) is SIGKILLed during round 3, restarted on its database, and the run is
+  resumed (``resume=true``, same ``out-dir``) from the last completed round.  The result must
+  equal the vectorized engine's computation of the same rounds with that client missing in round 1.
+
+Every process is stopped afterwards and ``pgrep`` must find none of them (their ports are unique).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import ssl
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from sstq_fl.fl.engine import RunConfig, Trainer, run
+
+from ..fl.test_engine import same_rounds
+from .harness import Federation, load_docker_module, wait_until
+
+pytestmark = pytest.mark.deployment
+
+CFG = dict(task="lsq", dim=20, n=400, clients=3, batch=20, clip=1.0, lr=0.5, rounds=3, encoder="sqkr")
+
+
+def _run_config(cfg: dict, out: Path, **extra) -> dict:
+    return {**{k.replace("_", "-"): v for k, v in cfg.items()}, "out-dir": str(out), **extra}
+
+
+@pytest.fixture
+def federations(tmp_path):
+    """Make federations; stop them all afterwards and check that no process is left behind."""
+    made: list[Federation] = []
+
+    def make(name: str, **kw) -> Federation:
+        fed = Federation(tmp_path / name, CFG["clients"], **kw)
+        made.append(fed)
+        return fed
+
+    yield make
+    for fed in made:
+        stubborn = fed.close()
+        assert not fed.leftovers(), f"processes left behind: {fed.leftovers()}"
+        assert not stubborn, f"processes that needed SIGKILL: {stubborn}"
+
+
+def _metrics(out: Path) -> dict:
+    return json.loads((out / "metrics.json").read_text())
+
+
+def _checkpoint_round(out: Path) -> int:
+    try:
+        return int(json.loads((out / "checkpoint.json").read_text())["round"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def test_tls_deployment_matches_the_vectorized_engine(tmp_path, federations):
+    fed = federations("tls", tls=True, auth=True)  # TLS + SuperNode authentication, as in production
+    assert fed.tls_dir is not None
+    fed.start_superlink()
+    fed.register([pub for _, pub in fed.keys])
+    # besides the three registered SuperNodes, one whose public key nobody registered: it is turned away
+    rogue = fed.start_supernode(0, key=load_docker_module("certs").supernode_keys(tmp_path / "rogue", 1)[0][0])
+    for k in range(CFG["clients"]):
+        fed.start_supernode(k)
+    for k in range(CFG["clients"]):
+        fed.nodes[k].wait_for(r"SuperNode ID:", 60)
+    # the SuperLink serves HTTPS only, with a certificate our CA signed for 127.0.0.1
+    ctx = ssl.create_default_context(cafile=str(fed.tls_dir / "ca.crt"))
+    assert httpx.get(f"https://127.0.0.1:{fed.port}/health", verify=ctx, timeout=10).is_success
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"http://127.0.0.1:{fed.port}/health", timeout=10)
+    assert fed.superlink is not None
+    launched = fed.superlink.text().splitlines()[0]
+    assert launched.startswith("sstq-fl launch: flower-superlink --isolation subprocess")  # docker/launch.py, as the image
+    assert "--ssl-certfile" in launched and "--enable-supernode-auth" in launched and "--insecure" not in launched
+
+    out = tmp_path / "out"
+    cli = fed.run(_run_config(CFG, out), timeout=420)
+    assert cli.p.returncode == 0, cli.text()[-3000:]
+    got = _metrics(out)
+    assert got["config"]["engine"] == "flower" and [r["round"] for r in got["rounds"]] == [1, 2, 3]
+    assert all(r["dropped"] == [] for r in got["rounds"])
+    # as in the images, the clients keep their encoder diagnostics to themselves (SSTQ_FL_CLIENT_STATS=0):
+    # the server got the wire messages alone; everything else equals the vectorized engine's run
+    assert all(r["encode_stats"] == {} for r in got["rounds"])
+    ref = run(RunConfig(**CFG), tmp_path / "vectorized", progress=False)
+    assert same_rounds(_without(got["rounds"], "encode_stats"), _without(ref["rounds"], "encode_stats"), rel=1e-6)
+    rogue.wait_for(r"Failed to activate SuperNode", 10)
+    assert rogue.p.wait(30) != 0 and "SuperNode ID" not in rogue.text()
+
+
+def _without(rounds: list[dict], key: str) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != key} for r in rounds]
+
+
+def _reference_with_dropout(cfg: dict, out: Path, missing: dict[int, list[int]]) -> list[dict]:
+    """The vectorized engine's rounds when the clients ``missing[t]`` send nothing in round ``t``."""
+    tr = Trainer(RunConfig(**cfg))
+    st = tr.initial_state(out, False)
+    for t in range(1, cfg["rounds"] + 1):
+        sent = tr.participants(t)
+        alive = np.array([c for c in sent if int(c) not in missing.get(t, [])], dtype=np.int64)
+        ids, blobs, dropped, stats = tr.client_messages(st.theta, t, alive)
+        dropped += [{"client": c, "reason": "no reply before the round timeout"} for c in missing.get(t, [])]
+        tr.complete_round(out, st, tr.server_round(st, t, len(sent), ids, blobs, dropped, stats), 0.0, False)
+    return st.rounds
+
+
+def test_crashed_supernode_rejoins_and_a_restarted_server_resumes(tmp_path, federations):
+    timeout = 45  # round timeout: well above a normal round here (~25 s with three ClientApps on two cores)
+    fed = federations("faults", tls=False, env={"SSTQ_FL_ROUND_TIMEOUT": str(timeout)},
+                      # partition 1's ClientApp dawdles in round 1, so the SIGKILL surely lands mid-round;
+                      # the clients send their encoder diagnostics, so the metrics can be compared whole
+                      client_env={"SSTQ_FL_FAULTS": json.dumps([{"client": 1, "round": 1, "kind": "sleep:300"}]),
+                                  "SSTQ_FL_CLIENT_STATS": "1"})
+    db = tmp_path / "superlink-state.db"
+    fed.start(database=db)
+    out = tmp_path / "out"
+    first = fed.submit(_run_config(CFG, out))
+
+    # round 1: crash SuperNode 1 (and its ClientApp) while it works on the round, then start a new one
+    node1 = fed.nodes[1]
+    i = node1.wait_for(r"ROUND 1\]", 300)
+    node1.wait_for(r"Start `flwr-clientapp` process", 60, start=i)
+    time.sleep(1.0)
+    t_kill = time.time()
+    node1.signal_group(signal.SIGKILL)
+    fed.start_supernode(1).wait_for(r"SuperNode ID:", 60)
+    wait_until(lambda: _checkpoint_round(out) >= 1, timeout + 120, "round 1 to finish")
+    waited = time.time() - t_kill
+    assert waited < timeout + 30, f"round 1 took {waited:.0f} s after the crash (round timeout {timeout} s)"
+
+    # round 2 runs with the new SuperNode; the server side crashes once the ClientApps work on round 3
+    # (had it crashed before they fetched round 3, they would fetch it from the restarted SuperLink's
+    # database and spend the time on it that the resumed run needs)
+    wait_until(lambda: _checkpoint_round(out) >= 2, 300, "round 2 to finish")
+    for k in range(CFG["clients"]):
+        node = fed.nodes[k]
+        node.wait_for(r"Start `flwr-clientapp` process", 120, start=node.wait_for(r"ROUND 3\]", 120))
+    assert fed.superlink is not None
+    fed.superlink.signal_group(signal.SIGKILL)
+    fed.kill_runtime(signal.SIGKILL)  # the SuperLink's SuperExec and the ServerApp (sessions of their own)
+    first.p.wait(60)
+    assert _checkpoint_round(out) == 2
+
+    fed.start_superlink(database=db)  # same port and database: the SuperNodes reconnect
+    second = fed.run(_run_config(CFG, out, resume=True), timeout=420)
+    assert second.p.returncode == 0, second.text()[-3000:]
+
+    got = _metrics(out)["rounds"]
+    assert [r["round"] for r in got] == [1, 2, 3]
+    assert got[0]["dropped"] == [{"client": 1, "reason": "no reply before the round timeout"}]
+    assert got[1]["dropped"] == [] and got[2]["dropped"] == []  # the new SuperNode answered in rounds 2 and 3
+    # (a server that started over instead of resuming would have had no dropout in round 1)
+    ref = _reference_with_dropout(CFG, tmp_path / "reference", {1: [1]})
+    assert same_rounds(got, ref, rel=1e-6)
