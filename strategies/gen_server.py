@@ -20,7 +20,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from sstq_fl.gen.runner import Arrays, ClientPool, Scalar, WorkloadData
 
-from .sstq_server import discover
+from .sstq_server import _backend_config, discover
 
 log = logging.getLogger("sstq_fl.gen")
 TIMEOUT_S = float(os.environ.get("SSTQ_FL_ROUND_TIMEOUT", 1800))
@@ -74,11 +74,9 @@ def run_on_flower(pipeline: Callable[[ClientPool], dict[str, Any]], data: Worklo
     def _main(grid: Grid, context: Context) -> None:
         result.update(pipeline(FlowerPool(data, grid)))
 
-    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     gpus = 1.0 / data.clients if device.startswith("cuda") else 0.0
     run_simulation(server_app=server, client_app=client_app, num_supernodes=data.clients,
-                   backend_config={"init_args": {"num_cpus": os.cpu_count() or 2},
-                                   "client_resources": {"num_cpus": client_cpus, "num_gpus": gpus}})
+                   backend_config=_backend_config(client_cpus, None, gpus))
     if not result:
         raise RuntimeError("the Flower workload did not finish (see the log)")
     return result

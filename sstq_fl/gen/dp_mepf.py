@@ -109,7 +109,7 @@ def calibrate_sigma(cfg: MepfConfig) -> float:
 def release_statistics(cfg: MepfConfig, data: WorkloadData, fx: Any, sigma: float | None
                        ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The one labelled release on the clients (in-process or on Flower), with its ledger."""
-    from .mepf import contribution_bound
+    from .mepf import contribution_bound, extractor_fingerprint
     from .tasks import extractor_payload
 
     payload = extractor_payload(fx)
@@ -118,8 +118,6 @@ def release_statistics(cfg: MepfConfig, data: WorkloadData, fx: Any, sigma: floa
 
     def pipeline(pool: ClientPool) -> dict[str, Any]:
         run = DPRunner(pool, PIPELINE, RELATION, seed=cfg.seed)
-        from .mepf import extractor_fingerprint
-
         run.charge_public("feature-extractor", f"Φ trained on public Fashion-MNIST; sha256 {extractor_fingerprint(fx)}")
         if cfg.public_only:  # the zero-information reference touches no private record
             return {"release": {}, "runner": run, "dropped": []}
@@ -152,7 +150,7 @@ def _generator_config(cfg: MepfConfig) -> Any:
     return GeneratorConfig.full("mnist", steps=steps, lr=1e-4, m_avg_lr=1e-3)
 
 
-def _evaluate(cfg: MepfConfig, gen: Any, split: Any, out: Path) -> dict[str, Any]:
+def _evaluate(cfg: MepfConfig, data: WorkloadData, gen: Any, split: Any, out: Path) -> dict[str, Any]:
     from .evaluation import domain_fd, downstream_accuracy, inception_fid, save_sample_grid, train_evaluator
     from .mepf import sample
 
@@ -165,22 +163,20 @@ def _evaluate(cfg: MepfConfig, gen: Any, split: Any, out: Path) -> dict[str, Any
     m = min(len(split.test_y), n)
     fd = domain_fd(ev, split.test_x[:m], split.test_y[:m], x[:m], y[:m])
     res = {"downstream_accuracy": acc, "domain_fd": fd["domain_fd"], "domain_fd_detail": fd,
-           "membership_audit": membership_audit(cfg, ev, x, split)}
+           "membership_audit": membership_audit(data, ev, x, split)}
     if cfg.inception_weights:
         res["inception_fid"] = inception_fid(cfg.inception_weights, split.test_x, x)
     return res
 
 
-def membership_audit(cfg: MepfConfig, ev: Any, samples: torch.Tensor, split: Any, n: int = 1000) -> dict[str, Any]:
+def membership_audit(data: WorkloadData, ev: Any, samples: torch.Tensor, split: Any, n: int = 1000) -> dict[str, Any]:
     """Black-box membership inference (spec §1.4.4a): score each record by its distance to the nearest
     synthetic sample in the evaluator's feature space (closer = "member"); AUC over up to ``n`` records
     released by the clients against ``n`` from ``priv_test``.  ≈ 0.5 means no detectable leakage (an
     attack only ever gives a lower bound)."""
     from .evaluation import membership_auc
 
-    data = WorkloadData("mnist-subset", cfg.clients, cfg.partition, cfg.alpha, cfg.seed, cfg.resolved("records"),
-                        cfg.data_path)
-    members = np.concatenate([data.client_records(c)[0] for c in range(cfg.clients)])[:n]
+    members = np.concatenate([data.client_records(c)[0] for c in range(data.clients)])[:n]
     nonmembers = split.test_x[:n]
     fs = torch.as_tensor(ev.features_and_predictions(samples)[0])
 
@@ -213,7 +209,7 @@ def run_dp_mepf(cfg: MepfConfig, out: str | Path) -> dict[str, Any]:
     means, probs = class_means(stats["counts"], stats["sums"])
     gen, losses = clock("generator", lambda: train_generator(fx, means, probs, cfg.moments, _generator_config(cfg),
                                                               cfg.seed, cfg.device))
-    evals = clock("evaluation", lambda: _evaluate(cfg, gen, split, out))
+    evals = clock("evaluation", lambda: _evaluate(cfg, data, gen, split, out))
     privacy = info["runner"].finish(out, cfg.delta)
     metrics = {**privacy, "downstream_accuracy": evals["downstream_accuracy"], "domain_fd": evals["domain_fd"],
                "domain_fd_note": "domain-FD, not comparable to Inception FID", "records": data.n_decl,

@@ -23,6 +23,7 @@ import hashlib
 import json
 import logging
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -104,11 +105,12 @@ def _seeded(factory: Callable[[], M], seed: int) -> M:
 # ----------------------------------------------------------------------------------------------- Φ backbones
 
 
-class _Backbone(nn.Module):
+class _Backbone(nn.Module, ABC):
     """A classifier whose :meth:`run` also returns every conv-layer output (the feature taps)."""
 
+    @abstractmethod
     def run(self, x: Tensor) -> tuple[list[Tensor], Tensor]:
-        raise NotImplementedError
+        """``(conv-layer outputs, logits)`` for a batch ``x``."""
 
 
 class _SmallCNN(_Backbone):

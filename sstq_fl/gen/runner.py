@@ -217,12 +217,11 @@ class InProcessPool(ClientPool):
 
 
 # ----------------------------------------------------------------------------- the runner
-def _sum_outputs(outs: dict[int, Arrays], keys: list[str] | None = None) -> Arrays:
+def _sum_outputs(outs: dict[int, Arrays]) -> Arrays:
     if not outs:
         raise RuntimeError("no client answered; nothing to release")
     first = next(iter(outs.values()))
-    keys = keys or sorted(first)
-    return {k: np.sum([np.asarray(o[k], np.float64) for o in outs.values()], axis=0) for k in keys}
+    return {k: np.sum([np.asarray(o[k], np.float64) for o in outs.values()], axis=0) for k in sorted(first)}
 
 
 class DPRunner:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from functools import lru_cache
 
 import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from .mepf import FeatureExtractor
 from .runner import Arrays, ClientContext, Scalar, register_client_task
 
 # ----------------------------------------------------------------------------- models for DP-SGD rounds
@@ -129,14 +129,22 @@ def label_randomized_response(ctx: ClientContext, payload: Arrays, config: dict[
 
 
 # ----------------------------------------------------------------------------- DP-MEPF
-@lru_cache(maxsize=2)
-def _extractor(key: str, profile: str, device: str, arrays: tuple[tuple[str, bytes, tuple[int, ...], str], ...]):  # type: ignore[no-untyped-def]
-    from .mepf import FeatureExtractor
+_EXTRACTORS: dict[tuple[str, str, str], FeatureExtractor] = {}  # (sha256 of the weights, profile, device) -> Φ
 
-    fx = FeatureExtractor(profile)
-    state = {k: torch.from_numpy(np.frombuffer(b, dtype=np.dtype(dt)).reshape(shape).copy()) for k, b, shape, dt in arrays}
-    fx.load_state_dict(state)
-    return fx.to(torch.device(device)).eval().requires_grad_(False)
+
+def _extractor(payload: Arrays, profile: str, device: str) -> FeatureExtractor:
+    """The broadcast Φ, rebuilt once per process (a client answers many requests with the same Φ)."""
+    state = {k[4:]: v for k, v in sorted(payload.items()) if k.startswith("phi/")}
+    h = hashlib.sha256()
+    for v in state.values():
+        h.update(np.ascontiguousarray(v).tobytes())
+    key = (h.hexdigest(), profile, device)
+    if key not in _EXTRACTORS:
+        fx = FeatureExtractor(profile)
+        fx.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in state.items()})
+        _EXTRACTORS.clear()
+        _EXTRACTORS[key] = fx.to(torch.device(device)).eval().requires_grad_(False)
+    return _EXTRACTORS[key]
 
 
 def extractor_payload(fx: nn.Module) -> Arrays:
@@ -150,10 +158,7 @@ def mepf_class_sums(ctx: ClientContext, payload: Arrays, config: dict[str, Scala
     broadcast public Φ, unit-normalise the moments per record, and sum per class."""
     from .mepf import embedded_class_sums
 
-    items = tuple(sorted((k[4:], np.ascontiguousarray(v).tobytes(), tuple(v.shape), str(v.dtype))
-                         for k, v in payload.items() if k.startswith("phi/")))
-    key = hashlib.sha256(b"".join(b for _, b, _, _ in items)).hexdigest()
-    fx = _extractor(key, str(config["profile"]), ctx.device, items)
+    fx = _extractor(payload, str(config["profile"]), ctx.device)
     moments = tuple(int(m) for m in str(config["moments"]).split(","))
     counts, sums = embedded_class_sums(fx, ctx.x, ctx.y, moments)
     return {"counts": counts.cpu().numpy(), "sums": sums.cpu().numpy()}
