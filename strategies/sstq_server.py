@@ -83,7 +83,7 @@ def discover(grid: Grid, clients: int, timeout: float = 120.0, nodes: Iterable[i
             try:
                 node: Any = r.content["node"]
                 pid, src = int(node["partition-id"]), int(r.metadata.src_node_id)
-            except (KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError, OverflowError):
                 log.warning("discovery: node %d sent a malformed answer", r.metadata.src_node_id)
                 continue
             if not 0 <= pid < clients or pid in out:
@@ -133,7 +133,7 @@ def read_reply(r: Message, t: int, cid: int, got: dict[int, bytes], stats: dict[
         mine = {str(k): float(v) for k, v in mine.items()}
         if not all(np.isfinite(v) for v in mine.values()):
             return "malformed reply: non-finite statistics"
-    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError, OverflowError) as exc:
         return f"malformed reply: {type(exc).__name__}: {str(exc)[:200]}"
     if cid in got:
         return "second reply from the same client in one round (replay) ignored"
