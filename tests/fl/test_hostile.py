@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ import torch
 from flwr.app import ConfigRecord, Error, Message, MessageType, Metadata, RecordDict
 from flwr.app.message.message import make_message
 from flwr.common.constant import ErrorCode
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sstq_fl import wire
@@ -272,6 +273,7 @@ _VALUES = st.one_of(st.integers(-2**63, 2**63 - 1), st.floats(allow_nan=True), s
 @given(fields=st.dictionaries(st.sampled_from(["partition-id", "round", "blob", "stats", "dropped", "x"]), _VALUES),
        stats=st.one_of(st.none(), st.text(max_size=40), st.dictionaries(st.text(max_size=5), _VALUES, max_size=3).map(
            lambda d: json.dumps(d, default=str))), error=st.one_of(st.none(), st.tuples(st.integers(0, 9), st.text(max_size=30))))
+@example(fields={"partition-id": math.inf}, stats=None, error=None)  # once raised OverflowError out of read_reply
 def test_read_reply_never_raises(fields, stats, error):
     from strategies.sstq_server import read_reply
 
