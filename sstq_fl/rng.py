@@ -7,13 +7,31 @@ draws: a client's message depends only on its own input and its own seed, whiche
 clients share the batch and in whatever order a scheduler runs them.
 
 All arithmetic is on ``numpy.uint64`` arrays, which wrap modulo 2**64.
+
+Two randomness modes (``RANDOMNESS_MODES``):
+
+* ``reproducible``: a client's coins are SplitMix64 of ``(run seed, round, client)``.  For
+  simulation research only: runs repeat and engines agree, but **the LDP guarantee does not
+  hold against whoever holds the seed** (the server sends it, results record it).
+* ``secure``: each client draws a fresh 256-bit key from the operating system's CSPRNG
+  (:func:`fresh_keys`, ``os.urandom``), never sends or logs it, and derives its coins from it
+  with the ChaCha20 stream cipher (Bernstein 2008; RFC 8439) used as a keyed generator, one
+  keystream per named stream (the nonce is a hash of the stream name).  A batch of keys is a
+  ``[n, 4]`` ``uint64`` array; every function below accepts it wherever it accepts a vector of
+  seeds, so a message still depends only on its input and its own key, however it is batched.
+  Server-side noise, sampling and shuffles come from the OS CSPRNG directly
+  (:func:`secure_uniform`, :func:`secure_normal`, :func:`secure_permutation`) and are never
+  recorded.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import zlib
 
 import numpy as np
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from numpy.typing import ArrayLike, NDArray
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -22,6 +40,88 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _TWO_53 = float(2**53)
 
 U64 = NDArray[np.uint64]
+RANDOMNESS_MODES = ("reproducible", "secure")
+KEY_WORDS = 4  # a secure client key: 256 bits as four uint64 words
+REPRODUCIBLE_WARNING = ("randomness=reproducible: every coin is derived from the run seed, so no privacy guarantee "
+                        "holds against whoever holds the seed (the server, any reader of the results); "
+                        "for simulation research only")
+
+
+def check_mode(mode: str) -> str:
+    """Validate a randomness mode name (``reproducible`` or ``secure``)."""
+    if mode not in RANDOMNESS_MODES:
+        raise ValueError(f"randomness must be one of {list(RANDOMNESS_MODES)}, got {mode!r}")
+    return mode
+
+
+def fresh_keys(n: int) -> U64:
+    """``n`` fresh 256-bit client keys ``[n, 4]`` from the OS CSPRNG (``os.urandom``)."""
+    return np.frombuffer(os.urandom(8 * KEY_WORDS * n), dtype=np.uint64).reshape(n, KEY_WORDS).copy()
+
+
+def is_keys(seeds: np.ndarray) -> bool:
+    """True for a batch of secure keys (``[n, 4]``), False for reproducible seeds (``[n]``)."""
+    return seeds.ndim == 2
+
+
+def _nonce(stream: str) -> bytes:
+    """ChaCha20's 16-byte initial block: a zero 32-bit block counter, then 96 bits naming the stream."""
+    return b"\0\0\0\0" + hashlib.blake2b(stream.encode("utf-8"), digest_size=12).digest()
+
+
+def _chacha_bits(keys: U64, stream: str, count: int) -> U64:
+    """``count`` keystream words per key: ChaCha20(key, nonce(stream)) applied to zeros."""
+    out = np.empty((keys.shape[0], count), dtype=np.uint64)
+    nonce, zeros = _nonce(stream), bytes(8 * count)
+    for i, key in enumerate(np.ascontiguousarray(keys, dtype="<u8")):
+        enc = Cipher(algorithms.ChaCha20(key.tobytes(), nonce), mode=None).encryptor()
+        out[i] = np.frombuffer(enc.update(zeros), dtype="<u8")
+    return out
+
+
+def secure_bits(count: int) -> U64:
+    """``count`` 64-bit words from the OS CSPRNG (server-side draws; never recorded)."""
+    return np.frombuffer(os.urandom(8 * count), dtype=np.uint64).copy()
+
+
+def _to_unit(words: U64) -> NDArray[np.float64]:
+    return (words >> np.uint64(11)).astype(np.float64) / _TWO_53
+
+
+def secure_uniform(shape: int | tuple[int, ...]) -> NDArray[np.float64]:
+    """Uniforms in ``[0, 1)`` with 53 bits each from the OS CSPRNG."""
+    n = int(np.prod(shape))
+    return _to_unit(secure_bits(n)).reshape(shape)
+
+
+def _box_muller(u: NDArray[np.float64], count: int) -> NDArray[np.float64]:
+    """Standard normals from ``2⌈count/2⌉`` uniforms per row (the last axis), shape ``[..., count]``."""
+    half = u.shape[-1] // 2
+    rad = np.sqrt(-2.0 * np.log(1.0 - u[..., :half]))
+    ang = 2 * np.pi * u[..., half:]
+    return np.concatenate([rad * np.cos(ang), rad * np.sin(ang)], axis=-1)[..., :count]
+
+
+def secure_normal(shape: int | tuple[int, ...], std: float) -> NDArray[np.float64]:
+    """``N(0, std²)`` noise that resists the floating-point attack on noise sampling.
+
+    Mironov (CCS 2012) showed that a textbook floating-point sampler leaves gaps in the set
+    of reachable outputs, so ``f(x) + noise`` can reveal ``f(x)``.  The defence is Opacus's
+    secure mode (Holohan & Braghin, "Secure Random Sampling in Differential Privacy",
+    ESORICS 2021): the sum of four independent ``N(0, std²)`` draws, halved, which has the
+    same law ``N(0, std²)`` but fills the floating-point grid; each draw is Box–Muller on
+    53-bit uniforms from the OS CSPRNG, so the noise is also unpredictable.
+    """
+    n = int(np.prod(shape))
+    total = np.zeros(n)
+    for _ in range(4):
+        total += _box_muller(secure_uniform((2 * ((n + 1) // 2),)), n)
+    return (total * (std / 2.0)).reshape(shape)
+
+
+def secure_permutation(n: int) -> NDArray[np.int64]:
+    """A uniformly random permutation of ``0..n-1`` from the OS CSPRNG (sort by 64-bit keys)."""
+    return np.argsort(secure_bits(n), kind="stable").astype(np.int64)
 
 
 def splitmix64(z: U64) -> U64:
@@ -58,8 +158,13 @@ def derive_seeds(*parts: ArrayLike) -> U64:
 
 
 def as_seeds(seeds: ArrayLike, n: int | None = None) -> U64:
-    """Validate and convert client seeds to a ``uint64`` vector (one seed per client)."""
+    """Validate and convert client seeds to a ``uint64`` vector (one seed per client), or pass
+    a batch of secure keys (``[n, 4]`` ``uint64``, see :func:`fresh_keys`) through."""
     arr = np.asarray(seeds)
+    if arr.ndim == 2 and arr.shape[1] == KEY_WORDS and arr.dtype == np.uint64:
+        if n is not None and arr.shape[0] != n:
+            raise ValueError(f"keys has {arr.shape[0]} rows but the batch has {n} clients")
+        return arr
     if arr.ndim != 1:
         raise ValueError(f"seeds must be a 1-D array of per-client seeds, got shape {arr.shape}")
     if n is not None and arr.shape[0] != n:
@@ -72,7 +177,12 @@ def as_seeds(seeds: ArrayLike, n: int | None = None) -> U64:
 
 
 def raw_bits(seeds: U64, stream: str, count: int) -> U64:
-    """``count`` independent 64-bit words per client: shape ``[n, count]``."""
+    """``count`` independent 64-bit words per client: shape ``[n, count]``.
+
+    Seeds ``[n]``: SplitMix64 in counter mode (reproducible); keys ``[n, 4]``: ChaCha20 (secure).
+    """
+    if is_keys(seeds):
+        return _chacha_bits(seeds, stream, count)
     key = splitmix64(seeds ^ np.uint64(stream_id(stream) * 0x100000001B3 & 0xFFFFFFFFFFFFFFFF))
     ctr = (np.arange(1, count + 1, dtype=np.uint64) * _GOLDEN)[None, :]
     with np.errstate(over="ignore"):
@@ -81,7 +191,7 @@ def raw_bits(seeds: U64, stream: str, count: int) -> U64:
 
 def uniform(seeds: U64, stream: str, count: int) -> NDArray[np.float64]:
     """Uniform draws in ``[0, 1)`` with 53 random bits each, shape ``[n, count]``."""
-    return (raw_bits(seeds, stream, count) >> np.uint64(11)).astype(np.float64) / _TWO_53
+    return _to_unit(raw_bits(seeds, stream, count))
 
 
 def randint(seeds: U64, stream: str, count: int, high: int) -> NDArray[np.int64]:
@@ -97,13 +207,7 @@ def randint(seeds: U64, stream: str, count: int, high: int) -> NDArray[np.int64]
 
 def normal(seeds: U64, stream: str, count: int) -> NDArray[np.float64]:
     """Standard normal draws (Box–Muller), shape ``[n, count]``."""
-    half = (count + 1) // 2
-    u = uniform(seeds, stream, 2 * half)
-    u1 = 1.0 - u[:, :half]  # in (0, 1]
-    u2 = u[:, half:]
-    rad = np.sqrt(-2.0 * np.log(u1))
-    z = np.concatenate([rad * np.cos(2 * np.pi * u2), rad * np.sin(2 * np.pi * u2)], axis=1)
-    return z[:, :count]
+    return _box_muller(uniform(seeds, stream, 2 * ((count + 1) // 2)), count)
 
 
 def sample_without_replacement(seeds: U64, stream: str, k: int, n_items: int | NDArray[np.int64]) -> NDArray[np.int64]:
@@ -111,7 +215,7 @@ def sample_without_replacement(seeds: U64, stream: str, k: int, n_items: int | N
 
     ``n_items`` may differ per client (an array); each row depends only on its own seed.
     """
-    items = np.broadcast_to(np.asarray(n_items, dtype=np.int64), seeds.shape)
+    items = np.broadcast_to(np.asarray(n_items, dtype=np.int64), seeds.shape[:1])
     if k < 1 or (items < k).any():
         raise ValueError(f"cannot draw k={k} distinct items from {int(items.min(initial=k))}")
     u = uniform(seeds, stream, k)
