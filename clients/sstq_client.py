@@ -3,17 +3,20 @@
 On a ``train`` message (round ``t``, the model ``θ`` and the run's config) the client
 computes its clipped minibatch gradient on its own partition, encodes it with the configured
 encoder and replies with the **wire bytes** (``ConfigRecord`` bytes: no pickle, nothing
-executable).  On a ``query`` message it reports its partition id.  All randomness is derived
-from ``(seed, round, client)``, so the reply is the same whichever actor runs it.
+executable).  On a ``query`` message it reports its partition id.  With ``randomness=secure``
+(the deployment default) the client draws a fresh key from its own OS CSPRNG for its minibatch
+and its encoding coins, and never sends it; with ``reproducible`` everything is derived from
+``(seed, round, client)``, so the reply is the same whichever actor runs it (simulation only).
 
 Under Flower's deployment runtime every message is handled by a fresh ``flwr-clientapp``
 process, so there a ``query`` (the server discovering which node holds which partition) is
 answered without the heavy imports (torch, the engine), which only ``train`` needs; a
 long-lived process (a simulation actor) still makes them while answering the query, as before.
 
-``SSTQ_FL_CLIENT_STATS=0`` keeps the encoder's per-client diagnostics (clipping, Kashin passes:
-data-dependent, not covered by the LDP guarantee) out of the reply, so the server learns the
-wire message alone; the Docker images set it (docker/commands.json).
+Only the mechanism's output leaves the client: the reply holds the partition id, the round and
+the wire bytes.  The encoder's data-dependent diagnostics (clipping, Kashin passes) are added
+only when the run config opts in with ``diagnostics`` (allowed in reproducible mode only), and a
+non-finite gradient is encoded as the public null input instead of being declined.
 """
 
 from __future__ import annotations
@@ -92,12 +95,8 @@ def train(msg: Message, context: Context) -> Message:
 
     model: Any = msg.content["model"]
     theta = torch.from_numpy(np.array(model["theta"].numpy()))
-    ids, blobs, dropped, stats = tr.client_messages(theta, t, np.array([pid]))
-    if os.environ.get("SSTQ_FL_CLIENT_STATS", "1") == "0":
-        stats = {}
-    reply: dict[str, Any] = {"partition-id": pid, "round": t, "stats": json.dumps(stats)}
-    if blobs:
-        reply["blob"] = blobs[0]
-    else:
-        reply["dropped"] = dropped[0]["reason"] if dropped else "no message"
+    blobs, stats = tr.client_messages(theta, t, np.array([pid]))
+    reply: dict[str, Any] = {"partition-id": pid, "round": t, "blob": blobs[0]}
+    if tr.cfg.diagnostics:
+        reply["stats"] = json.dumps(stats)
     return Message(RecordDict({"reply": ConfigRecord(reply)}), reply_to=msg)

@@ -143,7 +143,7 @@ def _run_config(args: argparse.Namespace, encoder: str) -> Any:
                      seed=args.seed, batch=args.batch, clip=args.clip, lr=args.lr, server_cap=args.server_cap,
                      partition=args.partition, alpha=args.alpha, sampling_rate=args.sampling_rate, delta=args.delta,
                      budget_epsilon=args.budget_epsilon, engine=args.engine, data_dir=args.data_dir, dim=args.dim,
-                     n=args.n)
+                     n=args.n, randomness=args.randomness, diagnostics=args.diagnostics)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -186,7 +186,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .fl.engine import RunConfig
 
     base = RunConfig(task="fmnist", clients=100, rounds=args.rounds, epsilon=3.0, clip=0.5, lr=0.5,
-                     engine=args.engine, seed=args.seed)
+                     engine=args.engine, seed=args.seed, randomness=args.randomness)
     print(f"demo: Fashion-MNIST MLP, 100 clients x {args.rounds} rounds, per-message epsilon 3, clip 0.5, lr 0.5, "
           f"engine {args.engine}; encoders {', '.join(DEMO_ENCODERS)} (a few minutes on 2 cores)", flush=True)
     compare(base, DEMO_ENCODERS, args.out, resume=args.resume)
@@ -203,7 +203,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     f = m["final"]
     metric = f"test accuracy {f['test_accuracy']:.4f}" if "test_accuracy" in f else \
         f"distance to optimum {f['distance_to_optimum']:.4g}"
-    print(f"{cfg.encoder}: {metric}, train loss {f['train_loss']:.4f}, {f['bits_per_client']} bits/client/round, "
+    print(f"{cfg.encoder}: {metric}, train loss {f['train_loss']:.4f} (non-private diagnostic), "
+          f"{f['bits_per_client']} bits/client/round, randomness {cfg.randomness}, "
           f"epsilon {f['epsilon_total']:.4g} at delta {f['delta']:g} ({f['wall_s']:.1f} s)")
     print(f"wrote {args.out}/metrics.json, {args.out}/transcript.jsonl, {args.out}/curves.png")
     return 0
@@ -285,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--seed", type=int, default=0)
     dm.add_argument("--engine", default="flower", choices=["vectorized", "flower"])
     dm.add_argument("--resume", action="store_true")
+    _randomness_arg(dm)
     dm.set_defaults(fn=cmd_demo)
 
     g = sub.add_parser("gen", help="DP generative pipelines on simulated clients")
@@ -328,6 +330,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _randomness_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--randomness", default="reproducible", choices=["reproducible", "secure"],
+                   help="secure: each client keys its coins and minibatches with a fresh OS-CSPRNG key it never "
+                        "sends, and the server samples from the OS CSPRNG (the LDP guarantee holds against the "
+                        "server); reproducible: everything derives from --seed, for simulation research (no "
+                        "guarantee against whoever holds the seed) (default: %(default)s)")
+
+
 def _training_args(r: argparse.ArgumentParser) -> None:
     r.add_argument("--task", default="fmnist", choices=["fmnist", "cifar10", "lsq"])
     r.add_argument("--clients", type=int, default=100)
@@ -349,6 +359,10 @@ def _training_args(r: argparse.ArgumentParser) -> None:
     r.add_argument("--dim", type=int, default=100, help="lsq: dimension")
     r.add_argument("--n", type=int, default=4000, help="lsq: samples")
     r.add_argument("--resume", action="store_true", help="continue from DIR's last completed round")
+    _randomness_arg(r)
+    r.add_argument("--diagnostics", action="store_true",
+                   help="also record the encoders' data-dependent statistics (reproducible mode only; labelled "
+                        "non-private in metrics.json)")
     r.add_argument("--out", required=True)
 
 

@@ -10,7 +10,7 @@
   (``Trainer.server_round``), so the same config and seed give the same metrics on both.
 
 Federated evaluation is off (``fraction_evaluate=0``); the server evaluates ``θ`` itself.  A
-client that raised, timed out, declined (non-finite gradient) or sent a malformed, foreign,
+client that raised, timed out or sent a malformed, foreign,
 stale or replayed message is left out of that round's aggregate with its reason logged and
 recorded (``rounds[t]["dropped"]`` in ``metrics.json``); nothing a reply holds can crash the
 server (tests/fl/test_hostile.py, tests/test_wire_fuzz.py).
@@ -123,7 +123,7 @@ def read_reply(r: Message, t: int, cid: int, got: dict[int, bytes], stats: dict[
         if int(rep["partition-id"]) != cid or int(rep["round"]) != t:
             return "reply for another client or round"
         if "blob" not in rep:
-            return str(rep.get("dropped", "no message"))[:200]
+            return "reply without a message"
         blob = rep["blob"]
         if not isinstance(blob, bytes):
             return "reply payload is not bytes"
@@ -235,7 +235,7 @@ class SstqFedAvg(FedAvg):
         self._silent = silent | set(late)
         ids = np.array(sorted(got), dtype=np.int64)  # aggregate in client order, as the vectorized engine
         blobs = [got[int(c)] for c in ids]
-        stats = self._stats(ids, blobs, t, stats_by)
+        stats = self._stats(ids, blobs, t, stats_by) if self.tr.cfg.diagnostics else {}
         rec = self.tr.server_round(self.st, t, len(self._sent), ids, blobs, dropped, stats)
         self.tr.complete_round(self.out, self.st, rec, time.perf_counter() - self._t0, self.progress)
         return self.model_record(), MetricRecord({k: float(rec[k]) for k in _METRICS if k in rec})
@@ -259,9 +259,13 @@ class SstqFedAvg(FedAvg):
 _METRICS = ("train_loss", "test_accuracy", "distance_to_optimum", "bits_per_client", "epsilon_spent")
 
 
-def serve(grid: Grid, cfg: RunConfig, out: Path, resume: bool = False, progress: bool = False) -> dict[str, Any]:
-    """Run (or resume) ``cfg`` through :class:`SstqFedAvg`; write and return ``metrics.json``."""
-    tr = Trainer(cfg)
+def serve(grid: Grid, cfg: RunConfig, out: Path, resume: bool = False, progress: bool = False,
+          deployment: bool = False) -> dict[str, Any]:
+    """Run (or resume) ``cfg`` through :class:`SstqFedAvg`; write and return ``metrics.json``.
+
+    ``deployment``: the metrics leave out ``train_loss`` (computed on the pooled private data,
+    which a real server does not hold)."""
+    tr = Trainer(cfg, publish_train_loss=not deployment)
     st = tr.initial_state(out, resume)
     if st.round < cfg.rounds:
         strategy = SstqFedAvg(tr, st, out, progress)
@@ -272,7 +276,8 @@ def serve(grid: Grid, cfg: RunConfig, out: Path, resume: bool = False, progress:
 def config_from_run_config(rc: dict[str, Any]) -> tuple[RunConfig, Path, bool]:
     """``[tool.flwr.app.config]`` (hyphenated keys) → ``RunConfig``, output directory, resume flag.
 
-    TOML has no null: ``budget-epsilon = 0`` and ``data-dir = ""`` mean unset.  A relative
+    TOML has no null: ``budget-epsilon = 0`` and ``data-dir = ""`` mean unset.  ``randomness``
+    defaults to ``secure`` here (the app config's value): this is the deployment path.  A relative
     ``out-dir`` is taken relative to ``$SSTQ_FL_WORKDIR`` (else the SuperLink's working directory).
     """
     known = {f.name: f for f in fields(RunConfig)}
@@ -299,7 +304,7 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     """``flwr run .``: the run is configured by the app config (and ``-c`` overrides)."""
     cfg, out, resume = config_from_run_config(dict(context.run_config))
-    final = serve(grid, cfg, out, resume)["final"]
+    final = serve(grid, cfg, out, resume, deployment=True)["final"]
     log.info("sstq-fl run finished: %s → %s", json.dumps(final, default=str), out / "metrics.json")
 
 

@@ -1,9 +1,21 @@
 """The vectorized engine: every client of a round through one batched forward/backward and
 one batched encode; the server decodes the wire bytes, aggregates, caps and steps.
 
-Randomness is derived per ``(seed, round, client)`` (minibatches, participation, encoding
-seeds), so a run is reproducible from its config and seed and every encoder sees exactly
-the same batches.  State is checkpointed atomically after every round; ``resume`` continues
+Two randomness modes (``RunConfig.randomness``, :mod:`sstq_fl.rng`).  ``reproducible``:
+minibatches, participation and encoding coins are derived per ``(seed, round, client)``, so a
+run repeats from its config and seed, the engines agree and every encoder sees exactly the same
+batches, but no guarantee holds against whoever holds the seed (the server sends it to the
+clients; ``metrics.json`` records it).  ``secure``: each client draws a fresh key from the OS
+CSPRNG for its minibatch and its coins, and the server samples participants from the OS CSPRNG.
+
+Only the mechanism's output leaves a client: encoder diagnostics are off unless
+``diagnostics=True`` (reproducible mode only, labelled non-private), and a client whose gradient
+is not finite encodes the public null input ``0`` instead, so its message looks like any other
+(declining would itself be a data-dependent signal).  ``train_loss`` is computed on the pooled
+private training data: a non-private simulation diagnostic, labelled so in ``metrics.json`` and
+left out of deployment metrics (``publish_train_loss=False``).
+
+State is checkpointed atomically after every round; ``resume`` continues
 from the last completed round with identical results.
 """
 
@@ -27,7 +39,8 @@ from ..encoders import make_encoder
 from ..io import atomic_write_bytes, atomic_write_json, run_meta
 from ..privacy.ldp import ldp_plan_report
 from ..privacy.ledger import Budget, PrivacyLedger
-from .partition import dirichlet_shards, encoder_seeds, iid_shards, minibatches, participates
+from ..rng import REPRODUCIBLE_WARNING, check_mode
+from .partition import client_coins, dirichlet_shards, encoder_seeds, iid_shards, minibatches, participates
 from .tasks import Task, make_task
 
 log = logging.getLogger("sstq_fl.fl")
@@ -56,8 +69,16 @@ class RunConfig:
     data_dir: str | None = None
     dim: int = 100
     n: int = 4000
+    randomness: str = "reproducible"
+    diagnostics: bool = False
 
     def __post_init__(self) -> None:
+        check_mode(self.randomness)
+        if self.diagnostics and self.randomness != "reproducible":
+            raise ValueError("diagnostics (data-dependent, not covered by the LDP guarantee) are available only with "
+                             "randomness=reproducible")
+        if self.budget_epsilon is not None and not (self.budget_epsilon > 0 and math.isfinite(self.budget_epsilon)):
+            raise ValueError(f"budget epsilon must be positive and finite (omit it for no budget), got {self.budget_epsilon}")
         if not math.isfinite(self.epsilon) or self.epsilon <= 0:
             raise ValueError(f"epsilon must be positive and finite, got {self.epsilon}")
         if self.clients < 1 or self.rounds < 1 or self.batch < 1:
@@ -81,9 +102,25 @@ class RoundState:
     wall_s: float = 0.0
 
 
+NON_PRIVATE_DIAGNOSTICS = ("non-private simulation diagnostics, computed on the pooled private data or the clients' "
+                           "raw encoder statistics; no privacy guarantee covers them and a deployment does not publish them")
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(msg: str) -> None:
+    """Log ``msg`` as a warning the first time this process sees it."""
+    if msg not in _WARNED:
+        _WARNED.add(msg)
+        log.warning(msg)
+
+
 class Trainer:
-    def __init__(self, cfg: RunConfig, task: Task | None = None):
-        self.cfg = cfg
+    def __init__(self, cfg: RunConfig, task: Task | None = None, publish_train_loss: bool = True):
+        self.cfg, self.publish_train_loss = cfg, publish_train_loss
+        if cfg.randomness == "reproducible":
+            _warn_once(REPRODUCIBLE_WARNING)
         self.task = task or make_task(cfg.task, cfg.seed, data_dir=cfg.data_dir, dim=cfg.dim, n=cfg.n)
         self.enc = make_encoder(cfg.encoder, self.task.dim, cfg.epsilon, radius=cfg.clip, seed=cfg.seed)
         y = self.task.data.y_train
@@ -92,43 +129,40 @@ class Trainer:
                        else dirichlet_shards(y.numpy(), cfg.clients, cfg.alpha, cfg.seed))
         self.ledger = PrivacyLedger("replace_one", notes={"threat_model": "identified: the server sees each client's "
                                                           "messages; epsilon is that of the client who joined most rounds",
-                                                          "encoder": self.enc.spec})
+                                                          "encoder": self.enc.spec, "randomness": cfg.randomness})
         self.ledger.start([(self.enc.privacy_event(), cfg.rounds)],
                           Budget(cfg.budget_epsilon, cfg.delta) if cfg.budget_epsilon else None)
 
     def participants(self, t: int) -> np.ndarray:
         cfg = self.cfg
-        return np.nonzero(participates(cfg.seed, t, cfg.clients, cfg.sampling_rate))[0]
+        return np.nonzero(participates(cfg.seed, t, cfg.clients, cfg.sampling_rate, cfg.randomness))[0]
 
-    def client_messages(self, theta: torch.Tensor, t: int, ids: np.ndarray
-                        ) -> tuple[np.ndarray, list[bytes], list[dict[str, Any]], dict[str, float]]:
-        """Client side of round ``t`` for clients ``ids`` (batched): gradient, clip, encode, bytes.
+    def client_messages(self, theta: torch.Tensor, t: int, ids: np.ndarray) -> tuple[list[bytes], dict[str, float]]:
+        """Client side of round ``t`` for clients ``ids`` (batched): minibatch, gradient, clip, encode.
 
-        Returns the ids that sent a message, their wire bytes, the clients that refused to
-        send (with the reason) and the encoder's statistics.
+        Returns one wire message per client and, only with ``diagnostics`` (reproducible mode),
+        the encoder's data-dependent statistics.  A non-finite gradient is replaced by the public
+        null input ``0`` (the message is then the encoding of 0, like any other message).
         """
         cfg = self.cfg
-        dropped: list[dict[str, Any]] = []
         if not len(ids):
-            return ids, [], dropped, {}
-        idx = minibatches([self.shards[c] for c in ids], cfg.batch, cfg.seed, t, ids)
+            return [], {}
+        keys = client_coins(cfg.randomness, cfg.seed, t, ids)  # secure mode: drawn here, on the client
+        idx = minibatches([self.shards[c] for c in ids], cfg.batch, cfg.seed, t, ids, keys=keys)
         d = self.task.data
         grads = self.task.client_grads(theta, d.x_train[idx], d.y_train[idx]).detach()
-        ok = torch.isfinite(grads).all(1).numpy()
-        for c in ids[~ok]:
-            dropped.append({"client": int(c), "reason": "non-finite gradient rejected on the client"})
-        ids, grads = ids[ok], grads[torch.from_numpy(ok)]
-        if not len(ids):
-            return ids, [], dropped, {}
-        msgs = self.enc.encode(grads, encoder_seeds(cfg.seed, t, ids))
-        return ids, wire.pack(self.enc, msgs, round=t), dropped, msgs.stats
+        bad = ~torch.isfinite(grads).all(1)
+        grads[bad] = 0.0
+        msgs = self.enc.encode(grads, encoder_seeds(cfg.seed, t, ids) if keys is None else keys)
+        stats = {**msgs.stats, "nonfinite_gradients": float(bad.sum())} if cfg.diagnostics else {}
+        return wire.pack(self.enc, msgs, round=t), stats
 
     def run_round(self, st: RoundState) -> dict[str, Any]:
         assert st.theta is not None
         t = st.round + 1
         sent = self.participants(t)
-        ids, blobs, dropped, stats = self.client_messages(st.theta, t, sent)
-        return self.server_round(st, t, len(sent), ids, blobs, dropped, stats)
+        blobs, stats = self.client_messages(st.theta, t, sent)
+        return self.server_round(st, t, len(sent), sent, blobs, [], stats)
 
     def server_round(self, st: RoundState, t: int, n_sent: int, ids: np.ndarray, blobs: list[bytes],
                      dropped: list[dict[str, Any]], stats: dict[str, float]) -> dict[str, Any]:
@@ -143,7 +177,8 @@ class Trainer:
             payload_bits = [8 * (len(b) - wire.HEADER_BYTES) for b in blobs]
             rec["bits_per_client"] = self.enc.payload_bits()
             rec["bytes_per_client"] = float(np.mean(payload_bits)) / 8 + wire.HEADER_BYTES
-            rec["encode_stats"] = stats
+            if self.cfg.diagnostics:
+                rec["encode_stats"] = stats
             if got.n:
                 g = self.enc.aggregate(got).to(st.theta.dtype)
                 norm = float(torch.linalg.vector_norm(g))
@@ -156,6 +191,8 @@ class Trainer:
         else:
             rec["bits_per_client"] = 0
         rec.update(self.task.evaluate(st.theta))
+        if not self.publish_train_loss:
+            rec.pop("train_loss", None)
         rec["epsilon_spent"] = self.ledger.epsilon(cfg.delta)
         return rec
 
@@ -199,7 +236,8 @@ class Trainer:
             log.warning("round %d: client %d left out: %s", rec["round"], d["client"], d["reason"])
         if progress:
             metric = rec.get("test_accuracy", rec.get("distance_to_optimum"))
-            print(f"\rround {st.round}/{self.cfg.rounds}  loss {rec['train_loss']:.4f}  metric {metric:.4f}  "
+            loss = f"  loss {rec['train_loss']:.4f}" if "train_loss" in rec else ""
+            print(f"\rround {st.round}/{self.cfg.rounds}{loss}  metric {metric:.4f}  "
                   f"eps {rec['epsilon_spent']:.3g}", end="" if st.round < self.cfg.rounds else "\n", file=sys.stderr,
                   flush=True)
 
@@ -220,13 +258,39 @@ class Trainer:
                       "delta": self.cfg.delta, "wall_s": st.wall_s, "encoder_spec": self.enc.spec,
                       "kashin_level": getattr(getattr(self.enc, "kashin_cfg", None), "level", None)})
         if self.cfg.sampling_rate < 1:
-            rep = ldp_plan_report(self.cfg.epsilon, self.cfg.rounds, self.cfg.delta, self.cfg.sampling_rate)
-            final["epsilon_amplified"] = {"epsilon": rep["amplified"]["pld"], "threat_model": rep["amplified"]["threat_model"]}
+            final["epsilon_amplified"] = self.amplified_epsilon()
         final["epsilon_threat_model"] = self.ledger.notes["threat_model"]
-        metrics = {"config": asdict(self.cfg), "rounds": st.rounds, "final": final, "meta": run_meta()}
+        metrics = {"config": asdict(self.cfg), "randomness": self.randomness_note(), "rounds": st.rounds,
+                   "final": final, "meta": run_meta()}
+        if self.publish_train_loss or self.cfg.diagnostics:
+            metrics["non_private_diagnostics"] = {"fields": self.diagnostic_fields(), "note": NON_PRIVATE_DIAGNOSTICS}
         atomic_write_json(out / "metrics.json", metrics)
         plot_run(metrics, out / "curves.png")
         return metrics
+
+
+    def amplified_epsilon(self) -> dict[str, Any]:
+        """ε amplified by Poisson participation: only where sampling is secret from the observer."""
+        if self.cfg.randomness != "secure":
+            return {"epsilon": None, "reason": "participation is derived from the recorded seed, so whoever holds it "
+                                               "knows who took part: no amplification (use randomness=secure)"}
+        rep = ldp_plan_report(self.cfg.epsilon, self.cfg.rounds, self.cfg.delta, self.cfg.sampling_rate)
+        return {"epsilon": rep["amplified"]["pld"], "threat_model": rep["amplified"]["threat_model"]}
+
+    def randomness_note(self) -> dict[str, Any]:
+        """What the run's randomness mode means for whom the guarantee holds against."""
+        if self.cfg.randomness == "secure":
+            return {"mode": "secure", "guarantee": "holds against the server and every reader of the published "
+                                                   "outputs: client keys come from each client's OS CSPRNG and never "
+                                                   "leave it; server sampling is from the OS CSPRNG and not recorded"}
+        return {"mode": "reproducible", "guarantee": REPRODUCIBLE_WARNING}
+
+    def diagnostic_fields(self) -> list[str]:
+        """The published per-round fields that no privacy guarantee covers."""
+        out = ["train_loss"] if self.publish_train_loss else []
+        if self.cfg.task == "lsq":
+            out.append("distance_to_optimum (θ* is fitted on the pooled private data)")
+        return out + (["encode_stats"] if self.cfg.diagnostics else [])
 
 
 def plot_run(metrics: dict[str, Any], path: Path) -> None:
@@ -238,15 +302,16 @@ def plot_run(metrics: dict[str, Any], path: Path) -> None:
     r = metrics["rounds"]
     key = "test_accuracy" if "test_accuracy" in r[-1] else "distance_to_optimum"
     fig, ax = plt.subplots(1, 2, figsize=(10, 4))
-    ax[0].plot([x["round"] for x in r], [x["train_loss"] for x in r])
+    ax[0].plot([x["round"] for x in r], [x.get("train_loss", math.nan) for x in r])
     ax[0].set_xlabel("round")
-    ax[0].set_ylabel("training loss")
+    ax[0].set_ylabel("training loss (non-private diagnostic)")
     ax[1].plot([x["round"] for x in r], [x[key] for x in r])
     ax[1].set_xlabel("round")
     ax[1].set_ylabel(key.replace("_", " "))
     if key == "distance_to_optimum":
         ax[1].set_yscale("log")
-    fig.suptitle(f"{metrics['config']['task']} / {metrics['config']['encoder']} / eps={metrics['config']['epsilon']}")
+    c = metrics["config"]
+    fig.suptitle(f"{c['task']} / {c['encoder']} / eps={c['epsilon']} / randomness={c.get('randomness', 'reproducible')}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -38,13 +38,15 @@ def minibatch(shard: np.ndarray, batch: int, seed: int, round: int, client: int)
     return minibatches([shard], batch, seed, round, np.array([client]))[0]
 
 
-def minibatches(shards: list[np.ndarray], batch: int, seed: int, round: int, clients: np.ndarray) -> np.ndarray:
+def minibatches(shards: list[np.ndarray], batch: int, seed: int, round: int, clients: np.ndarray,
+                keys: np.ndarray | None = None) -> np.ndarray:
     """Minibatches ``[len(clients), batch]`` of record indices, ``shards[i]`` belonging to
     ``clients[i]``: ``batch`` records drawn without replacement (with replacement from a shard
     smaller than the batch).  Row ``i`` depends only on ``(seed, round, clients[i])`` and the
-    shard, so every encoder and engine sees the same batches."""
+    shard, so every encoder and engine sees the same batches.  With ``keys`` (secure mode:
+    each client's secret key, see :func:`client_coins`) row ``i`` depends only on ``keys[i]``."""
     clients = np.asarray(clients, dtype=np.int64)
-    s = rng.derive_seeds(seed, round, clients, 0xB47)
+    s = rng.derive_seeds(seed, round, clients, 0xB47) if keys is None else rng.as_seeds(keys, len(clients))
     sizes = np.array([len(sh) for sh in shards], dtype=np.int64)
     out = np.empty((len(shards), batch), dtype=np.int64)
     big = sizes >= batch
@@ -57,14 +59,27 @@ def minibatches(shards: list[np.ndarray], batch: int, seed: int, round: int, cli
     return out
 
 
-def participates(seed: int, round: int, clients: int, rate: float) -> np.ndarray:
-    """Poisson participation: client ``c`` joins round ``t`` w.p. ``rate`` (per (seed, t, c))."""
+def participates(seed: int, round: int, clients: int, rate: float, randomness: str = "reproducible") -> np.ndarray:
+    """Poisson participation: client ``c`` joins round ``t`` w.p. ``rate`` (per (seed, t, c); in
+    secure mode from the server's OS CSPRNG, never recorded)."""
     if rate >= 1:
         return np.ones(clients, bool)
+    if rng.check_mode(randomness) == "secure":
+        return rng.secure_uniform(clients) < rate
     s = rng.derive_seeds(seed, round, np.arange(clients), 0x5A3)
     return rng.uniform(s, "participation", 1)[:, 0] < rate
 
 
 def encoder_seeds(seed: int, round: int, clients: np.ndarray) -> np.ndarray:
-    """Private per-client encoding seeds for a round."""
+    """Per-client encoding seeds for a round in reproducible mode (known to whoever holds ``seed``)."""
     return rng.derive_seeds(seed, round, np.asarray(clients, dtype=np.int64), 0xE4C)
+
+
+def client_coins(randomness: str, seed: int, round: int, clients: np.ndarray) -> np.ndarray | None:
+    """Each client's secret for a round: ``None`` in reproducible mode (minibatches and encoding
+    coins are derived from ``(seed, round, client)``), or, in secure mode, a fresh 256-bit key per
+    client drawn from the OS CSPRNG **on the client**; it keys both its record sampling and its
+    encoding coins (ChaCha20, :mod:`sstq_fl.rng`) and is never sent, stored or logged."""
+    if rng.check_mode(randomness) == "secure":
+        return rng.fresh_keys(len(clients))
+    return None

@@ -116,8 +116,7 @@ def test_commands_parse_with_flowers_own_argument_parsers(role):
 
 
 def test_launch_environment_defaults_yield_to_the_callers():
-    assert launch.environment("supernode", {})["SSTQ_FL_CLIENT_STATS"] == "0"  # the server learns the wire bytes alone
-    assert launch.environment("supernode", {"SSTQ_FL_CLIENT_STATS": "1"})["SSTQ_FL_CLIENT_STATS"] == "1"
+    assert launch.environment("supernode", {"FLWR_TELEMETRY_ENABLED": "1"})["FLWR_TELEMETRY_ENABLED"] == "1"
     sl = launch.environment("superlink", {"X": "y"})
     assert sl["X"] == "y" and sl["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] == "1" and sl["FLWR_DISABLE_UPDATE_CHECK"] == "1"
 

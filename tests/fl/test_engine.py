@@ -97,8 +97,10 @@ def test_kill_9_then_resume_matches_uninterrupted(tmp_path):
     assert same_rounds(got["rounds"], ref["rounds"]) and got["final"]["epsilon_total"] == ref["final"]["epsilon_total"]
 
 
-def test_nan_gradients_are_rejected_and_the_round_goes_on(tmp_path):
-    tr = Trainer(RunConfig(encoder="sstq-flat:b=4", **LSQ))
+def test_a_nan_gradient_is_encoded_as_the_null_input_not_declined(tmp_path):
+    """A client with a non-finite gradient sends the encoding of the public null input 0, like any other
+    message (declining would be a data-dependent signal); only opt-in diagnostics count it."""
+    tr = Trainer(RunConfig(encoder="sstq-flat:b=4", diagnostics=True, **LSQ))
     orig = tr.task.client_grads
 
     def poisoned(theta, xb, yb):
@@ -109,17 +111,31 @@ def test_nan_gradients_are_rejected_and_the_round_goes_on(tmp_path):
     tr.task.client_grads = poisoned  # type: ignore[method-assign]
     m = tr.train(tmp_path / "n", progress=False)
     r = m["rounds"][0]
-    assert r["dropped"] and "non-finite" in r["dropped"][0]["reason"]
+    assert r["dropped"] == [] and r["encode_stats"]["nonfinite_gradients"] == 1.0
     assert np.isfinite(m["final"]["distance_to_optimum"])
+    zero = Trainer(RunConfig(encoder="sstq-flat:b=4", **LSQ))
+    theta = zero.task.init_params(0)
+    nan_blobs, stats = tr.client_messages(theta, 1, np.arange(3))
+    assert stats["nonfinite_gradients"] == 1.0
+    zero.task.client_grads = lambda th, xb, yb: orig(th, xb, yb) * torch.tensor([0.0, 1.0, 1.0])[:, None]
+    assert nan_blobs == zero.client_messages(theta, 1, np.arange(3))[0]  # byte-identical to encoding 0
+    assert zero.client_messages(theta, 1, np.arange(3))[1] == {}  # no diagnostics unless asked for
 
 
 def test_budget_refusal_and_sampling_labels(tmp_path):
     with pytest.raises(BudgetExceededError, match="budget"):
         run(RunConfig(encoder="sstq-flat", budget_epsilon=5.0, **LSQ), tmp_path / "x", progress=False)
-    m = run(RunConfig(encoder="sstq-flat", sampling_rate=0.3, **LSQ), tmp_path / "y", progress=False)
+    m = run(RunConfig(encoder="sstq-flat", sampling_rate=0.3, randomness="secure", **LSQ), tmp_path / "y", progress=False)
     assert 0 < np.mean([r["clients"] for r in m["rounds"]]) < 20
     assert "does not learn" in m["final"]["epsilon_amplified"]["threat_model"]
     assert m["final"]["epsilon_amplified"]["epsilon"] < m["final"]["epsilon_total"] or m["final"]["epsilon_total"] < 36
+    # with participation derived from the recorded seed, no amplified figure is claimed
+    m = run(RunConfig(encoder="sstq-flat", sampling_rate=0.3, **LSQ), tmp_path / "z", progress=False)
+    assert m["final"]["epsilon_amplified"]["epsilon"] is None and "seed" in m["final"]["epsilon_amplified"]["reason"]
+    with pytest.raises(ValueError, match="budget epsilon must be positive"):
+        RunConfig(budget_epsilon=0.0)
+    with pytest.raises(ValueError, match="only with randomness=reproducible"):
+        RunConfig(randomness="secure", diagnostics=True)
 
 
 @pytest.mark.skipif(not os.path.isdir("/usr/share/datasets/fashion-mnist"), reason="dataset-fashion-mnist not installed")

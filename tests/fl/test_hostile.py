@@ -36,7 +36,7 @@ T = 1
 
 def _cfg(encoder: str) -> RunConfig:
     return RunConfig(task="lsq", dim=20, n=400, clients=3, batch=20, clip=1.0, lr=0.5, rounds=2, encoder=encoder,
-                     engine="flower")
+                     engine="flower", diagnostics=True)
 
 
 def _strategy(tmp: Path, encoder: str) -> SstqFedAvg:
@@ -65,7 +65,7 @@ def _honest(encoder: str) -> dict[int, dict[str, Any]]:
     theta = tr.task.init_params(tr.cfg.seed)
     out = {}
     for c in NODES:
-        _, blobs, _, stats = tr.client_messages(theta, T, np.array([c]))
+        blobs, stats = tr.client_messages(theta, T, np.array([c]))
         out[c] = {"partition-id": c, "round": T, "blob": blobs[0], "stats": json.dumps(stats)}
     return out
 
