@@ -35,7 +35,8 @@ def test_encode_speed_small(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [r["encoder"] for r in rows] == ["sstq-flat", "vqsgd"]
     for r in rows:
-        assert {"encoder", "encode_s_per_round", "aggregate_s_per_round", "loop_encode_s_per_round", "device"} <= set(r)
+        assert {"encoder", "encode_s_per_round", "aggregate_s_per_round", "loop_encode_s_per_round", "device",
+                "secure_encode_s_per_round", "secure_over_reproducible"} <= set(r)
 
 
 def test_errors_are_reported_not_raised(capsys):

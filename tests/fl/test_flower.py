@@ -61,7 +61,9 @@ def test_flower_engine_attaches_to_an_existing_ray_cluster(tmp_path):
 def test_a_client_that_times_out_is_left_out_and_the_run_goes_on(tmp_path, monkeypatch):
     monkeypatch.setenv("SSTQ_FL_FAULTS", json.dumps([{"client": 2, "round": 2, "kind": "sleep:20"}]))
     monkeypatch.setenv("SSTQ_FL_ROUND_TIMEOUT", "8")
-    res = run(RunConfig(engine="flower", **{**CFG, "rounds": 3}), tmp_path / "slow", progress=False)
+    # in secure mode (client keys drawn inside the ClientApps, participants from the server's CSPRNG)
+    res = run(RunConfig(engine="flower", randomness="secure", **{**CFG, "rounds": 3}), tmp_path / "slow", progress=False)
     r2 = res["rounds"][1]
     assert [d["client"] for d in r2["dropped"]] == [2] and "timeout" in r2["dropped"][0]["reason"]
     assert len(res["rounds"]) == 3 and np.isfinite(res["final"]["distance_to_optimum"])
+    assert res["randomness"]["mode"] == "secure" and all("encode_stats" not in r for r in res["rounds"])
