@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import atomic_write_bytes, atomic_write_json, run_meta
+from ..rng import REPRODUCIBLE_WARNING
 from .engine import RunConfig, run
 
 DEFAULT_ENCODERS = ["clean", "privunit", "sqkr", "sstq-flat:b=4", "sstq-flat:b=4,codebook=optimized", "sstq-ma:b=4",
@@ -36,9 +37,17 @@ def compare(base: RunConfig, encoders: list[str], out: str | Path, resume: bool 
              "wall_s": m["final"]["wall_s"]} for s, m in results.items()]
     summary = {"config": {k: v for k, v in vars(base).items() if k != "encoder"}, "rows": rows, "meta": run_meta()}
     atomic_write_json(out / "comparison.json", summary)
-    atomic_write_bytes(out / "comparison.md", markdown(rows).encode())
-    plot_comparison(results, out / "comparison.png")
+    atomic_write_bytes(out / "comparison.md", (markdown(rows) + _randomness_line(base)).encode())
+    plot_comparison(results, out / "comparison.png", base)
     return summary
+
+
+def _randomness_line(base: RunConfig) -> str:
+    """What the table's ε means for this run's randomness mode (and that train_loss is a diagnostic)."""
+    note = ("the client keys and the server's sampling came from OS CSPRNGs" if base.randomness == "secure"
+            else REPRODUCIBLE_WARNING)
+    return (f"\nrandomness = {base.randomness}: {note}.  train_loss is a non-private simulation diagnostic "
+            f"(pooled private training data).\n")
 
 
 def _metric_name(m: dict[str, Any]) -> str:
@@ -57,7 +66,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_comparison(results: dict[str, dict[str, Any]], path: Path) -> None:
+def plot_comparison(results: dict[str, dict[str, Any]], path: Path, base: RunConfig) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -72,13 +81,15 @@ def plot_comparison(results: dict[str, dict[str, Any]], path: Path) -> None:
         ax[2].scatter([m["final"]["bits_per_client"]], [_metric(m)], label=spec)
         ax[2].annotate(spec.split(":")[0], (m["final"]["bits_per_client"], _metric(m)), fontsize=7)
     key = _metric_name(next(iter(results.values())))
-    ax[0].set(xlabel="round", ylabel="training loss", yscale="log")
+    ax[0].set(xlabel="round", ylabel="training loss (non-private diagnostic)", yscale="log")
     ax[1].set(xlabel="round", ylabel=key.replace("_", " "))
     ax[2].set(xlabel="bits per client per round", ylabel=f"final {key.replace('_', ' ')}", xscale="log")
     if key == "distance_to_optimum":
         ax[1].set_yscale("log")
         ax[2].set_yscale("log")
     ax[1].legend(fontsize=7)
+    fig.suptitle(f"sstq-fl compare: {base.task}, {base.clients} clients, {base.rounds} rounds, eps={base.epsilon}, "
+                 f"engine {base.engine}, randomness {base.randomness}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -129,7 +129,9 @@ class Trainer:
                        else dirichlet_shards(y.numpy(), cfg.clients, cfg.alpha, cfg.seed))
         self.ledger = PrivacyLedger("replace_one", notes={"threat_model": "identified: the server sees each client's "
                                                           "messages; epsilon is that of the client who joined most rounds",
-                                                          "encoder": self.enc.spec, "randomness": cfg.randomness})
+                                                          "encoder": self.enc.spec, "randomness": cfg.randomness,
+                                                          **({"randomness_warning": REPRODUCIBLE_WARNING}
+                                                             if cfg.randomness == "reproducible" else {})})
         self.ledger.start([(self.enc.privacy_event(), cfg.rounds)],
                           Budget(cfg.budget_epsilon, cfg.delta) if cfg.budget_epsilon else None)
 
