@@ -4,6 +4,11 @@ A ``train`` message names a registered client task, carries the broadcast arrays
 (``ArrayRecord``) and scalars (``ConfigRecord``: the task's config as JSON, the workload's
 data spec, seed and round).  The client loads **its own** partition of the private records,
 runs the task and replies with arrays only: no pickle, nothing executable crosses the wire.
+
+The task config carries the run's randomness mode.  In ``secure`` mode the task's protective
+coins (record sampling, randomized response) come from a key this client draws from its own OS
+CSPRNG for the request (:class:`sstq_fl.gen.runner.ClientContext`); the key never leaves the
+client and is never logged, so the server's seed says nothing about them.
 """
 
 from __future__ import annotations

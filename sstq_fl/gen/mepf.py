@@ -357,6 +357,24 @@ def contribution_bound(moments: Sequence[int] = (1,), labelled: bool = True) -> 
     return math.sqrt(1 + m) if labelled else math.sqrt(m)
 
 
+def replace_one_sensitivity(moments: Sequence[int] = (1,)) -> float:
+    """Replace-one L2 sensitivity Δ of the labelled release (counts, per-class sums of m unit-norm moments).
+
+    A record (y, φ) adds v(y, φ) = (e_y, φ₁⊗e_y, …, φ_m⊗e_y) with ‖φ_k‖ ≤ 1 (spec §4.1 step 4; Harder et al.,
+    TMLR 2023).  Replacing it by (y', φ') moves the released vector by d = v(y', φ') − v(y, φ):
+
+    * y = y': the count coordinates cancel and d = ((φ'_k − φ_k)⊗e_y)_k, so ‖d‖² = Σ_k ‖φ'_k − φ_k‖² ≤ 4m,
+      i.e. ‖d‖ ≤ 2√m, attained by φ' = −φ;
+    * y ≠ y': e_y and e_{y'} (and the rows y, y') are orthogonal, so ‖d‖² = 2 + Σ_k (‖φ_k‖² + ‖φ'_k‖²) ≤ 2 + 2m,
+      attained by any unit moments.
+
+    Hence Δ = max(√(2(1+m)), 2√m): 2 for m = 1, 2√2 for m = 2, against the generic 2b = 2√(1+m) of the
+    triangle inequality (2√2 and 2√3).  The Gaussian mechanism with std σ·Δ/2 is then GaussianEvent(σ).
+    """
+    m = len(check_moments(moments))
+    return max(math.sqrt(2 * (1 + m)), 2 * math.sqrt(m))
+
+
 def class_sums(emb: ArrayLike, labels: ArrayLike, num_classes: int,
                moments: Sequence[int] | None = None) -> tuple[Tensor, Tensor]:
     """A client's labelled sufficient statistics: ``counts`` float64 ``[K]`` and ``sums`` float64 ``[K, m·D]``,

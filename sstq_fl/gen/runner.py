@@ -20,19 +20,32 @@ Three release shapes cover the three pipelines:
 
 Client work is a registered, named task (:func:`register_client_task`) run by a
 :class:`ClientPool`: in-process (:class:`InProcessPool`) or on Flower + Ray
-(``strategies.gen_server.FlowerPool``).  A task depends only on its arguments, the client's
-own records and a seed derived from ``(seed, stage, round, client)``, so both pools give
-the same numbers.  Only numpy arrays and scalars cross the client/server boundary.
+(``strategies.gen_server.FlowerPool``).  Only numpy arrays and scalars cross the
+client/server boundary.
+
+Randomness (``randomness=``, :data:`sstq_fl.rng.RANDOMNESS_MODES`):
+
+* ``secure`` (what a published ε needs): the server's Gaussian noise is
+  :func:`~sstq_fl.rng.secure_normal` and its shuffles :func:`~sstq_fl.rng.secure_permutation`
+  (OS CSPRNG; nothing derived from the seed, nothing recorded); each client draws a fresh
+  256-bit key from its own OS CSPRNG (:func:`~sstq_fl.rng.fresh_keys`), never sends or logs
+  it, and derives its protective coins (Poisson sampling, randomized response) from it with
+  ChaCha20.  Whoever holds the seed learns nothing about the noise.
+* ``reproducible`` (simulation research): every draw derives from ``(seed, stage, round,
+  client)``, so runs repeat and both pools give the same numbers, but **no privacy guarantee
+  holds against whoever holds the seed** (:data:`~sstq_fl.rng.REPRODUCIBLE_WARNING`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -40,6 +53,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import rng
+from ..privacy import ledger as ledger_module
+from ..privacy.dataset_ledger import DatasetLedger, dataset_digest
 from ..privacy.events import GaussianEvent, PoissonSampledEvent, PrivacyEvent
 from ..privacy.ledger import PrivacyLedger
 from ..rng import derive_seed, stream_id
@@ -84,6 +100,15 @@ class WorkloadData:
     def n_decl(self) -> int:
         return int(_records(self.to_json())[1].shape[0])
 
+    @property
+    def digest(self) -> str:
+        """The private data set's digest (:func:`~sstq_fl.privacy.dataset_ledger.dataset_digest` of the whole
+        source split: ``priv_train``, FMNIST train or the synthetic set), which keys its dataset ledger.
+
+        The whole split, not the kept ``records`` subset: subsets overlap, so a record's cumulative loss is
+        bounded only by charging every run on any subset of the split to one ledger."""
+        return _source_digest(self.to_json())
+
     def client_records(self, cid: int) -> tuple[np.ndarray, np.ndarray]:
         """Client ``cid``'s own records ``(x [n,1,28,28] in [0,1], y)``."""
         if not 0 <= cid < self.clients:
@@ -114,21 +139,42 @@ def _stratified_subset(y: np.ndarray, k: int, seed: int) -> np.ndarray:
     return np.sort(np.asarray(keep, dtype=np.int64))
 
 
-@lru_cache(maxsize=4)
-def _records(spec: str) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-    from .data import load_private_split, partition_records
-
+def _source_key(spec: str) -> str:
+    """The part of a data spec that names the source split (not the subset or the partition)."""
     d = json.loads(spec)
+    synthetic = d["dataset"] == "synthetic"
+    return json.dumps({"dataset": d["dataset"], "data_path": d["data_path"], "records": d["records"] if synthetic else 0,
+                       "seed": d["seed"] if synthetic else 0}, sort_keys=True)
+
+
+@lru_cache(maxsize=2)
+def _source(key: str) -> tuple[np.ndarray, np.ndarray]:
+    """The whole private source split named by :func:`_source_key`."""
+    from .data import load_private_split
+
+    d = json.loads(key)
     if d["dataset"] == "synthetic":
-        x, y = synthetic_records(d["records"] or 400, d["seed"])
-    elif d["dataset"] == "fmnist":
+        return synthetic_records(d["records"] or 400, d["seed"])
+    if d["dataset"] == "fmnist":
         from ..data.idx import load_fashion_mnist
 
         xtr, ytr, _, _ = load_fashion_mnist(d["data_path"] or None)
-        x, y = (np.asarray(xtr, np.float32).reshape(-1, 1, 28, 28) / (255.0 if xtr.max() > 1 else 1.0)), np.asarray(ytr)
-    else:
-        split = load_private_split(d["data_path"] or None)
-        x, y = split.train_x, split.train_y
+        return (np.asarray(xtr, np.float32).reshape(-1, 1, 28, 28) / (255.0 if xtr.max() > 1 else 1.0)), np.asarray(ytr)
+    split = load_private_split(d["data_path"] or None)
+    return split.train_x, split.train_y
+
+
+@lru_cache(maxsize=4)
+def _source_digest(spec: str) -> str:
+    return dataset_digest(*_source(_source_key(spec)))
+
+
+@lru_cache(maxsize=4)
+def _records(spec: str) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    from .data import partition_records
+
+    d = json.loads(spec)
+    x, y = _source(_source_key(spec))
     if d["records"] and d["records"] < len(y):
         keep = _stratified_subset(y, d["records"], d["seed"])
         x, y = x[keep], y[keep]
@@ -140,7 +186,15 @@ def _records(spec: str) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
 # ----------------------------------------------------------------------------- client tasks
 @dataclass
 class ClientContext:
-    """One client's view of one task: its id, its records and its private randomness."""
+    """One client's view of one task: its id, its records and its private randomness.
+
+    Protective coins (record sampling, randomized response) come from :meth:`uniform` and
+    :meth:`randint`.  ``randomness="secure"``: a fresh 256-bit key from this client's OS CSPRNG
+    (:func:`sstq_fl.rng.fresh_keys`, drawn on the client, never sent back, never logged), expanded
+    by ChaCha20 with one keystream per draw (``stage#k``), so no two draws share coins.
+    ``randomness="reproducible"``: the stage's :meth:`generator`, exactly as before the modes
+    existed (same numbers).
+    """
 
     cid: int
     x: np.ndarray
@@ -148,12 +202,54 @@ class ClientContext:
     seed: int
     round: int
     device: str = "cpu"
+    randomness: str = "reproducible"
+    _key: np.ndarray | None = field(default=None, init=False, repr=False)
+    _generators: dict[str, torch.Generator] = field(default_factory=dict, init=False, repr=False)
+    _draws: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        rng.check_mode(self.randomness)
+
+    @property
+    def secure(self) -> bool:
+        return self.randomness == "secure"
 
     def generator(self, stage: str) -> torch.Generator:
-        """The client's own RNG for ``(seed, stage, round, client)`` (independent of scheduling)."""
-        g = torch.Generator(device="cpu")
-        g.manual_seed(derive_seed(self.seed, stream_id(stage), self.round, self.cid) % (2**63))
-        return g
+        """The client's torch RNG for ``stage`` in this request (one object per stage: draws continue it).
+
+        Reproducible: seeded by ``(seed, stage, round, client)`` (independent of scheduling).  Secure:
+        seeded from ``os.urandom``, for **non-protective** randomness only (e.g. per-example training
+        noise inside the clipped loss): a 64-bit torch seed is not a key, so protective coins must come
+        from :meth:`uniform` / :meth:`randint` instead."""
+        if stage not in self._generators:
+            g = torch.Generator(device="cpu")
+            seed = int.from_bytes(os.urandom(8), "little") if self.secure else \
+                derive_seed(self.seed, stream_id(stage), self.round, self.cid)
+            g.manual_seed(seed % (2**63))
+            self._generators[stage] = g
+        return self._generators[stage]
+
+    def _stream(self, stage: str) -> tuple[np.ndarray, str]:
+        """This client's secret key (drawn once per request) and a fresh stream name for the next draw."""
+        if self._key is None:
+            self._key = rng.fresh_keys(1)
+        k = self._draws.get(stage, 0)
+        self._draws[stage] = k + 1
+        return self._key, f"{stage}#{k}"
+
+    def uniform(self, stage: str, n: int) -> np.ndarray:
+        """``n`` protective uniforms in ``[0, 1)`` (ChaCha20 under the client's key, or the stage generator)."""
+        if not self.secure:
+            return torch.rand(n, generator=self.generator(stage)).numpy()
+        return rng.uniform(*self._stream(stage), n)[0]
+
+    def randint(self, stage: str, n: int, low: int, high: int) -> np.ndarray:
+        """``n`` protective integers uniform on ``{low, …, high−1}`` (as :meth:`uniform`)."""
+        if high <= low:
+            raise ValueError(f"randint needs low < high, got {low}, {high}")
+        if not self.secure:
+            return torch.randint(low, high, (n,), generator=self.generator(stage)).numpy()
+        return low + rng.randint(*self._stream(stage), n, high - low)[0]
 
 
 ClientTask = Callable[[ClientContext, Arrays, dict[str, Scalar]], Arrays]
@@ -186,7 +282,8 @@ def run_client_task(data: WorkloadData, cid: int, task: str, payload: Arrays, co
                     seed: int, round: int) -> Arrays:
     """What a client does for one request (the same code in-process and in the Flower ClientApp)."""
     x, y = data.client_records(cid)
-    ctx = ClientContext(cid, x, y, seed, round, str(config.get("device", "cpu")))
+    ctx = ClientContext(cid, x, y, seed, round, str(config.get("device", "cpu")),
+                        str(config.get("randomness", "reproducible")))
     out = client_task(task)(ctx, payload, config)
     for k, v in out.items():
         if not np.all(np.isfinite(v)):
@@ -225,12 +322,17 @@ def _sum_outputs(outs: dict[int, Arrays]) -> Arrays:
 
 
 class DPRunner:
-    """Executes a pipeline's releases on a :class:`ClientPool` and charges each to the ledger."""
+    """Executes a pipeline's releases on a :class:`ClientPool` and charges each to the ledger.
 
-    def __init__(self, pool: ClientPool, pipeline: str, relation: str, seed: int = 0, run_id: str | None = None):
+    ``randomness`` (``secure`` or ``reproducible``, see the module docstring) travels to every
+    client in the task config and chooses the server's noise and shuffle sources."""
+
+    def __init__(self, pool: ClientPool, pipeline: str, relation: str, seed: int = 0, run_id: str | None = None,
+                 randomness: str = "secure"):
         self.pool, self.pipeline, self.seed = pool, pipeline, seed
+        self.randomness = rng.check_mode(randomness)
         self.run_id = run_id or uuid.uuid4().hex[:12]
-        self.ledger = PrivacyLedger(relation, notes={"pipeline": pipeline, "run_id": self.run_id,
+        self.ledger = PrivacyLedger(relation, notes={"pipeline": pipeline, "run_id": self.run_id, "randomness": randomness,
                                                      "guarantee": "record-level", "data": asdict(pool.data)})
         self._round = 0
 
@@ -238,36 +340,65 @@ class DPRunner:
     def n_decl(self) -> int:
         return self.pool.data.n_decl
 
+    def _map(self, task: str, payload: Arrays, config: dict[str, Scalar], round: int) -> dict[int, Arrays]:
+        return self.pool.map(task, payload, {**config, "randomness": self.randomness}, self.seed, round)
+
     def _server_noise(self, stage: str, round: int, shape: tuple[int, ...], std: float) -> np.ndarray:
-        rng = np.random.default_rng(derive_seed(self.seed, stream_id("server-noise:" + stage), round))
-        return rng.normal(0.0, std, size=shape)
+        """``N(0, std² I)``: OS-CSPRNG noise (secure), or seeded by ``(seed, stage, round)`` (reproducible)."""
+        if self.randomness == "secure":
+            return rng.secure_normal(shape, std)
+        g = np.random.default_rng(derive_seed(self.seed, stream_id("server-noise:" + stage), round))
+        return g.normal(0.0, std, size=shape)
+
+    def _permutation(self, stage: str, n: int) -> np.ndarray:
+        if self.randomness == "secure":
+            return rng.secure_permutation(n)
+        return np.random.default_rng(derive_seed(self.seed, stream_id("shuffle:" + stage))).permutation(n)
 
     def _record(self, event: PrivacyEvent, stage: str, meta: dict[str, Any], outs: dict[int, Arrays]) -> None:
         from .. import __version__
 
         self.ledger.record(event, meta={"run_id": self.run_id, "pipeline": self.pipeline, "stage": stage,
                                         "relation": self.ledger.relation, "client_ids": sorted(outs),
-                                        "code_version": __version__, **meta})
+                                        "randomness": self.randomness, "code_version": __version__, **meta})
 
-    def additive_release(self, stage: str, task: str, payload: Arrays, config: dict[str, Scalar], bound: float,
-                         noise_multiplier: float, normalize: bool = False) -> Arrays:
-        """Σ over clients of the task's arrays (each record's joint contribution ≤ ``bound``), plus
-        ``N(0, (noise_multiplier·bound)² I)`` on the concatenation, once; ÷ ``N_decl`` if ``normalize``."""
+    def _noise_std(self, bound: float, noise_multiplier: float, sensitivity: float | None) -> tuple[float, float]:
+        """``(std, Δ)`` of an additive release.  ``GaussianEvent(σ)`` means ``N(0, σ²C²)`` with neighbouring
+        outputs ``2C`` apart under replace-one (``C`` under add/remove).  Without a declared sensitivity
+        ``C = bound``, so ``Δ = 2·bound`` (replace-one); a declared replace-one ℓ2 shift ``Δ ≤ 2·bound``
+        sets ``C = Δ/2``, i.e. ``std = σ·Δ/2``, and the event keeps its meaning."""
         if not (bound > 0 and noise_multiplier > 0):
             raise ValueError(f"bound and noise multiplier must be positive, got {bound}, {noise_multiplier}")
-        outs = self.pool.map(task, payload, {**config, "bound": bound}, self.seed, 0)
+        replace = self.ledger.relation == "replace_one"
+        if sensitivity is None:
+            return noise_multiplier * bound, (2 if replace else 1) * bound
+        if not replace:
+            raise ValueError(f"a declared sensitivity is a replace-one shift; this ledger is {self.ledger.relation}")
+        if not 0 < sensitivity <= 2 * bound * (1 + 1e-12):
+            raise ValueError(f"sensitivity must be in (0, 2*bound] = (0, {2 * bound:.6g}], got {sensitivity}")
+        return noise_multiplier * sensitivity / 2, sensitivity
+
+    def additive_release(self, stage: str, task: str, payload: Arrays, config: dict[str, Scalar], bound: float,
+                         noise_multiplier: float, normalize: bool = False, sensitivity: float | None = None) -> Arrays:
+        """Σ over clients of the task's arrays (each record's joint contribution clipped to ``bound`` on the
+        client), plus ``N(0, std² I)`` on the concatenation, once; ÷ ``N_decl`` if ``normalize``.
+
+        ``std = σ·bound``, or ``σ·Δ/2`` when the caller declares the release's replace-one ℓ2 sensitivity
+        ``Δ`` (max over neighbouring data sets of ‖f(D) − f(D')‖₂, at most ``2·bound`` by the triangle
+        inequality); either way ``GaussianEvent(σ)`` is charged (:meth:`_noise_std`)."""
+        std, shift = self._noise_std(bound, noise_multiplier, sensitivity)
+        outs = self._map(task, payload, {**config, "bound": bound}, 0)
         sums = _sum_outputs(outs)
-        std = noise_multiplier * bound
         noisy = {k: v + self._server_noise(stage + ":" + k, 0, v.shape, std) for k, v in sums.items()}
-        self._record(GaussianEvent(noise_multiplier), stage, {"contribution_bound": bound, "std": std, "q": None,
-                                                              "count": 1, "eps0": None}, outs)
+        self._record(GaussianEvent(noise_multiplier), stage, {"contribution_bound": bound, "sensitivity": shift,
+                                                              "std": std, "q": None, "count": 1, "eps0": None}, outs)
         return {k: v / self.n_decl for k, v in noisy.items()} if normalize else noisy
 
     def non_private_sum(self, stage: str, task: str, payload: Arrays, config: dict[str, Scalar], bound: float) -> Arrays:
         """The same sums **without noise** (a non-private reference); the ledger records it as such (ε = ∞)."""
         from ..privacy.events import NonPrivateEvent
 
-        outs = self.pool.map(task, payload, {**config, "bound": bound}, self.seed, 0)
+        outs = self._map(task, payload, {**config, "bound": bound}, 0)
         self._record(NonPrivateEvent("non-private reference: sums released without noise"), stage,
                      {"contribution_bound": bound, "std": 0.0, "q": None, "count": 1, "eps0": None}, outs)
         return _sum_outputs(outs)
@@ -278,7 +409,7 @@ class DPRunner:
         if not (0 < q <= 1 and clip > 0 and noise_multiplier > 0):
             raise ValueError(f"need 0 < q <= 1, clip > 0, noise multiplier > 0; got {q}, {clip}, {noise_multiplier}")
         self._round += 1
-        outs = self.pool.map(task, params, {**config, "q": q, "clip": clip}, self.seed, self._round)
+        outs = self._map(task, params, {**config, "q": q, "clip": clip}, self._round)
         sums = _sum_outputs(outs)
         std = noise_multiplier * clip
         grads = {k: (v + self._server_noise(stage + ":" + k, self._round, v.shape, std)) / (q * self.n_decl)
@@ -291,10 +422,10 @@ class DPRunner:
                              per_record_event: PrivacyEvent, eps0: float | None = None) -> Arrays:
         """Clients privatise their own records (the task applies ``per_record_event``'s mechanism to
         each record) and upload sanitised rows; the server concatenates and shuffles them."""
-        outs = self.pool.map(task, payload, config, self.seed, 0)
+        outs = self._map(task, payload, config, 0)
         rows = {k: np.concatenate([np.asarray(outs[c][k]) for c in sorted(outs)]) for k in next(iter(outs.values()))}
         n = len(next(iter(rows.values())))
-        perm = np.random.default_rng(derive_seed(self.seed, stream_id("shuffle:" + stage))).permutation(n)
+        perm = self._permutation(stage, n)
         self._record(per_record_event, stage, {"contribution_bound": None, "std": None, "q": None, "count": 1,
                                                "eps0": eps0, "records": n}, outs)
         return {k: v[perm] for k, v in rows.items()}
@@ -305,12 +436,32 @@ class DPRunner:
 
         self.ledger.record(PublicDataEvent(), subset="public", note=f"{stage}: {note}")
 
-    def finish(self, out: Path, delta: float) -> dict[str, Any]:
-        """Write ``out/transcript.jsonl`` (replayable) and return ``{epsilon, delta, relation}``."""
-        self.ledger.write_transcript(out / "transcript.jsonl", delta=delta)
+    def finish(self, out: Path, delta: float, dataset: DatasetLedger | None = None) -> dict[str, Any]:
+        """Write ``out/transcript.jsonl`` (replayable), append this run to ``dataset``'s ledger (if given) and
+        return ``{epsilon, delta, relation, randomness, privacy_transcript[, dataset_epsilon_cumulative, …]}``."""
+        complete = getattr(self.ledger, "mark_complete", None)
+        if callable(complete):
+            complete()
+        path = out / "transcript.jsonl"
+        self.ledger.write_transcript(path, delta=delta)
         eps = self.ledger.epsilon(delta)
-        return {"epsilon": eps if math.isfinite(eps) else None, "delta": delta, "relation": self.ledger.relation,
-                "accountant": "pld"}
+        res: dict[str, Any] = {"epsilon": eps if math.isfinite(eps) else None, "delta": delta,
+                               "relation": self.ledger.relation, "accountant": "pld", "randomness": self.randomness,
+                               "privacy_transcript": _transcript_binding(path)}
+        if self.randomness == "reproducible":
+            res["randomness_warning"] = rng.REPRODUCIBLE_WARNING
+        if dataset is not None:
+            res.update(dataset.append(self.ledger, self.run_id, self.pipeline, delta, self.randomness))
+        return res
+
+
+def _transcript_binding(path: Path) -> dict[str, Any]:
+    """What binds metrics.json to its transcript: the ledger module's ``transcript_binding`` where it exists,
+    else the transcript's path and sha256."""
+    binding = getattr(ledger_module, "transcript_binding", None)
+    if callable(binding):
+        return dict(binding(path))
+    return {"path": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
 
 
 def run_workload(pipeline: Callable[[ClientPool], dict[str, Any]], data: WorkloadData, engine: str = "inprocess",

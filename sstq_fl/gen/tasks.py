@@ -84,15 +84,16 @@ def per_example_clipped_sum(model: nn.Module, params: dict[str, torch.Tensor], x
 
 @register_client_task("dpsgd.clipped_sum")
 def dpsgd_clipped_sum(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]) -> Arrays:
-    """Poisson-sample own records at rate ``q`` (own RNG), return the sum of per-example gradients
-    clipped to ``clip``: a zero vector when nothing was sampled, never a count (spec §1.3).
+    """Poisson-sample own records at rate ``q`` (the client's protective coins, :meth:`ClientContext.uniform`:
+    its own secret key in secure mode), return the sum of per-example gradients clipped to ``clip``: a zero
+    vector when nothing was sampled, never a count (spec §1.3).
 
     A model with ``draw_noise(n, generator) -> Tensor`` gets each example's random draws from the
-    client's own RNG (reproducible whatever the scheduling)."""
+    client's own ``generator("poisson")`` (non-protective: they are part of the clipped loss)."""
     model = build_model(config).to(ctx.device)
     params = {k: torch.as_tensor(v, device=ctx.device) for k, v in payload.items()}
+    take = ctx.uniform("poisson", len(ctx.y)) < float(config["q"])
     g = ctx.generator("poisson")
-    take = (torch.rand(len(ctx.y), generator=g) < float(config["q"])).numpy()
     x = torch.as_tensor(ctx.x[take], device=ctx.device)
     y = torch.as_tensor(ctx.y[take], device=ctx.device)
     draw = getattr(model, "draw_noise", None)
@@ -120,11 +121,11 @@ def class_pixel_sums(ctx: ClientContext, payload: Arrays, config: dict[str, Scal
 def label_randomized_response(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]) -> Arrays:
     """k-ary randomized response on each own record's label (Warner 1965): keep ``y`` with
     probability ``e^ε/(e^ε+k−1)``, else report one of the other ``k−1`` labels uniformly, so
-    every output has probability ratio ≤ ``e^ε`` between any two inputs."""
+    every output has probability ratio ≤ ``e^ε`` between any two inputs.  The coins are the client's
+    protective draws (:meth:`ClientContext.uniform`, :meth:`ClientContext.randint`)."""
     eps, k = float(config["epsilon"]), int(config.get("classes", 10))
-    g = ctx.generator("label-rr")
-    keep = torch.rand(len(ctx.y), generator=g).numpy() < np.exp(eps) / (np.exp(eps) + k - 1)
-    shift = torch.randint(1, k, (len(ctx.y),), generator=g).numpy()
+    keep = ctx.uniform("label-rr", len(ctx.y)) < np.exp(eps) / (np.exp(eps) + k - 1)
+    shift = ctx.randint("label-rr", len(ctx.y), 1, k)
     return {"labels": np.where(keep, ctx.y, (ctx.y + shift) % k).astype(np.int64)}
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from sstq_fl import rng
 from sstq_fl.cli import main as cli
 from sstq_fl.gen.dp_mepf import MepfConfig, calibrate_sigma, run_dp_mepf
 from sstq_fl.privacy.events import GaussianEvent
@@ -27,7 +28,8 @@ needs_data = pytest.mark.skipif(not _have_data(), reason="needs Fashion-MNIST (D
 
 def _tiny(tmp_path: Path, **kw) -> MepfConfig:
     base = dict(epsilon=1.0, clients=2, records=400, generator_steps=40, eval_samples=200, probe_epochs=1,
-                evaluator_epochs=1, public_records=3000, cache_dir=str(tmp_path / "cache"))
+                evaluator_epochs=1, public_records=3000, cache_dir=str(tmp_path / "cache"),
+                dataset_ledger=str(tmp_path / "dataset_ledger.jsonl"))
     return MepfConfig(**{**base, **kw})
 
 
@@ -55,12 +57,19 @@ def test_smoke_release_ledger_replay_and_metrics(tmp_path):
     m = run_dp_mepf(_tiny(tmp_path), tmp_path / "run")
     assert {"epsilon", "delta", "relation", "downstream_accuracy", "domain_fd", "records", "clients", "wall_s"} <= set(m)
     assert m["epsilon"] <= 1.0 and m["relation"] == "replace_one" and m["records"] == 400 and m["clients"] == 2
-    assert m["contribution_bound"] == pytest.approx(math.sqrt(2))
+    assert m["contribution_bound"] == pytest.approx(math.sqrt(2)) and m["sensitivity"] == pytest.approx(2.0)
+    assert m["noise_std"] == pytest.approx(m["sigma"])  # σ·Δ/2 with Δ = 2, not σ·√2 (the generic 2b shift)
+    assert m["randomness"] == "secure" and "randomness_warning" not in m
+    assert m["dataset_epsilon_cumulative"] == pytest.approx(m["epsilon"]) and m["dataset_ledger"]["runs"] == 1
     assert (tmp_path / "run" / "samples.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     lines = [json.loads(s) for s in (tmp_path / "run" / "transcript.jsonl").read_text().splitlines()]
+    assert lines[0]["notes"]["randomness"] == "secure"
     [release] = [x for x in lines if x.get("subset") == "private"]
     assert release["event"] == {"kind": "gaussian", "noise_multiplier": m["sigma"]}
-    assert release["meta"]["std"] == pytest.approx(m["sigma"] * math.sqrt(2)) and release["meta"]["client_ids"] == [0, 1]
+    assert release["meta"]["std"] == pytest.approx(m["sigma"]) and release["meta"]["sensitivity"] == pytest.approx(2.0)
+    assert release["meta"]["client_ids"] == [0, 1]
+    detail = m["evaluation"]["domain_fd_detail"]
+    assert detail["n_real"] == 200 and all(v is not None for v in detail["per_class_fd"].values())
     assert cli(["privacy", "replay", str(tmp_path / "run" / "transcript.jsonl")]) == 0
     assert 0 <= m["downstream_accuracy"] <= 1 and m["domain_fd"] >= 0
 
@@ -69,8 +78,11 @@ def test_smoke_release_ledger_replay_and_metrics(tmp_path):
 def test_references_non_private_and_public_only(tmp_path):
     inf = run_dp_mepf(_tiny(tmp_path, epsilon=math.inf), tmp_path / "inf")
     assert inf["epsilon"] is None and inf["sigma"] is None and "non-private" in inf["reference"]
-    pub = run_dp_mepf(_tiny(tmp_path, public_only=True), tmp_path / "pub")
+    assert inf["dataset_epsilon_cumulative"] is None and "infinite" in inf["dataset_ledger"]["note"]
+    pub = run_dp_mepf(_tiny(tmp_path, public_only=True, randomness="reproducible"), tmp_path / "pub")
     assert pub["epsilon"] == 0.0 and "public-only" in pub["reference"]
+    assert pub["dataset_ledger"]["runs"] == 1 and not pub["dataset_ledger"]["appended"]  # nothing private recorded
+    assert pub["randomness_warning"] == rng.REPRODUCIBLE_WARNING
     lines = (tmp_path / "pub" / "transcript.jsonl").read_text()
     assert '"subset": "private"' not in lines  # the zero-information reference touches no private record
 
@@ -79,7 +91,8 @@ def test_references_non_private_and_public_only(tmp_path):
 @needs_data
 def test_cpu_profile_end_to_end_beats_chance(tmp_path):
     """Spec §4.3 CPU profile (Φ 1 epoch on FMNIST, 2,000 MNIST records, 500 generator steps): ≤ 10 min."""
-    rc = cli(["gen", "dp-mepf", "--epsilon", "10", "--profile", "cpu", "--clients", "4", "--out", str(tmp_path)])
+    rc = cli(["gen", "dp-mepf", "--epsilon", "10", "--profile", "cpu", "--clients", "4", "--out", str(tmp_path),
+              "--dataset-ledger", str(tmp_path / "ledger.jsonl")])
     m = json.loads((tmp_path / "metrics.json").read_text())
     assert rc == 0 and m["wall_s"] < 600 and m["epsilon"] <= 10
     assert m["downstream_accuracy"] > 0.3 and m["generator_loss_first_last"][1] < m["generator_loss_first_last"][0]
@@ -88,6 +101,57 @@ def test_cpu_profile_end_to_end_beats_chance(tmp_path):
 @pytest.mark.slow
 @needs_data
 def test_flower_engine_gives_the_inprocess_release(tmp_path):
-    a = run_dp_mepf(_tiny(tmp_path), tmp_path / "a")
-    b = run_dp_mepf(_tiny(tmp_path, engine="flower"), tmp_path / "b")
+    a = run_dp_mepf(_tiny(tmp_path, randomness="reproducible"), tmp_path / "a")
+    b = run_dp_mepf(_tiny(tmp_path, engine="flower", randomness="reproducible"), tmp_path / "b")
     assert a["epsilon"] == b["epsilon"] and a["downstream_accuracy"] == pytest.approx(b["downstream_accuracy"], abs=1e-9)
+
+
+@needs_data
+def test_over_budget_runs_are_refused_before_any_private_record_is_read(tmp_path, monkeypatch, capsys):
+    from sstq_fl.gen import dp_mepf
+
+    ledger = tmp_path / "dataset_ledger.jsonl"
+    args = ["gen", "dp-mepf", "--epsilon", "1", "--records", "400", "--clients", "2", "--public-records", "3000",
+            "--dataset-ledger", str(ledger), "--out", str(tmp_path / "run")]
+    monkeypatch.setattr(dp_mepf, "public_extractor", lambda cfg, x, y: None)  # Φ is not needed to refuse
+    monkeypatch.setattr(dp_mepf, "release_statistics", lambda *a: pytest.fail("touched private data"))
+    assert cli([*args, "--dataset-budget-epsilon", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "over its budget 0.5" in err and not ledger.exists()
+    ledger.write_text("garbage\n")
+    assert cli(args) == 2 and "line 1 is not JSON" in capsys.readouterr().err
+
+
+def test_cli_randomness_and_ledger_options():
+    from sstq_fl.cli import build_parser
+
+    ns = build_parser().parse_args(["gen", "dp-mepf", "--epsilon", "1", "--out", "x"])
+    assert ns.randomness == "secure" and ns.dataset_ledger is None and ns.dataset_budget_epsilon is None
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["gen", "dp-mepf", "--epsilon", "1", "--out", "x", "--randomness", "fast"])
+    with pytest.raises(ValueError, match="randomness must be one of"):
+        MepfConfig(randomness="fast")
+    with pytest.raises(ValueError, match="dataset budget"):
+        MepfConfig(dataset_budget_epsilon=-1.0)
+
+
+def test_the_evaluation_uses_a_class_balanced_real_subset(tmp_path, monkeypatch):
+    """priv_test is sorted by class; the FD's real set used to be its prefix (the first classes only)."""
+    import numpy as np
+
+    from sstq_fl.gen import dp_mepf
+    from sstq_fl.gen.data import PrivateSplit
+    from sstq_fl.gen.mepf import Generator
+    from sstq_fl.gen.runner import WorkloadData, synthetic_records
+
+    x, y = synthetic_records(600, 0)
+    order = np.argsort(y, kind="stable")  # class-sorted, as split_private leaves priv_test
+    split = PrivateSplit(x[order], y[order], x[order], y[order])
+    data = WorkloadData(dataset="synthetic", clients=2, records=200, seed=0)
+    cfg = _tiny(tmp_path, eval_samples=300)
+    monkeypatch.setattr(dp_mepf, "membership_audit", lambda *a: {})
+    res = dp_mepf._evaluate(cfg, data, Generator(), split, tmp_path)
+    detail = res["domain_fd_detail"]
+    assert detail["n_real"] == 300 and all(v is not None for v in detail["per_class_fd"].values())
+    idx = dp_mepf.balanced_subset(split.test_y, 300, cfg.seed)
+    assert np.bincount(split.test_y[idx]).tolist() == [30] * 10

@@ -170,6 +170,34 @@ def test_domain_fd_orders_good_and_bad_samples(data, evaluator):
     assert one["per_class_fd"]["1"] is None and one["per_class_fd"]["0"] is not None
 
 
+def test_domain_fd_refuses_an_unbalanced_real_set(data, evaluator):
+    """priv_test is sorted by class: its prefix holds the first classes only, which the FD must refuse."""
+    _, (tx, ty) = data
+    order = np.argsort(ty, kind="stable")
+    sx, sy = tx[order], ty[order]
+    gx, gy = blobs(150, 2)
+    with pytest.raises(ValueError, match=r"classes \[5, 6, 7, 8, 9\] of the generated samples are absent"):
+        domain_fd(evaluator, sx[:150], sy[:150], gx, gy)
+    skew = np.concatenate([np.flatnonzero(sy == c)[: 3 if c == 9 else 30] for c in range(10)])
+    with pytest.raises(ValueError, match=r"classes \[9\] have fewer than half the mean count"):
+        domain_fd(evaluator, sx[skew], sy[skew], gx, gy)
+    idx = ev.balanced_indices(sy, 150, seed=0)
+    assert np.bincount(sy[idx], minlength=10).tolist() == [15] * 10
+    assert domain_fd(evaluator, sx[idx], sy[idx], gx, gy)["n_real"] == 150
+
+
+def test_balanced_indices_are_seeded_exact_and_checked():
+    y = np.repeat(np.arange(10), [30, 25, 40, 30, 30, 30, 30, 30, 30, 12])
+    a, b = ev.balanced_indices(y, 103, seed=1), ev.balanced_indices(y, 103, seed=1)
+    counts = np.bincount(y[a], minlength=10)
+    assert np.array_equal(a, b) and len(np.unique(a)) == 103 and set(counts.tolist()) == {10, 11}
+    assert not np.array_equal(a, ev.balanced_indices(y, 103, seed=2))
+    with pytest.raises(ValueError, match=r"class\(es\) \[9\] have fewer than 13"):
+        ev.balanced_indices(y, 130)
+    with pytest.raises(ValueError, match="need 0 < m"):
+        ev.balanced_indices(y, 0)
+
+
 # ----------------------------------------------------------------------------------- Inception FID
 def test_inception_fid_never_downloads_and_fails_clearly(tmp_path, data):
     (x, _), _ = data
