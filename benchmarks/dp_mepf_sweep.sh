@@ -6,16 +6,22 @@
 #   TAG=large EXTRA="--records 0 --generator-steps 2000 --eval-samples 10000 --probe-epochs 10"
 #                          the largest CPU run that fits in an hour here (all 7,996 records)
 #   PROFILE=full           the full profile (ResNet-18 Phi, 20k generator steps): a GPU job
+# Every run uses secure randomness (RANDOMNESS=reproducible for simulation research only) and
+# appends to ONE ledger of the private data set (LEDGER), so the table also shows the data
+# set's cumulative epsilon after each run.  Re-running appends again: the data set was read again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PROFILE=${PROFILE:-cpu}
 TAG=${TAG:-$PROFILE}
 EXTRA=${EXTRA:-}
+RANDOMNESS=${RANDOMNESS:-secure}
 OUT=benchmarks/results/dp_mepf
+LEDGER=${LEDGER:-$OUT/dataset_ledger.jsonl}
+COMMON=(--profile "$PROFILE" --clients 4 --randomness "$RANDOMNESS" --dataset-ledger "$LEDGER")
 for e in 0.2 1 10 inf; do
   # shellcheck disable=SC2086
-  .venv/bin/sstq-fl gen dp-mepf --epsilon "$e" --profile "$PROFILE" --clients 4 $EXTRA --out "$OUT/${TAG}_eps$e"
+  .venv/bin/sstq-fl gen dp-mepf --epsilon "$e" "${COMMON[@]}" $EXTRA --out "$OUT/${TAG}_eps$e"
 done
 # shellcheck disable=SC2086
-.venv/bin/sstq-fl gen dp-mepf --epsilon 1 --public-only --profile "$PROFILE" --clients 4 $EXTRA --out "$OUT/${TAG}_public_only"
+.venv/bin/sstq-fl gen dp-mepf --epsilon 1 --public-only "${COMMON[@]}" $EXTRA --out "$OUT/${TAG}_public_only"
 .venv/bin/python benchmarks/dp_mepf_table.py "$OUT" "$TAG"

@@ -1,34 +1,65 @@
-"""Collect a DP-MEPF sweep's metrics.json files into sweep_<profile>.json and a markdown table."""
+"""Collect a DP-MEPF sweep's metrics.json files into sweep_<profile>.json and a markdown table.
+
+Rows are in the order the runs finished, so ``dataset eps (cumulative)`` reads as the private data
+set's cumulative epsilon (its dataset ledger, PLD composition) after each run.  Metrics written before
+the tight sensitivity and the class-balanced domain-FD (no ``sensitivity`` key) are marked stale.
+"""
 
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from sstq_fl.io import atomic_write_bytes, atomic_write_json, run_meta
 
+STALE = ("**Stale**: these runs predate the tight DP-MEPF sensitivity (noise std σ·Δ/2, Δ = max(√(2(1+m)), 2√m)), "
+         "secure randomness, the dataset ledger and the class-balanced domain-FD (the real set was priv_test[:m], "
+         "digits 0-4 only); their domain-FD and membership AUC are not comparable with current runs.  Re-run with "
+         "`TAG=large EXTRA=... bash benchmarks/dp_mepf_sweep.sh`.")
+
+
+def _row(d: Path, m: dict[str, Any]) -> dict[str, Any]:
+    ledger = m.get("dataset_ledger") or {}
+    return {"run": d.name, "reference": m["reference"], "epsilon": m["epsilon"], "delta": m["delta"],
+            "sigma": m["sigma"], "noise_std": m.get("noise_std"), "sensitivity": m.get("sensitivity"),
+            "randomness": m.get("randomness", "reproducible"),
+            "dataset_epsilon_cumulative": m.get("dataset_epsilon_cumulative"), "dataset_runs": ledger.get("runs"),
+            "downstream_accuracy": m["downstream_accuracy"], "domain_fd": m["domain_fd"],
+            "label_consistency": m["evaluation"]["domain_fd_detail"]["label_consistency"],
+            "membership_auc": m["evaluation"].get("membership_audit", {}).get("auc"),
+            "records": m["records"], "clients": m["clients"], "wall_s": m["wall_s"], "time_utc": m["meta"]["time_utc"],
+            "stale": "sensitivity" not in m}
+
+
+def _fmt(v: Any, spec: str, none: str = "-") -> str:
+    return none if v is None else format(v, spec)
+
+
+def _line(r: dict[str, Any]) -> str:
+    eps = "0" if r["reference"].startswith("public-only") else _fmt(r["epsilon"], ".3g", "inf")
+    cum = "n/a" if r["stale"] else _fmt(r["dataset_epsilon_cumulative"], ".3g", "inf")
+    return (f"| {r['run']} | {eps} | {_fmt(r['sigma'], '.3g')} | {_fmt(r['noise_std'], '.3g')} | {cum} | "
+            f"{r['downstream_accuracy']:.3f} | {r['domain_fd']:.1f} | {r['label_consistency']:.3f} | "
+            f"{_fmt(r['membership_auc'], '.3f')} | {r['wall_s']:.0f} |")
+
 
 def main(root: str, profile: str) -> None:
-    rows = []
-    for d in sorted(Path(root).glob(f"{profile}_*")):
-        if not (d / "metrics.json").exists():
-            continue
-        m = json.loads((d / "metrics.json").read_text())
-        rows.append({"run": d.name, "reference": m["reference"], "epsilon": m["epsilon"], "delta": m["delta"],
-                     "sigma": m["sigma"], "downstream_accuracy": m["downstream_accuracy"], "domain_fd": m["domain_fd"],
-                     "label_consistency": m["evaluation"]["domain_fd_detail"]["label_consistency"],
-                     "records": m["records"], "clients": m["clients"], "wall_s": m["wall_s"]})
-    order = {"public-only": 0}
-    rows.sort(key=lambda r: (order.get(r["reference"].split(" ")[0], 1), r["epsilon"] if r["epsilon"] is not None else 1e9))
+    rows = [_row(d, json.loads((d / "metrics.json").read_text()))
+            for d in sorted(Path(root).glob(f"{profile}_*")) if (d / "metrics.json").exists()]
+    rows.sort(key=lambda r: r["time_utc"])
     atomic_write_json(Path(root) / f"sweep_{profile}.json", {"profile": profile, "rows": rows, "meta": run_meta(),
                                                               "command": f"TAG={profile} bash benchmarks/dp_mepf_sweep.sh"})
-    lines = ["| run | epsilon | sigma | downstream accuracy | domain-FD* | label consistency | wall s |",
-             "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        eps = "inf" if r["epsilon"] is None else f"{r['epsilon']:.3g}"
-        sig = "-" if r["sigma"] is None else f"{r['sigma']:.3g}"
-        lines.append(f"| {r['run']} | {eps} | {sig} | {r['downstream_accuracy']:.3f} | {r['domain_fd']:.1f} | "
-                     f"{r['label_consistency']:.3f} | {r['wall_s']:.0f} |")
-    lines.append("\n*domain-FD: Fréchet distance in an evaluation-only MNIST CNN's features; not comparable to Inception FID.")
+    lines = [STALE, ""] if any(r["stale"] for r in rows) else []
+    lines += ["| run | epsilon (run) | sigma | noise std | dataset eps (cumulative) | downstream accuracy | domain-FD* | "
+              "label consistency | membership AUC | wall s |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [_line(r) for r in rows]
+    randomness = sorted({r["randomness"] for r in rows})
+    lines.append(f"\nRows in run order; delta = {rows[0]['delta']:g}, replace-one, randomness {', '.join(randomness)}. "
+                 "noise std = sigma * Delta / 2 with Delta the release's replace-one sensitivity (2 for one moment). "
+                 "dataset eps: the data set's ledger after the run (PLD composition of every run that read it; "
+                 "inf once a non-private run read it; a public-only run adds nothing).")
+    lines.append("\n*domain-FD: Fréchet distance in an evaluation-only MNIST CNN's features against a class-balanced "
+                 "priv_test subset; not comparable to Inception FID.")
     atomic_write_bytes(Path(root) / f"sweep_{profile}.md", ("\n".join(lines) + "\n").encode())
     print("\n".join(lines))
 
