@@ -82,6 +82,7 @@ def cmd_kashin(args: argparse.Namespace) -> int:
 
 
 def cmd_privacy_plan(args: argparse.Namespace) -> int:
+    """LDP plan: per-message, basic, advanced and PLD totals (large ε answers ``inf`` or is refused)."""
     from .privacy.ldp import ldp_plan_report
 
     rep = ldp_plan_report(args.ldp_epsilon, args.rounds, args.delta, args.sampling_rate)
@@ -98,27 +99,30 @@ def cmd_privacy_plan(args: argparse.Namespace) -> int:
         print(f"    PLD over {idf['rounds_expected']} rounds (expected) {idf['pld_expected_rounds']:.4g}; "
               f"{idf['rounds_p99']} rounds (99th pct) {idf['pld_p99_rounds']:.4g}; all rounds {idf['pld_all_rounds']:.4g}")
         print(f"  [{amp['threat_model']}]")
-        print(f"    per round {amp['per_round']:.4g}; PLD total {amp['pld']:.4g}")
+        how = "PLD" if amp.get("accountant", "pld") == "pld" else "exact (pure-eps optimal composition)"
+        print(f"    per round {amp['per_round']:.4g}; {how} total {amp['pld']:.4g}")
     return 0
 
 
 def cmd_privacy_replay(args: argparse.Namespace) -> int:
-    from .privacy.ledger import PrivacyLedger
+    """Recompute epsilon from a transcript alone; exit 1 if it differs from the recorded one beyond the
+    replay tolerance, 2 (one-line error) if the transcript, or its binding to ``--metrics``, is refused."""
+    from .privacy.ledger import check_binding, read_metrics, replay
 
-    led, summary = PrivacyLedger.from_transcript(args.file)
-    delta = args.delta if args.delta is not None else (summary or {}).get("delta", 1e-5)
-    eps = led.epsilon(delta)
-    out = {"file": args.file, "relation": led.relation, "delta": delta, "epsilon": eps,
-           "epsilon_rdp_crosscheck": led.rdp_epsilon(delta), "events": sum(e.count for e in led.entries)}
-    if summary is not None and summary.get("delta") == delta:
-        out["recorded_epsilon"] = summary.get("epsilon")
-        out["matches_recorded"] = summary.get("epsilon") == eps
+    out = replay(args.file, args.delta)
+    if args.metrics is not None:
+        check_binding(read_metrics(args.metrics), args.file)
+        out["metrics"] = args.metrics
     if args.json:
         print(json.dumps(out, indent=2))
     else:
-        print(f"epsilon = {eps:.6g} at delta = {delta:g} ({led.relation}, {out['events']} events)"
-              + (f"; recorded {out['recorded_epsilon']:.6g}: {'match' if out['matches_recorded'] else 'MISMATCH'}"
-                 if "recorded_epsilon" in out else ""))
+        verdict = ""
+        if "recorded_epsilon" in out:
+            verdict = f"; recorded {out['recorded_epsilon']:.6g}: " + \
+                ("match" if out["matches_recorded"] else f"MISMATCH ({out['mismatch']})")
+        bound = f"; bound to {args.metrics} (run {out['run_id']})" if args.metrics is not None else ""
+        print(f"epsilon = {out['epsilon']:.6g} at delta = {out['delta']:g} ({out['relation']}, {out['events']} events)"
+              f"{verdict}{bound}")
     return 0 if out.get("matches_recorded", True) else 1
 
 
@@ -332,15 +336,21 @@ def build_parser() -> argparse.ArgumentParser:
     pv = sub.add_parser("privacy", help="privacy accounting: plans and transcript replay")
     ps = pv.add_subparsers(dest="privacy", required=True)
     pl = ps.add_parser("plan", help="LDP training: per-message, basic, advanced and PLD totals")
-    pl.add_argument("--ldp-epsilon", type=float, required=True)
-    pl.add_argument("--rounds", type=int, required=True)
+    pl.add_argument("--ldp-epsilon", type=float, required=True, help="per-message epsilon (finite; a figure beyond "
+                                                                    "the float range is reported as inf)")
+    pl.add_argument("--rounds", type=int, required=True, help="rounds, at most 10**7")
     pl.add_argument("--sampling-rate", type=float, default=1.0)
     pl.add_argument("--delta", type=float, default=1e-5)
     pl.add_argument("--json", action="store_true")
     pl.set_defaults(fn=cmd_privacy_plan)
-    rp = ps.add_parser("replay", help="recompute epsilon from a transcript alone")
+    rp = ps.add_parser("replay", help="recompute epsilon from a transcript alone (strict: malformed transcripts "
+                                      "are refused with exit 2; a recomputed epsilon off the recorded one by more "
+                                      "than a relative 1e-6 exits 1)")
     rp.add_argument("file")
-    rp.add_argument("--delta", type=float, default=None)
+    rp.add_argument("--delta", type=float, default=None, help="answer at this delta (default: the summary's)")
+    rp.add_argument("--metrics", default=None, metavar="FILE",
+                    help="the run's metrics.json: refuse unless its privacy_transcript binding (run id, sha256, "
+                         "epsilon, delta) names this transcript")
     rp.add_argument("--json", action="store_true")
     rp.set_defaults(fn=cmd_privacy_replay)
     return p

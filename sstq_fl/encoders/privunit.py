@@ -14,6 +14,8 @@ it, so the mechanism's exact ε is ``log(p/(1−p)) + log((1−P_cap)/P_cap)``.
 
 ``cap=exact`` (default) picks ``γ`` with ``(1−P_cap)/P_cap = e^{ε₁}`` exactly (the tightest
 cap for budget ``ε₁``); ``cap=paper`` uses the paper's sufficient conditions (spec §3.3).
+Construction refuses ε above :data:`MAX_EPSILON` (30), and any calibration whose exact ε
+would exceed the stated one.
 The split ``ε = ε₀ + ε₁`` maximizes ``m`` (minimum variance) by a 1-D search.  The cap is
 sampled directly: the component along ``u`` from its exact Beta marginal (inverse CDF),
 then a uniform direction in the orthogonal complement.  Exact MSE ``R²/m² − ‖x‖²``.
@@ -31,6 +33,11 @@ from scipy.optimize import brentq
 
 from .. import rng
 from .base import Encoder, Field, Messages, Param, WireError, register_encoder
+
+MAX_EPSILON = 30.0
+"""Largest per-message ε PrivUnit is calibrated for.  The cap's probability is ``1/(1+e^{ε₁})`` and the
+in-cap coin's ``1/(1+e^{−ε₀})``; past ε ≈ 30 float64 resolves them so coarsely (and past ≈ 37 not at
+all) that the calibrated mechanism's exact ε drifts from the stated one, so construction refuses."""
 
 
 def cap_probability(gamma: float, d: int) -> float:
@@ -68,6 +75,8 @@ def log_m(gamma: float, p: float, d: int) -> float:
     tau = (1 + gamma) / 2
     i_tau = float(special.betainc(a, a, tau))
     upper = 1.0 - i_tau if i_tau < 0.5 else float(special.betainc(a, a, 1 - tau))
+    if not (upper > 0 and i_tau > 0):  # a cap (or complement) of zero measure in float64: no valid mechanism
+        return -math.inf
     bracket = p / upper - (1 - p) / i_tau
     if not bracket > 0:
         return -math.inf
@@ -82,6 +91,8 @@ def calibrate(eps: float, d: int, cap: str = "exact", grid: int = 199) -> tuple[
         eps0 = float(frac * eps)
         gamma = rule(eps - eps0, d)
         p = 1.0 / (1.0 + math.exp(-eps0))
+        if p >= 1.0:  # the in-cap coin would be certain: not a private mechanism in float64
+            continue
         lm = log_m(gamma, p, d)
         if lm > best[0]:
             best = (lm, eps0, gamma, p)
@@ -104,9 +115,15 @@ class PrivUnit(Encoder):
         super().__init__(*args, **kw)
         if self.dim < 2:
             raise ValueError(f"PrivUnit needs dim >= 2, got {self.dim}")
+        if self.epsilon > MAX_EPSILON:
+            raise ValueError(f"privunit supports epsilon <= {MAX_EPSILON:g}, got epsilon={self.epsilon:g} (beyond it the "
+                             f"cap and coin probabilities are too close to 0 and 1 for float64 calibration)")
         self.eps0, self.gamma, self.p, self.m = calibrate(self.epsilon, self.dim, self.cfg["cap"])
         self.alpha = (self.dim - 1) / 2
         self.i_tau = float(special.betainc(self.alpha, self.alpha, (1 + self.gamma) / 2))
+        if not self.exact_epsilon() <= self.epsilon * (1 + 1e-6):
+            raise ValueError(f"privunit: the calibrated mechanism's exact epsilon {self.exact_epsilon():.9g} exceeds "
+                             f"epsilon={self.epsilon:g} (d={self.dim})")
 
     def exact_epsilon(self) -> float:
         """The mechanism's exact ε: ``log(p/(1−p)) + log((1−P_cap)/P_cap)``."""

@@ -7,7 +7,8 @@ Kashin representation ``s`` (bound ``B``); sample ``k`` distinct coordinates uni
 server decodes each sampled coordinate as ``(N/k) B bit/(p−q)`` and reconstructs
 ``x̂ = Qᵀ ŝ / √N``.  ``k = min(⌈ε log2 e⌉, b0)``.  Bits: ``k (⌈log2 N⌉ + 1)`` with private
 coin (indices sent), ``k`` with public coin (indices derived from a public per-client
-seed passed as ``coins`` to both ``encode`` and ``decode``).  Pure ε-LDP per message.
+seed passed as ``coins`` to both ``encode`` and ``decode``).  Pure ε-LDP per message, at any
+finite ε (``p, q`` are computed from ``e^{−ε}`` where ``e^ε`` would overflow).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 
 from .. import rng
+from ..privacy.events import flat_rr_probabilities
 from .base import Field, Messages, Param, WireError, register_encoder
 from .framed import FRAME_PARAMS, FramedEncoder
 
@@ -41,8 +43,7 @@ class SQKR(FramedEncoder):
         if not 1 <= k <= min(16, self.N):
             raise ValueError(f"SQKR k must be in [1, 16], got {k}")
         self.k = k
-        e = math.exp(self.epsilon)
-        self.p, self.q = e / (e + 2**k - 1), 1.0 / (e + 2**k - 1)
+        self.p, self.q = flat_rr_probabilities(self.epsilon, 2**k)  # overflow-free at any finite ε
 
     def layout(self) -> list[Field]:
         out = [Field("bits", self.k, 1)]

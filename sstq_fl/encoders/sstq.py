@@ -16,7 +16,12 @@ Exact MSE: ``Σ_j ‖Q_j‖² E[ŝ_j²] − ‖x‖²`` with
 identity decoding ``ŝ_J = B c_Z`` (biased, bounded variance).
 
 Both are pure ε-LDP per message (replace-one): the label channel's likelihood ratio is at
-most ``e^ε`` and ``J`` is independent of the data.  Reference: the SSTQ description in
+most ``e^ε`` and ``J`` is independent of the data.  Any finite ε is accepted: the flat
+channel's ``p, q`` are computed as ``1/(1+(M−1)e^{−ε})``, ``e^{−ε}/(1+(M−1)e^{−ε})`` where
+``e^ε`` would overflow, and the metric-aware channel only evaluates ``e^{−x}``.  (Once the
+flip probability ``(M−1)q`` falls below ``2^{−53}``, about ε > 37 + ln(M−1), the 53-bit
+uniforms never flip a label: the output is the ideal channel's to within ``2^{−53}`` in total
+variation, and a stated ε that large protects nothing in practice anyway.)  Reference: the SSTQ description in
 ``shared/spec/ldp-encoders.md``; Kashin step per Lyubarskii & Vershynin (2010).
 """
 
@@ -31,6 +36,7 @@ import torch
 
 from .. import codebooks, rng
 from ..kashin import kashin
+from ..privacy.events import EXP_SAFE, flat_rr_probabilities
 from .base import Field, Messages, Param, register_encoder
 from .framed import FRAME_PARAMS, FramedEncoder
 
@@ -111,11 +117,13 @@ class SSTQFlat(_SSTQ):
 
     def __init__(self, *args: Any, **kw: Any):
         super().__init__(*args, **kw)
-        e = math.exp(self.epsilon)
-        self.p, self.q = e / (e + self.M - 1), 1.0 / (e + self.M - 1)
+        self.p, self.q = flat_rr_probabilities(self.epsilon, self.M)  # overflow-free at any finite ε
 
     def _codebook(self) -> np.ndarray:
-        if self.cfg["codebook"] == "optimized":
+        """The uniform grid, or the privacy-aware optimum; above ``EXP_SAFE`` the optimum's privacy term
+        ``Σc²/(e^ε−1)`` is below ``e^{−700}`` and the optimum is the uniform grid in float64 (it already
+        is to 2e-16 from ε = 30 on), so the uniform grid is returned where ``e^ε`` would overflow."""
+        if self.cfg["codebook"] == "optimized" and self.epsilon <= EXP_SAFE:
             return codebooks.flat_optimized(self.epsilon, 1 << self.cfg["b"])
         return codebooks.uniform(1 << self.cfg["b"])
 

@@ -6,6 +6,8 @@ Scale to the unit ball (``x/R``).  The ``2d`` vertices ``±√d e_i`` (index ``i
 randomized response (keep w.p. ``e^ε/(e^ε+2d−1)``).  Decode the received vertex times
 ``R (e^ε+2d−1)/(e^ε−1)`` (unbiased: the vertices sum to zero).
 Bits ``⌈log2 d⌉ + 1``; exact MSE ``R² d ((e^ε+2d−1)/(e^ε−1))² − ‖x‖²`` (cubic in ``d``).
+Any finite ε is accepted (the probabilities and the gain are computed from ``e^{−ε}`` where
+``e^ε`` would overflow).
 """
 
 from __future__ import annotations
@@ -17,7 +19,16 @@ import numpy as np
 import torch
 
 from .. import rng
+from ..privacy.events import EXP_SAFE, flat_rr_probabilities
 from .base import Encoder, Field, Messages, register_encoder
+
+
+def _decode_scale(radius: float, epsilon: float, k: int) -> float:
+    """``R (e^ε+k−1)/(e^ε−1)`` (``R`` over the correlation of ``k``-ary RR); computed as
+    ``R (1+(k−1)e^{−ε})/(1−e^{−ε})`` above :data:`~sstq_fl.privacy.events.EXP_SAFE` (no overflow)."""
+    if epsilon <= EXP_SAFE:
+        return radius * (math.exp(epsilon) + k - 1) / math.expm1(epsilon)
+    return radius * ((1 + (k - 1) * math.exp(-epsilon)) / -math.expm1(-epsilon))
 
 
 @register_encoder("vqsgd")
@@ -28,9 +39,9 @@ class VqSGD(Encoder):
 
     def __init__(self, *args: Any, **kw: Any):
         super().__init__(*args, **kw)
-        e, k = math.exp(self.epsilon), 2 * self.dim
-        self.p, self.q = e / (e + k - 1), 1.0 / (e + k - 1)
-        self.scale = self.radius * (e + k - 1) / math.expm1(self.epsilon)
+        k = 2 * self.dim
+        self.p, self.q = flat_rr_probabilities(self.epsilon, k)
+        self.scale = _decode_scale(self.radius, self.epsilon, k)
 
     def layout(self) -> list[Field]:
         return [Field("v", max(1, math.ceil(math.log2(2 * self.dim))), 1, limit=2 * self.dim)]

@@ -1,21 +1,31 @@
 """Calibration by bisection over the ledger (as ``dp_accounting.calibrate_dp_mechanism`` does,
-but over this ledger's events so that pure-ε and relation handling are the ledger's own)."""
+but over this ledger's events so that pure-ε and relation handling are the ledger's own).
+
+A candidate whose composition exceeds the ledger's accounting limits
+(:class:`~sstq_fl.privacy.ledger.AccountingLimitError`: a privacy loss too large to
+discretise) is treated as over the target, so the search moves towards more noise (smaller
+per-message ε), never towards an unaccountable answer."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from .events import PoissonSampledEvent, PrivacyEvent, PureDpEvent
-from .ledger import PrivacyLedger
+from .ledger import AccountingLimitError, PrivacyLedger
 
 PlanFn = Callable[[float], Sequence[tuple[PrivacyEvent, int]]]
 
 
 def _epsilon(plan: Sequence[tuple[PrivacyEvent, int]], delta: float, relation: str, interval: float) -> float:
+    """ε of ``plan`` at ``delta``; ``inf`` where the ledger refuses it as too large to account."""
     led = PrivacyLedger(relation, interval)
-    for ev, n in plan:
-        led.record(ev, n)
-    return led.epsilon(delta)
+    try:
+        for ev, n in plan:
+            led.record(ev, n)
+        return led.epsilon(delta)
+    except AccountingLimitError:
+        return math.inf
 
 
 def calibrate_noise_multiplier(target_epsilon: float, delta: float, plan: PlanFn, relation: str = "replace_one",

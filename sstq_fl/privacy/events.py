@@ -14,6 +14,10 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 RELATIONS = ("replace_one", "add_or_remove_one")
+MAX_EVENT_DEPTH = 16  # nesting of event objects accepted by from_json (poisson_sampled of self_composed of ...)
+MAX_COMPOSED_EVENTS = 1000  # events in one composed event accepted by from_json
+MAX_BUCKETS = 2**53  # randomized response: more buckets than a float64 counts exactly are refused
+EXP_SAFE = 700.0  # math.exp(x) is finite for x <= 709.78; above EXP_SAFE formulas switch to e^{-x} forms
 _KINDS: dict[str, type[PrivacyEvent]] = {}
 
 
@@ -42,29 +46,83 @@ class PrivacyEvent:
         return out
 
     @staticmethod
-    def from_json(obj: dict[str, Any]) -> PrivacyEvent:
-        """Rebuild an event from :meth:`to_json` output (refusing unknown kinds)."""
-        if not isinstance(obj, dict) or "kind" not in obj:
-            raise ValueError(f"not a privacy event: {obj!r}")
-        kind = obj["kind"]
-        if kind not in _KINDS:
-            raise ValueError(f"unknown privacy event kind {kind!r}; known: {sorted(_KINDS)}")
-        cls = _KINDS[kind]
-        args: dict[str, Any] = {}
-        for f in fields(cls):
-            if f.name not in obj:
-                continue
-            v = obj[f.name]
-            if f.name == "event":
-                v = PrivacyEvent.from_json(v)
-            elif f.name == "events":
-                v = tuple(PrivacyEvent.from_json(e) for e in v)
-            args[f.name] = v
+    def from_json(obj: Any, depth: int = 0) -> PrivacyEvent:
+        """Rebuild an event from :meth:`to_json` output, strictly.
+
+        The object must carry exactly ``kind`` and the kind's fields (no unknown key, no
+        missing one), each of its declared JSON type: a real number (never a bool; an integer
+        is widened to float) for ``float`` fields, an integer (never a bool) for ``int``
+        fields, a string for ``str`` fields, an event object (nested at most
+        :data:`MAX_EVENT_DEPTH` deep) for ``event`` and a list of them for ``events``.
+        Anything else raises :class:`ValueError` naming the field.
+        """
+        cls = _event_class(obj, depth)
+        names = {f.name for f in fields(cls)}
+        extra, missing = set(obj) - names - {"kind"}, names - set(obj)
+        if extra or missing:
+            raise ValueError(f"{cls.kind} event: {_key_problem(extra, missing)}")
+        args = {f.name: _field_value(cls.kind, f.name, str(f.type), obj[f.name], depth) for f in fields(cls)}
         return cls(**args)
 
 
+def _event_class(obj: Any, depth: int) -> type[PrivacyEvent]:
+    """The event class named by ``obj['kind']`` (refusing non-objects, unknown kinds, deep nesting)."""
+    if depth > MAX_EVENT_DEPTH:
+        raise ValueError(f"privacy events nested more than {MAX_EVENT_DEPTH} deep")
+    if not isinstance(obj, dict) or "kind" not in obj:
+        raise ValueError(f"not a privacy event (an object with a 'kind'): {_short(obj)}")
+    kind = obj["kind"]
+    if not isinstance(kind, str) or kind not in _KINDS:
+        raise ValueError(f"unknown privacy event kind {_short(kind)}; known: {sorted(_KINDS)}")
+    return _KINDS[kind]
+
+
+def _key_problem(extra: set[str], missing: set[str]) -> str:
+    parts = [f"unknown field(s) {_short(sorted(extra))}"] if extra else []
+    return ", ".join(parts + ([f"missing field(s) {sorted(missing)}"] if missing else []))
+
+
+def _field_value(kind: str, name: str, typ: str, v: Any, depth: int) -> Any:
+    """Check one JSON field against its declared type (see :meth:`PrivacyEvent.from_json`)."""
+    if name == "event":
+        return PrivacyEvent.from_json(v, depth + 1)
+    if name == "events":
+        if not isinstance(v, list) or len(v) > MAX_COMPOSED_EVENTS:
+            raise ValueError(f"{kind} event: 'events' must be a list of at most {MAX_COMPOSED_EVENTS} events")
+        return tuple(PrivacyEvent.from_json(e, depth + 1) for e in v)
+    if typ == "float":
+        return finite_real(v, f"{kind} event: {name!r}")
+    if typ == "int" and not (isinstance(v, int) and not isinstance(v, bool)):
+        raise ValueError(f"{kind} event: {name!r} must be an integer, got {_short(v)}")
+    if typ == "str" and not isinstance(v, str):
+        raise ValueError(f"{kind} event: {name!r} must be a string, got {_short(v)}")
+    return v
+
+
+def finite_real(v: Any, what: str) -> float:
+    """``v`` as a finite float if it is a JSON number (an ``int`` or ``float``, never a ``bool``)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError(f"{what} must be a number, got {_short(v)}")
+    try:
+        out = float(v)
+    except OverflowError:
+        out = math.inf
+    if not math.isfinite(out):
+        raise ValueError(f"{what} must be finite, got {_short(v)}")
+    return out
+
+
+def _short(v: Any, limit: int = 60) -> str:
+    """``repr(v)`` cut to ``limit`` characters (error messages stay one short line)."""
+    try:
+        r = repr(v)
+    except (RecursionError, ValueError):  # very deep containers; ints beyond str()'s digit limit
+        r = f"<{type(v).__name__}>"
+    return r if len(r) <= limit else r[: limit - 3] + "..."
+
+
 def _positive(name: str, value: float) -> None:
-    if not (isinstance(value, int | float) and value > 0 and math.isfinite(value)):
+    if isinstance(value, bool) or not (isinstance(value, int | float) and value > 0 and math.isfinite(value)):
         raise ValueError(f"{name} must be positive and finite, got {value!r}")
 
 
@@ -111,14 +169,34 @@ class RandomizedResponseEvent(PrivacyEvent):
     num_buckets: int
 
     def __post_init__(self) -> None:
-        if not 0 < self.noise_parameter <= 1:
+        if isinstance(self.noise_parameter, bool) or not 0 < self.noise_parameter <= 1:
             raise ValueError(f"noise_parameter must be in (0, 1], got {self.noise_parameter!r}")
-        if not (isinstance(self.num_buckets, int) and self.num_buckets >= 2):
-            raise ValueError(f"num_buckets must be an integer >= 2, got {self.num_buckets!r}")
+        if not (isinstance(self.num_buckets, int) and not isinstance(self.num_buckets, bool)
+                and 2 <= self.num_buckets <= MAX_BUCKETS):
+            raise ValueError(f"num_buckets must be an integer in [2, 2**53], got {self.num_buckets!r}")
 
     @staticmethod
     def flat(epsilon: float, buckets: int) -> RandomizedResponseEvent:
-        return RandomizedResponseEvent(buckets / (math.exp(epsilon) + buckets - 1), buckets)
+        """Flat ``M``-ary RR at ``ε``: ``noise_parameter = M/(e^ε+M−1)`` (``= M e^{−ε}/(1+(M−1)e^{−ε})``
+        above :data:`EXP_SAFE`; refused once it underflows to 0, i.e. for ε beyond about 745)."""
+        if epsilon <= EXP_SAFE:
+            return RandomizedResponseEvent(buckets / (math.exp(epsilon) + buckets - 1), buckets)
+        t = math.exp(-epsilon)
+        return RandomizedResponseEvent(buckets * t / (1 + (buckets - 1) * t), buckets)
+
+
+def flat_rr_probabilities(epsilon: float, m: int) -> tuple[float, float]:
+    """Keep and per-other-label probabilities ``(p, q)`` of flat ``m``-ary randomized response.
+
+    ``p = e^ε/(e^ε+m−1)``, ``q = 1/(e^ε+m−1)`` (so ``p/q = e^ε``).  Above :data:`EXP_SAFE`,
+    where ``e^ε`` overflows, the same values are computed as ``1/(1+(m−1)e^{−ε})`` and
+    ``e^{−ε}/(1+(m−1)e^{−ε})``; below it the formula is the original one, bit for bit.
+    """
+    if epsilon <= EXP_SAFE:
+        e = math.exp(epsilon)
+        return e / (e + m - 1), 1.0 / (e + m - 1)
+    t = math.exp(-epsilon)
+    return 1.0 / (1.0 + (m - 1) * t), t / (1.0 + (m - 1) * t)
 
 
 @_kind("gaussian")
@@ -159,7 +237,7 @@ class PoissonSampledEvent(PrivacyEvent):
     event: PrivacyEvent
 
     def __post_init__(self) -> None:
-        if not 0 < self.sampling_probability <= 1:
+        if isinstance(self.sampling_probability, bool) or not 0 < self.sampling_probability <= 1:
             raise ValueError(f"sampling_probability must be in (0, 1], got {self.sampling_probability!r}")
 
 
@@ -172,7 +250,7 @@ class SelfComposedEvent(PrivacyEvent):
     count: int
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.count, int) and self.count >= 0):
+        if not (isinstance(self.count, int) and not isinstance(self.count, bool) and self.count >= 0):
             raise ValueError(f"count must be a non-negative integer, got {self.count!r}")
 
 
