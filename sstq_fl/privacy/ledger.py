@@ -519,8 +519,12 @@ class PrivacyLedger:
     def _validate(self, event: PrivacyEvent) -> int:
         """Refuse an event the ledger cannot account for; its weight (checked once per distinct event)."""
         if event not in self._supported:
+            weight = event_weight(event)
+            if weight > MAX_EVENTS:
+                raise AccountingLimitError(f"one {event.kind} event stands for {weight} mechanism executions "
+                                           f"(limit {MAX_EVENTS})")
             event_pld(event, self.relation, self.discretization)
-            self._supported[event] = event_weight(event)
+            self._supported[event] = weight
         return self._supported[event]
 
     # ------------------------------------------------------------------ planning
