@@ -39,7 +39,8 @@ class SQKR(FramedEncoder):
 
     def __init__(self, *args: Any, **kw: Any):
         super().__init__(*args, **kw)
-        k = self.cfg["k"] or min(math.ceil(self.epsilon * math.log2(math.e)), self.cfg["b0"])
+        bits = self.epsilon * math.log2(math.e)  # inf for ε near the float maximum: then k = b0
+        k = self.cfg["k"] or (self.cfg["b0"] if bits >= self.cfg["b0"] else math.ceil(bits))
         if not 1 <= k <= min(16, self.N):
             raise ValueError(f"SQKR k must be in [1, 16], got {k}")
         self.k = k

@@ -182,7 +182,11 @@ class RandomizedResponseEvent(PrivacyEvent):
         if epsilon <= EXP_SAFE:
             return RandomizedResponseEvent(buckets / (math.exp(epsilon) + buckets - 1), buckets)
         t = math.exp(-epsilon)
-        return RandomizedResponseEvent(buckets * t / (1 + (buckets - 1) * t), buckets)
+        noise = buckets * t / (1 + (buckets - 1) * t)
+        if not noise > 0:
+            raise ValueError(f"flat randomized response at epsilon={epsilon:g} flips with a probability below the "
+                             f"smallest float64 (supported: epsilon up to about 745)")
+        return RandomizedResponseEvent(noise, buckets)
 
 
 def flat_rr_probabilities(epsilon: float, m: int) -> tuple[float, float]:
