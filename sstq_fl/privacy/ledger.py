@@ -14,7 +14,8 @@ Limits (each refused with a one-line :class:`AccountingLimitError`, never a cras
 at most :data:`MAX_EVENTS` mechanism executions per ledger (an event's *weight* times its
 count, see :func:`event_weight`), and no privacy-loss distribution of more than
 :data:`MAX_PLD_POINTS` grid points (checked before it is built, from dp-accounting's own
-Chernoff truncation bounds).
+Chernoff truncation bounds), nor more than :data:`MAX_PLD_WORK` points built and composed in
+all for one composition (many distinct events) or for validating a ledger's distinct events.
 
 Transcripts are JSON Lines: a header (format, version, relation, discretization, library
 versions, budget, plan, notes), one line per recorded event, and a summary that must be the
@@ -30,11 +31,13 @@ between machines).  :func:`transcript_binding` / :func:`check_binding` bind a ru
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import json
 import math
 import platform
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -67,6 +70,7 @@ TRANSCRIPT_VERSION = 2  # 2: the summary also carries run_id, complete, stopped_
 READABLE_VERSIONS = (1, 2)
 MAX_EVENTS = 10**7  # mechanism executions per ledger (per event line, per plan, in total)
 MAX_PLD_POINTS = 2**24  # grid points of any privacy-loss distribution the ledger builds (~130 MB each)
+MAX_PLD_WORK = 2**25  # grid points built and composed in all, per composition and per ledger's validations (~1 min)
 MAX_TRANSCRIPT_BYTES = 64 * 2**20  # a transcript file larger than this is refused unread
 MAX_JSON_DEPTH = 64  # nesting of JSON containers accepted on one transcript line
 REPLAY_RTOL = 1e-6  # replayed and recorded ε agree if |a − b| <= REPLAY_RTOL · max(|a|, |b|) ...
@@ -166,6 +170,29 @@ def event_weight(event: PrivacyEvent) -> int:
 
 # ---------------------------------------------------------------------- PLD size guards
 
+_WORK: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("sstq_fl_pld_work", default=None)
+
+
+@contextlib.contextmanager
+def _work_budget(work: list[float]) -> Iterator[None]:
+    """Charge the PLD points built or composed inside the block to ``work`` (see :func:`_spend`)."""
+    token = _WORK.set(work)
+    try:
+        yield
+    finally:
+        _WORK.reset(token)
+
+
+def _spend(points: float, what: str) -> None:
+    """Add ``points`` to the current budget; refuse once it passes :data:`MAX_PLD_WORK`."""
+    work = _WORK.get()
+    if work is None:
+        return
+    work[0] += points
+    if work[0] > MAX_PLD_WORK:
+        raise AccountingLimitError(f"accounting these events needs more than {MAX_PLD_WORK} privacy-loss-distribution "
+                                   f"points in all (limit), the last for {what}; too many distinct events to account")
+
 
 def _check_dense_width(event: PrivacyEvent, relation: str, interval: float) -> None:
     """Refuse a Gaussian or Laplace event whose PLD alone would exceed :data:`MAX_PLD_POINTS`.
@@ -187,6 +214,7 @@ def _check_dense_width(event: PrivacyEvent, relation: str, interval: float) -> N
         raise AccountingLimitError(f"one {event.kind} event {event.to_json()} needs a privacy-loss distribution of "
                                    f"{points:.3g} points at discretization {interval:g} (limit {MAX_PLD_POINTS}); its "
                                    f"privacy loss is too large to account")
+    _spend(points, f"a {event.kind} event")
 
 
 def _pmfs(p: PLD) -> list[pld_pmf.PLDPmf]:
@@ -232,6 +260,7 @@ def _check_self_compose(p: PLD, n: int, event: PrivacyEvent, interval: float) ->
         if points > MAX_PLD_POINTS:
             raise AccountingLimitError(f"composing {n} {event.kind} event(s) needs a privacy-loss distribution of "
                                        f"{points:.3g} points at discretization {interval:g} (limit {MAX_PLD_POINTS})")
+        _spend(points, f"{n} {event.kind} event(s)")
 
 
 def _check_compose(a: PLD, b: PLD, interval: float) -> None:
@@ -244,6 +273,7 @@ def _check_compose(a: PLD, b: PLD, interval: float) -> None:
         if points > MAX_PLD_POINTS:
             raise AccountingLimitError(f"composing the ledger's events needs a privacy-loss distribution of {points:.3g} "
                                        f"points at discretization {interval:g} (limit {MAX_PLD_POINTS})")
+        _spend(points, "a composition")
 
 
 def _width(pmf: pld_pmf.PLDPmf) -> int:
@@ -499,6 +529,7 @@ class PrivacyLedger:
         self._executions = sum(e.count * event_weight(e.event) for e in self.entries)
         self._allowed: dict[PrivacyEvent, int] = {}
         self._planned: PrivacyLedger | None = None
+        self._validation_work = [0.0]
 
     @property
     def run_id(self) -> str | None:
@@ -523,7 +554,8 @@ class PrivacyLedger:
             if weight > MAX_EVENTS:
                 raise AccountingLimitError(f"one {event.kind} event stands for {weight} mechanism executions "
                                            f"(limit {MAX_EVENTS})")
-            event_pld(event, self.relation, self.discretization)
+            with _work_budget(self._validation_work):  # all distinct events together
+                event_pld(event, self.relation, self.discretization)
             self._supported[event] = weight
         return self._supported[event]
 
@@ -605,7 +637,8 @@ class PrivacyLedger:
             for e in self.entries:
                 counts[e.event] = counts.get(e.event, 0) + e.count
             plds = (event_pld(SelfComposedEvent(ev, n), self.relation, self.discretization) for ev, n in counts.items())
-            self._cache = (key, compose_plds(plds, self.discretization))
+            with _work_budget([0.0]):
+                self._cache = (key, compose_plds(plds, self.discretization))
         return self._cache[1]
 
     def epsilon(self, delta: float) -> float:

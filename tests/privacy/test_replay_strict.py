@@ -354,3 +354,17 @@ def test_binding_of_a_non_private_run_is_json(tmp_path):
     b = transcript_binding(path)
     assert b["epsilon"] is None and json.loads(json.dumps(b, allow_nan=False)) == b
     check_binding({"privacy_transcript": b}, path)
+
+
+def test_many_distinct_events_are_refused_not_computed_for_minutes(tmp_path, monkeypatch):
+    """Each distinct Gaussian costs a PLD of its own: the total work is bounded too (lowered here)."""
+    from sstq_fl.privacy import ledger as ledger_module
+
+    led = PrivacyLedger(discretization=1e-2)
+    for i in range(30):
+        led.record(GaussianEvent(2.0 + i / 100))
+    path = tmp_path / "many.jsonl"
+    led.write_transcript(path)
+    monkeypatch.setattr(ledger_module, "MAX_PLD_WORK", 2**17)
+    with pytest.raises(TranscriptError, match="too many distinct events to account"):
+        PrivacyLedger.from_transcript(path)
