@@ -846,16 +846,16 @@ def _where(path: str, lineno: int) -> str:
     return f"{path}, line {lineno}"
 
 
-def _read_transcript(path: str | Path) -> bytes:
+def _read_transcript(path: str | Path, what: str = "transcript") -> bytes:
     """The file's bytes (refusing a missing or unreadable file and one over :data:`MAX_TRANSCRIPT_BYTES`)."""
-    p = Path(path)
     try:
-        size = p.stat().st_size
-        if size > MAX_TRANSCRIPT_BYTES:
-            raise TranscriptError(f"{path} is {size} bytes, over the {MAX_TRANSCRIPT_BYTES}-byte limit of a transcript")
-        return p.read_bytes()
+        with open(path, "rb") as f:  # read at most one byte past the limit (a device or pipe may never end)
+            data = f.read(MAX_TRANSCRIPT_BYTES + 1)
     except OSError as exc:
-        raise TranscriptError(f"cannot read transcript {path}: {exc.strerror or type(exc).__name__}") from exc
+        raise TranscriptError(f"cannot read {what} {path}: {exc.strerror or type(exc).__name__}") from exc
+    if len(data) > MAX_TRANSCRIPT_BYTES:
+        raise TranscriptError(f"{path} is over the {MAX_TRANSCRIPT_BYTES}-byte limit of a {what}")
+    return data
 
 
 def _json_lines(data: bytes, path: str) -> list[tuple[int, Any]]:
@@ -1146,10 +1146,9 @@ def check_binding(metrics: dict[str, Any], transcript_path: str | Path) -> None:
 
 def read_metrics(path: str | Path) -> dict[str, Any]:
     """A ``metrics.json`` as a JSON object (:class:`TranscriptError` if unreadable or not one)."""
+    data = _read_transcript(path, "metrics file")
     try:
-        obj = json.loads(Path(path).read_bytes().decode("utf-8"))
-    except OSError as exc:
-        raise TranscriptError(f"cannot read metrics {path}: {exc.strerror or type(exc).__name__}") from exc
+        obj = json.loads(data.decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # invalid JSON or UTF-8, very deep nesting
         raise TranscriptError(f"{path} is not a JSON metrics file ({type(exc).__name__})") from exc
     if not isinstance(obj, dict):

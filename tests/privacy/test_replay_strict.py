@@ -368,3 +368,9 @@ def test_many_distinct_events_are_refused_not_computed_for_minutes(tmp_path, mon
     monkeypatch.setattr(ledger_module, "MAX_PLD_WORK", 2**17)
     with pytest.raises(TranscriptError, match="too many distinct events to account"):
         PrivacyLedger.from_transcript(path)
+
+
+def test_endless_files_are_read_only_up_to_the_limit(capsys):
+    assert main(["privacy", "replay", "/dev/zero"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "byte limit of a transcript" in err
