@@ -302,14 +302,8 @@ def event_pld(event: PrivacyEvent, relation: str, interval: float) -> PLD | None
             raise UnsupportedEventError("randomized_response is accounted only under replace_one")
         return pld_lib.from_randomized_response(event.noise_parameter, event.num_buckets, value_discretization_interval=interval,
                                                 neighboring_relation=rel)
-    if isinstance(event, GaussianEvent):
-        _check_dense_width(event, relation, interval)
-        return pld_lib.from_gaussian_mechanism(event.noise_multiplier, value_discretization_interval=interval,
-                                               neighboring_relation=rel)
-    if isinstance(event, LaplaceEvent):
-        _need_add_remove(event, relation)
-        _check_dense_width(event, relation, interval)
-        return pld_lib.from_laplace_mechanism(event.noise_multiplier, value_discretization_interval=interval)
+    if isinstance(event, GaussianEvent | LaplaceEvent):
+        return _noise_pld(event, relation, interval)
     if isinstance(event, PoissonSampledEvent):
         return _sampled_pld(event, relation, interval)
     if isinstance(event, SelfComposedEvent):
@@ -331,6 +325,17 @@ def _pure_pld(epsilon: float, interval: float) -> PLD:
     t = math.exp(-epsilon)
     pmf = {math.ceil(epsilon / interval): 1 / (1 + t), math.ceil(-epsilon / interval): t / (1 + t)}
     return pld_lib.PrivacyLossDistribution.create_from_rounded_probability(pmf, 0.0, interval)
+
+
+def _noise_pld(event: GaussianEvent | LaplaceEvent, relation: str, interval: float) -> PLD:
+    """PLD of the Gaussian (either relation) or Laplace (add_or_remove_one) mechanism, size-checked first."""
+    if isinstance(event, LaplaceEvent):
+        _need_add_remove(event, relation)
+    _check_dense_width(event, relation, interval)
+    if isinstance(event, GaussianEvent):
+        return pld_lib.from_gaussian_mechanism(event.noise_multiplier, value_discretization_interval=interval,
+                                               neighboring_relation=_neighbor_rel(relation))
+    return pld_lib.from_laplace_mechanism(event.noise_multiplier, value_discretization_interval=interval)
 
 
 def _need_add_remove(event: PrivacyEvent, relation: str) -> None:
