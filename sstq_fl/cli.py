@@ -59,8 +59,8 @@ def cmd_speed(args: argparse.Namespace) -> int:
 
     res = encode_speed(args.clients, args.dim, args.epsilon, args.bits, args.out, args.encoders or None,
                        reps=args.reps, device=args.device)
-    _table(res["rows"], ["encoder", "encode_s_per_round", "aggregate_s_per_round", "loop_encode_s_per_round",
-                         "loop_over_batched", "bits_per_message", "device"])
+    _table(res["rows"], ["encoder", "encode_s_per_round", "secure_encode_s_per_round", "secure_over_reproducible",
+                         "aggregate_s_per_round", "loop_encode_s_per_round", "bits_per_message", "device"])
     print(f"wrote {args.out}")
     return 0
 

@@ -53,7 +53,7 @@ def encode_speed(clients: int, dim: int, epsilon: float, bits: int, out: str, en
     for label in encoders or ["clean", *E1_ENCODERS]:
         enc = make_encoder(with_bits(label, bits), dim, epsilon, radius=1.0, device=device)
         row = _speed_row(enc, label, x, seeds, reps)
-        row["secure_encode_s_per_round"] = timeit(lambda: enc.encode(x, rng.fresh_keys(clients), coins=seeds), reps)
+        row["secure_encode_s_per_round"] = timeit(lambda e=enc: e.encode(x, rng.fresh_keys(clients), coins=seeds), reps)
         row["secure_over_reproducible"] = row["secure_encode_s_per_round"] / row["encode_s_per_round"]
         rows.append(row)
     result = {"clients": clients, "dim": dim, "epsilon": epsilon, "bits": bits, "rows": rows, "meta": run_meta()}

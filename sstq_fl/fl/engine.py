@@ -27,6 +27,7 @@ import logging
 import math
 import sys
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ from .. import wire
 from ..encoders import make_encoder
 from ..io import atomic_write_bytes, atomic_write_json, run_meta
 from ..privacy.ldp import ldp_plan_report
-from ..privacy.ledger import Budget, PrivacyLedger
+from ..privacy.ledger import Budget, PrivacyLedger, transcript_binding
 from ..rng import REPRODUCIBLE_WARNING, check_mode
 from .partition import client_coins, dirichlet_shards, encoder_seeds, iid_shards, minibatches, participates
 from .tasks import Task, make_task
@@ -130,6 +131,7 @@ class Trainer:
         self.ledger = PrivacyLedger("replace_one", notes={"threat_model": "identified: the server sees each client's "
                                                           "messages; epsilon is that of the client who joined most rounds",
                                                           "encoder": self.enc.spec, "randomness": cfg.randomness,
+                                                          "run_id": uuid.uuid4().hex[:12],
                                                           **({"randomness_warning": REPRODUCIBLE_WARNING}
                                                              if cfg.randomness == "reproducible" else {})})
         self.ledger.start([(self.enc.privacy_event(), cfg.rounds)],
@@ -208,7 +210,8 @@ class Trainer:
         np.save(buf, st.theta.numpy(), allow_pickle=False)
         atomic_write_bytes(out / "checkpoint_theta.npy", buf.getvalue())
         atomic_write_json(out / "checkpoint.json", {"config": asdict(self.cfg), "round": st.round, "rounds": st.rounds,
-                                                    "joins": st.joins.tolist(), "wall_s": st.wall_s})
+                                                    "joins": st.joins.tolist(), "wall_s": st.wall_s,
+                                                    "run_id": self.ledger.run_id})
         self.ledger.write_transcript(out / "transcript.jsonl", delta=self.cfg.delta)
 
     def load(self, out: Path) -> RoundState:
@@ -218,6 +221,8 @@ class Trainer:
             raise ValueError(f"--resume: the checkpoint in {out} was made with a different config ({diff})")
         theta = torch.from_numpy(np.load(out / "checkpoint_theta.npy", allow_pickle=False))
         joins = np.asarray(ck["joins"], dtype=np.int64)
+        if ck.get("run_id"):  # a resumed run keeps its id (its transcript goes on)
+            self.ledger.run_id = str(ck["run_id"])
         for _ in range(int(joins.max(initial=0))):
             self.ledger.record(self.enc.privacy_event())
         return RoundState(ck["round"], theta, ck["rounds"], joins, ck["wall_s"])
@@ -254,6 +259,11 @@ class Trainer:
         return self.finish(out, st)
 
     def finish(self, out: Path, st: RoundState) -> dict[str, Any]:
+        """Mark the ledger complete, rewrite the transcript and write ``metrics.json`` bound to it
+        (``privacy_transcript``: run id, sha256, ε, δ; ``sstq-fl privacy replay --metrics`` checks it)."""
+        if st.round >= self.cfg.rounds:
+            self.ledger.mark_complete()
+        self.ledger.write_transcript(out / "transcript.jsonl", delta=self.cfg.delta)
         last = st.rounds[-1]
         final: dict[str, Any] = {k: last[k] for k in ("test_accuracy", "distance_to_optimum", "train_loss") if k in last}
         final.update({"bits_per_client": self.enc.payload_bits(), "epsilon_total": self.ledger.epsilon(self.cfg.delta),
@@ -263,7 +273,7 @@ class Trainer:
             final["epsilon_amplified"] = self.amplified_epsilon()
         final["epsilon_threat_model"] = self.ledger.notes["threat_model"]
         metrics = {"config": asdict(self.cfg), "randomness": self.randomness_note(), "rounds": st.rounds,
-                   "final": final, "meta": run_meta()}
+                   "final": final, "privacy_transcript": transcript_binding(out / "transcript.jsonl"), "meta": run_meta()}
         if self.publish_train_loss or self.cfg.diagnostics:
             metrics["non_private_diagnostics"] = {"fields": self.diagnostic_fields(), "note": NON_PRIVATE_DIAGNOSTICS}
         atomic_write_json(out / "metrics.json", metrics)

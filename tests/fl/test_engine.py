@@ -145,3 +145,19 @@ def test_fmnist_small_run(tmp_path):
     assert set(m["final"]) >= {"test_accuracy", "train_loss", "bits_per_client", "epsilon_total", "wall_s"}
     assert m["final"]["bits_per_client"] == 32 * 25450
     assert m["rounds"][-1]["test_accuracy"] > 0.3
+
+
+def test_metrics_are_bound_to_their_transcript_and_a_sampled_run_is_complete(tmp_path):
+    """A finished run with client sampling records fewer events than planned, yet did not stop early;
+    metrics.json names its transcript's run id and sha256, and replay --metrics refuses another run's."""
+    from sstq_fl.cli import main
+
+    cfg = RunConfig(encoder="sqkr", sampling_rate=0.5, **{**LSQ, "rounds": 3})
+    m = run(cfg, tmp_path / "a", progress=False)
+    summary = json.loads((tmp_path / "a" / "transcript.jsonl").read_text().splitlines()[-1])
+    assert summary["stopped_early"] is False and summary["run_id"] == m["privacy_transcript"]["run_id"]
+    assert main(["privacy", "replay", str(tmp_path / "a" / "transcript.jsonl"), "--metrics",
+                 str(tmp_path / "a" / "metrics.json")]) == 0
+    run(cfg, tmp_path / "b", progress=False)
+    assert main(["privacy", "replay", str(tmp_path / "b" / "transcript.jsonl"), "--metrics",
+                 str(tmp_path / "a" / "metrics.json")]) != 0
