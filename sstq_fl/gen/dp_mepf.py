@@ -45,7 +45,7 @@ from ..io import atomic_write_json, run_meta
 from ..privacy.calibrate import calibrate_noise_multiplier
 from ..privacy.dataset_ledger import DatasetLedger
 from ..privacy.events import GaussianEvent, NonPrivateEvent, PrivacyEvent
-from .runner import ClientPool, DPRunner, WorkloadData, run_workload
+from .runner import ClientPool, DPRunner, WorkloadData, deterministic_kernels, run_workload
 
 log = logging.getLogger("sstq_fl.gen")
 PIPELINE = "dp-mepf"
@@ -255,6 +255,7 @@ def run_dp_mepf(cfg: MepfConfig, out: str | Path) -> dict[str, Any]:
     from .mepf import class_means, train_generator
 
     t0 = time.perf_counter()
+    deterministic_kernels(cfg.device, cfg.randomness)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     public_x, public_y = load_public_fmnist()
