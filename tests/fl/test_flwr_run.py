@@ -20,7 +20,9 @@ from sstq_fl.fl.engine import RunConfig, run
 from .test_engine import same_rounds
 
 ROOT = Path(__file__).resolve().parents[2]
-CFG = dict(task="lsq", dim=20, n=400, clients=4, batch=20, clip=1.0, lr=0.5, rounds=3, encoder="sqkr")
+# reproducible randomness, so that the numbers can be compared with the vectorized engine (the app default is secure)
+CFG = dict(task="lsq", dim=20, n=400, clients=4, batch=20, clip=1.0, lr=0.5, rounds=3, encoder="sqkr",
+           randomness="reproducible")
 
 
 def _free_port() -> int:
@@ -56,7 +58,9 @@ def test_flwr_run_dot_matches_the_vectorized_engine(tmp_path):
     got = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert got["config"]["engine"] == "flower" and len(got["rounds"]) == CFG["rounds"]
     ref = run(RunConfig(**CFG), tmp_path / "v", progress=False)
-    assert same_rounds(got["rounds"], ref["rounds"], rel=1e-6)
+    # the deployment path publishes no train_loss (pooled private data); the rest equals the vectorized run
+    assert all("train_loss" not in r for r in got["rounds"])
+    assert same_rounds(got["rounds"], [{k: v for k, v in r.items() if k != "train_loss"} for r in ref["rounds"]], rel=1e-6)
     assert (tmp_path / "out" / "transcript.jsonl").exists()
 
 
@@ -80,3 +84,4 @@ def test_pyproject_app_config_is_a_valid_runconfig():
     assert conf["components"] == {"serverapp": "strategies.sstq_server:app", "clientapp": "clients.sstq_client:app"}
     cfg, _, resume = config_from_run_config(conf["config"])
     assert cfg.task == "fmnist" and not resume
+    assert cfg.randomness == "secure" and not cfg.diagnostics  # the deployment default

@@ -17,6 +17,8 @@ from sstq_fl import rng
 from sstq_fl.gen.runner import ClientContext, DPRunner, InProcessPool, WorkloadData, register_client_task
 from sstq_fl.privacy.events import RandomizedResponseEvent
 
+from .test_runner import _true_class_sums
+
 DATA = WorkloadData(dataset="synthetic", clients=3, records=300, seed=0)
 
 
@@ -35,13 +37,7 @@ def _attack(release: dict[str, np.ndarray], truth: dict[str, np.ndarray], seed: 
 
 
 def _pixel_truth(data: WorkloadData, bound: float) -> dict[str, np.ndarray]:
-    counts, sums, r = np.zeros(10), np.zeros((10, 784)), math.sqrt(bound**2 - 1)
-    for c in range(data.clients):
-        x, y = data.client_records(c)
-        x = x.reshape(len(x), -1).astype(np.float64)
-        x *= np.minimum(1, r / np.linalg.norm(x, axis=1, keepdims=True))
-        np.add.at(sums, y, x)
-        counts += np.bincount(y, minlength=10)
+    counts, sums = _true_class_sums(data, bound)
     return {"counts": counts, "sums": sums}
 
 

@@ -50,6 +50,8 @@ from sstq_fl.privacy.events import (
 )
 from sstq_fl.privacy.ledger import Budget, PrivacyLedger, TranscriptError, replay
 
+from .test_replay_strict import nested_event
+
 N = int(os.environ.get("SSTQ_FL_FUZZ_EXAMPLES", 400))
 FUZZ = settings(max_examples=N, deadline=None, derandomize=False,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
@@ -128,13 +130,6 @@ def _parent(root: Any, path: tuple[Any, ...]) -> Any:
     return root
 
 
-def _nest(depth: int) -> dict[str, Any]:
-    ev: dict[str, Any] = {"kind": "pure_dp", "epsilon": 0.5, "relation": "replace_one"}
-    for _ in range(depth):
-        ev = {"kind": "poisson_sampled", "sampling_probability": 0.5, "event": ev}
-    return ev
-
-
 @st.composite
 def _mutated(draw: st.DrawFn) -> bytes:
     """A valid transcript with 1-3 structural or value mutations, then possibly a byte-level one."""
@@ -178,7 +173,7 @@ def _mutate(draw: st.DrawFn, lines: Lines) -> None:
         elif isinstance(parent, dict):
             parent[draw(st.text(min_size=1, max_size=6))] = value
     elif op == "nest" and isinstance(lines[i], dict):
-        lines[i]["event"] = _nest(draw(st.integers(1, 80)))
+        lines[i]["event"] = nested_event(draw(st.integers(1, 80)))
     elif op == "replace":
         lines[i] = draw(st.one_of(JSON, st.just(json.loads("[" * 600 + "]" * 600))))
     elif op == "insert":
@@ -243,7 +238,7 @@ BUGS: dict[str, bytes] = {
     "a line that is a list": _bug(lambda ls: ls.insert(1, [])),
     "a line that is a string": _bug(lambda ls: ls.insert(1, "event")),
     "a line that is a number": _bug(lambda ls: ls.insert(1, 3)),
-    "deeply nested event": _bug(lambda ls: ls[1].update(event=_nest(400))),
+    "deeply nested event": _bug(lambda ls: ls[1].update(event=nested_event(400))),
     "string discretization": _bug(lambda ls: ls[0].update(discretization="x")),
     "invalid JSON": b'{"type": "header", "format": "sstq-fl-privacy-transcript"\n',
     "non-UTF-8": _encode(VALID[0])[:40] + b"\xff\xfe" + _encode(VALID[0])[42:],
