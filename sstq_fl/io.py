@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
+import re
 import sys
 import tempfile
 import time
@@ -29,17 +31,53 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
         raise
 
 
+REDACTED = "<redacted>"
+_CREDENTIAL_OPTION = re.compile(r"^--(auth|.*(token|key|password|passwd|secret|credential))", re.IGNORECASE)
+
+
+def finite_json(obj: Any) -> Any:
+    """A copy of ``obj`` in which every non-finite float (inf, -inf, NaN) is None, recursively through dicts,
+    lists and tuples, so that it serialises as standard JSON (``null``; a null ε means ε = ∞, see README)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite_json(v) for v in obj]
+    return obj
+
+
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
+    """Write ``obj`` atomically as strict, standard JSON: non-finite floats become ``null`` (see
+    :func:`finite_json`), so any JSON parser reads the file."""
+    text = json.dumps(finite_json(obj), indent=2, sort_keys=False, allow_nan=False)
+    atomic_write_bytes(path, (text + "\n").encode())
+
+
+def scrub_argv(argv: list[str]) -> list[str]:
+    """``argv`` with the values of credential-like options (``--token``, ``--auth*``, ``--*key*``,
+    ``--*password*``, ``--*secret*``, ``--*credential*``; ``--opt value`` and ``--opt=value``) replaced by
+    ``<redacted>``.  A following argument that is itself a long option is kept (the option was a flag)."""
+    out = list(argv)
+    for i, arg in enumerate(argv):
+        name, eq, _ = arg.partition("=")
+        if not _CREDENTIAL_OPTION.match(name):
+            continue
+        if eq:
+            out[i] = f"{name}={REDACTED}"
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            out[i + 1] = REDACTED
+    return out
 
 
 def run_meta() -> dict[str, Any]:
-    """What produced a result: command line, machine, library versions, time."""
+    """What produced a result: command line (credentials redacted), machine, library versions, time."""
     import numpy
     import torch
 
+    argv = scrub_argv(sys.argv)
     return {
-        "command": " ".join(["sstq-fl", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("sstq-fl") else " ".join(sys.argv),
+        "command": " ".join(["sstq-fl", *argv[1:]]) if argv and argv[0].endswith("sstq-fl") else " ".join(argv),
         "machine": {"platform": platform.platform(), "processor": platform.machine(), "cpus": os.cpu_count(),
                     "torch_threads": torch.get_num_threads()},
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__},

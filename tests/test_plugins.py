@@ -50,3 +50,96 @@ def test_plugin_absent_without_install():
     out = subprocess.run([sys.executable, "-c", "from sstq_fl.encoders import registry; print(sorted(registry()))"],
                          check=True, capture_output=True, text=True).stdout
     assert "rr-coordinate" not in out
+
+
+class FakeEntryPoint:
+    """Stands in for an ``importlib.metadata.EntryPoint`` of an installed distribution."""
+
+    def __init__(self, name, value, dist, load):
+        self.name, self.value, self.group, self._load = name, value, "sstq_fl.encoders", load
+        self.dist = type("Dist", (), {"name": dist})()
+
+    def load(self):
+        return self._load()
+
+
+def _raise(exc):
+    def load():
+        raise exc
+    return load
+
+
+@pytest.fixture
+def fake_plugins(monkeypatch):
+    """Install fake entry points for the duration of a test, with a fresh copy of the registry."""
+    from importlib import metadata
+
+    from sstq_fl.encoders import base
+
+    builtins = base.registry()
+    monkeypatch.setattr(base, "_REGISTRY", dict(builtins))
+    monkeypatch.setattr(base, "_PLUGINS_LOADED", False)
+
+    def install(*eps):
+        def entry_points(group=None, **kw):
+            return list(eps) if group == base.ENTRY_POINT_GROUP else []
+        monkeypatch.setattr(metadata, "entry_points", entry_points)
+    return install
+
+
+def _good_encoder():
+    from sstq_fl.encoders import Encoder
+
+    class Good(Encoder):
+        def layout(self):
+            return []
+
+        def _encode(self, x, seeds, coins):
+            raise NotImplementedError
+
+        def decode(self, msgs, coins=None):
+            raise NotImplementedError
+    return Good
+
+
+def test_broken_plugins_are_skipped_with_a_warning_naming_them(fake_plugins, capsys):
+    from sstq_fl.cli import main
+    from sstq_fl.encoders import make_encoder, registry
+
+    good = _good_encoder()
+    fake_plugins(FakeEntryPoint("ghost", "ghost_pkg:Missing", "ghost-dist", _raise(ImportError("No module named 'ghost_pkg'"))),
+                 FakeEntryPoint("typo", "typo_pkg:Nope", "typo-dist", _raise(AttributeError("no attribute 'Nope'"))),
+                 FakeEntryPoint("boom", "boom_pkg:Enc", "boom-dist", _raise(RuntimeError("bad\nimport"))),
+                 FakeEntryPoint("not-enc", "odd_pkg:thing", "odd-dist", lambda: 42),
+                 FakeEntryPoint("good-one", "good_pkg:Good", "good-dist", lambda: good))
+    with pytest.warns(UserWarning) as got:
+        reg = registry()
+    msgs = [str(w.message) for w in got]
+    assert len(msgs) == 4 and all("\n" not in m for m in msgs)
+    for name, dist in (("ghost", "ghost-dist"), ("typo", "typo-dist"), ("boom", "boom-dist"), ("not-enc", "odd-dist")):
+        assert any(f"'{name}'" in m and dist in m and "skipped" in m for m in msgs), (name, msgs)
+    assert reg["good-one"] is good and "ghost" not in reg and "sstq-flat" in reg
+    assert make_encoder("sstq-flat", 8, 1.0).dim == 8
+    assert main(["encoders", "--json"]) == 0
+    assert "sstq-flat" in capsys.readouterr().out
+
+
+def test_plugin_using_a_builtin_name_is_refused_with_a_warning(fake_plugins):
+    from sstq_fl.encoders import registry
+    from sstq_fl.encoders.sstq import SSTQFlat
+
+    impostor = _good_encoder()
+    fake_plugins(FakeEntryPoint("sstq-flat", "evil_pkg:Impostor", "evil-dist", lambda: impostor))
+    with pytest.warns(UserWarning, match=r"'sstq-flat'.*evil-dist.*refused.*already"):
+        reg = registry()
+    assert reg["sstq-flat"] is SSTQFlat and impostor.name != "sstq-flat"
+
+
+def test_real_entry_point_to_a_missing_module_is_skipped(fake_plugins):
+    from importlib import metadata
+
+    from sstq_fl.encoders import registry
+
+    fake_plugins(metadata.EntryPoint("gone", "sstq_fl_no_such_module_xyz:Enc", "sstq_fl.encoders"))
+    with pytest.warns(UserWarning, match=r"'gone'.*sstq_fl_no_such_module_xyz.*skipped"):
+        assert "gone" not in registry()

@@ -21,15 +21,32 @@ _ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray"
             ("numpy._core.multiarray", "scalar"), ("_codecs", "encode")}
 
 
+class BatchError(pickle.UnpicklingError, ValueError):
+    """A CIFAR batch that is truncated, corrupt or asks for a global outside the allowed few."""
+
+
 class _SafeUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in _ALLOWED:
             return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a CIFAR batch")
+        raise BatchError(f"refusing to load {module}.{name} from a CIFAR batch")
+
+
+def _unpickle(path: str | os.PathLike[str]) -> Any:
+    """The object pickled in ``path``, through the safe unpickler; a one-line :class:`BatchError` naming the
+    file when it is refused, truncated or corrupt."""
+    try:
+        return _SafeUnpickler(io.BytesIO(Path(path).read_bytes()), encoding="bytes").load()
+    except BatchError as exc:
+        raise BatchError(f"{path}: {exc}") from exc
+    except Exception as exc:  # anything the unpickler trips on in a damaged file (EOF, bad opcodes, sizes, codecs)
+        why = (str(exc).splitlines() or [""])[0] or type(exc).__name__
+        raise BatchError(f"{path}: truncated or corrupt CIFAR batch ({why})") from exc
 
 
 def read_batch(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray]:
-    obj = _SafeUnpickler(io.BytesIO(Path(path).read_bytes()), encoding="bytes").load()
+    """``(data uint8 [n, 3072], labels int64 [n])`` of one official batch, validated."""
+    obj = _unpickle(path)
     if not isinstance(obj, dict) or b"data" not in obj or b"labels" not in obj:
         raise ValueError(f"{path}: not a CIFAR-10 python batch (needs b'data' and b'labels')")
     data = np.asarray(obj[b"data"], dtype=np.uint8)

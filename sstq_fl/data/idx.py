@@ -10,6 +10,7 @@ import gzip
 import os
 import struct
 import urllib.request
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ FMNIST_FILES = {
     "train_images": "train-images-idx3-ubyte.gz", "train_labels": "train-labels-idx1-ubyte.gz",
     "test_images": "t10k-images-idx3-ubyte.gz", "test_labels": "t10k-labels-idx1-ubyte.gz",
 }
+FMNIST_ENV = "SSTQ_FL_FMNIST"
 FMNIST_SEARCH = ["/usr/share/datasets/fashion-mnist", "~/.cache/sstq-fl/fashion-mnist"]
 FMNIST_URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
 _TYPES: dict[int, Any] = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
@@ -28,7 +30,7 @@ def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
     """Parse an IDX file (optionally gzipped), validating the header against the payload size."""
     raw = Path(path).read_bytes()
     if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
+        raw = gunzip(raw, path)
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
         raise ValueError(f"{path}: not an IDX file (bad magic)")
     dtype, ndim = raw[2], raw[3]
@@ -45,6 +47,14 @@ def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
     return np.frombuffer(body, dtype=dt).reshape(shape)
 
 
+def gunzip(raw: bytes, path: str | os.PathLike[str]) -> bytes:
+    """Decompress gzip bytes read from ``path``; a truncated or corrupt stream is a one-line ValueError."""
+    try:
+        return gzip.decompress(raw)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise ValueError(f"{path}: truncated or corrupt gzip file ({exc}); download it again") from exc
+
+
 def write_idx(path: str | os.PathLike[str], arr: np.ndarray) -> None:
     """Write an unsigned-byte IDX file (gzipped when the name ends in .gz); used for tests."""
     a = np.ascontiguousarray(arr, dtype=np.uint8)
@@ -52,30 +62,52 @@ def write_idx(path: str | os.PathLike[str], arr: np.ndarray) -> None:
     Path(path).write_bytes(gzip.compress(data) if str(path).endswith(".gz") else data)
 
 
+def _missing(p: Path) -> list[str]:
+    """The Fashion-MNIST file names that are not regular files in ``p`` (empty when ``p`` holds all
+    four; a folder that does not exist misses them all)."""
+    names = FMNIST_FILES.values()
+    return [f for f in names if not (p / f).is_file()]
+
+
+def _explicit_folder(given: str, what: str) -> Path:
+    """``given`` (a ``--data-dir``, or ``what`` = ``$SSTQ_FL_FMNIST=``) when it holds all four files, else an
+    error naming it."""
+    p = Path(given).expanduser()
+    missing = _missing(p)
+    if missing:
+        why = "no such folder" if not p.exists() else f"missing {', '.join(missing)}"
+        raise FileNotFoundError(f"Fashion-MNIST not found in {what}{given} ({why}): it needs all four files "
+                                f"{', '.join(FMNIST_FILES.values())}")
+    return p
+
+
+def _download(cache: Path) -> Path:
+    """Fetch the missing files from the official source into ``cache`` (each atomically)."""
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        for f in _missing(cache):
+            urllib.request.urlretrieve(FMNIST_URL + f, cache / (f + ".part"))
+            os.replace(cache / (f + ".part"), cache / f)
+        return cache
+    except OSError as exc:
+        raise FileNotFoundError("Fashion-MNIST not found (install the Debian package dataset-fashion-mnist, "
+                                f"set {FMNIST_ENV}, or allow the download): {exc}") from exc
+
+
 def find_fashion_mnist(root: str | None = None, download: bool = True) -> Path:
-    """The folder holding the four Fashion-MNIST files: ``root``, ``$SSTQ_FL_FMNIST``, the Debian
-    package's ``/usr/share/datasets/fashion-mnist``, or a cache (downloaded from the official
-    source when the machine has internet)."""
-    candidates = [root] if root else [os.environ.get("SSTQ_FL_FMNIST"), *FMNIST_SEARCH]
-    for c in filter(None, candidates):
-        p = Path(c).expanduser()
-        if all((p / f).exists() for f in FMNIST_FILES.values()):
-            return p
+    """The folder holding the four Fashion-MNIST files: ``root`` (``--data-dir``), else ``$SSTQ_FL_FMNIST``
+    (either one, when given, must hold the files: there is no fall-back), else the Debian package's
+    ``/usr/share/datasets/fashion-mnist`` or a cache (downloaded from the official source when allowed)."""
     if root:
-        raise FileNotFoundError(f"Fashion-MNIST files {sorted(FMNIST_FILES.values())} not found in {root}")
-    cache = Path(FMNIST_SEARCH[-1]).expanduser()
+        return _explicit_folder(root, "")
+    if os.environ.get(FMNIST_ENV):
+        return _explicit_folder(os.environ[FMNIST_ENV], f"${FMNIST_ENV}=")
+    for c in FMNIST_SEARCH:
+        if not _missing(Path(c).expanduser()):
+            return Path(c).expanduser()
     if download:
-        try:
-            cache.mkdir(parents=True, exist_ok=True)
-            for f in FMNIST_FILES.values():
-                if not (cache / f).exists():
-                    urllib.request.urlretrieve(FMNIST_URL + f, cache / (f + ".part"))
-                    os.replace(cache / (f + ".part"), cache / f)
-            return cache
-        except OSError as exc:
-            raise FileNotFoundError("Fashion-MNIST not found (install the Debian package dataset-fashion-mnist, "
-                                    f"set SSTQ_FL_FMNIST, or allow the download): {exc}") from exc
-    raise FileNotFoundError("Fashion-MNIST not found: apt-get install dataset-fashion-mnist, or set SSTQ_FL_FMNIST")
+        return _download(Path(FMNIST_SEARCH[-1]).expanduser())
+    raise FileNotFoundError(f"Fashion-MNIST not found: apt-get install dataset-fashion-mnist, or set {FMNIST_ENV}")
 
 
 def load_fashion_mnist(root: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -274,6 +275,10 @@ _REGISTRY: dict[str, type[Encoder]] = {}
 _PLUGINS_LOADED = False
 
 
+class PluginWarning(UserWarning):
+    """An encoder plug-in that could not be registered; it is skipped and everything else works."""
+
+
 def register_encoder(name: str) -> Callable[[type[Encoder]], type[Encoder]]:
     """Class decorator: register an :class:`Encoder` subclass under ``name``."""
 
@@ -288,14 +293,44 @@ def register_encoder(name: str) -> Callable[[type[Encoder]], type[Encoder]]:
 
 
 def _load_plugins() -> None:
+    """Register the encoders of the ``sstq_fl.encoders`` entry points (once per process).  A plug-in that
+    fails to load, is not an :class:`Encoder` subclass or takes a registered name is skipped with a
+    :class:`PluginWarning` naming it, so one broken plug-in never breaks a command."""
     global _PLUGINS_LOADED
     if _PLUGINS_LOADED:
         return
     _PLUGINS_LOADED = True
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        _load_plugin(ep)
+
+
+def _plugin_origin(ep: Any) -> str:
+    """``encoder plug-in 'name' = 'module:Class' (distribution D)`` for warnings (the module's package when
+    the entry point does not say which distribution it comes from)."""
+    dist = getattr(getattr(ep, "dist", None), "name", None)
+    origin = f"distribution {dist}" if dist else f"package {str(ep.value).partition(':')[0].strip() or '?'}"
+    return f"encoder plug-in {ep.name!r} = {ep.value!r} ({origin})"
+
+
+def _load_plugin(ep: Any) -> None:
+    """Load one entry point and register its class, or warn why it is skipped."""
+    where = _plugin_origin(ep)
+    try:
         obj = ep.load()
-        if isinstance(obj, type) and issubclass(obj, Encoder) and ep.name not in _REGISTRY:
-            register_encoder(ep.name)(obj)
+    except Exception as exc:  # any failure of third-party code: skip that plug-in only
+        why = (str(exc).splitlines() or [""])[0]
+        warnings.warn(f"{where} skipped: loading it failed ({type(exc).__name__}: {why})", PluginWarning, stacklevel=4)
+        return
+    if not (isinstance(obj, type) and issubclass(obj, Encoder)):
+        warnings.warn(f"{where} skipped: it is {type(obj).__name__} {obj!r:.60}, not an Encoder subclass",
+                      PluginWarning, stacklevel=4)
+        return
+    taken = _REGISTRY.get(ep.name)
+    if taken is not None and taken is not obj:
+        warnings.warn(f"{where} refused: the name {ep.name!r} is already registered by "
+                      f"{taken.__module__}.{taken.__qualname__}", PluginWarning, stacklevel=4)
+        return
+    register_encoder(ep.name)(obj)
 
 
 def registry() -> dict[str, type[Encoder]]:
@@ -316,6 +351,8 @@ def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
         key, eq, val = part.partition("=")
         if not eq or not key.strip():
             raise ValueError(f"malformed parameter {part!r} in encoder spec {spec!r} (expected key=value)")
+        if key.strip() in params:
+            raise ValueError(f"duplicate parameter {key.strip()!r} in encoder spec {spec!r} (give each key once)")
         params[key.strip()] = val.strip()
     return name.strip(), params
 

