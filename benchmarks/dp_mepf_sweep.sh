@@ -20,8 +20,8 @@ LEDGER=${LEDGER:-$OUT/dataset_ledger.jsonl}
 COMMON=(--profile "$PROFILE" --clients 4 --randomness "$RANDOMNESS" --dataset-ledger "$LEDGER")
 for e in 0.2 1 10 inf; do
   # shellcheck disable=SC2086
-  .venv/bin/sstq-fl gen dp-mepf --epsilon "$e" "${COMMON[@]}" $EXTRA --out "$OUT/${TAG}_eps$e"
+  .venv/bin/sstq-fl gen dp-mepf --epsilon "$e" "${COMMON[@]}" $EXTRA --force --out "$OUT/${TAG}_eps$e"
 done
 # shellcheck disable=SC2086
-.venv/bin/sstq-fl gen dp-mepf --epsilon 1 --public-only "${COMMON[@]}" $EXTRA --out "$OUT/${TAG}_public_only"
+.venv/bin/sstq-fl gen dp-mepf --epsilon 1 --public-only "${COMMON[@]}" $EXTRA --force --out "$OUT/${TAG}_public_only"
 .venv/bin/python benchmarks/dp_mepf_table.py "$OUT" "$TAG"

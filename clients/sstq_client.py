@@ -3,7 +3,8 @@
 On a ``train`` message (round ``t``, the model ``θ`` and the run's config) the client
 computes its clipped minibatch gradient on its own partition, encodes it with the configured
 encoder and replies with the **wire bytes** (``ConfigRecord`` bytes: no pickle, nothing
-executable).  On a ``query`` message it reports its partition id.  With ``randomness=secure``
+executable).  On a ``query`` message it reports its partition id and the federation's size
+(``num-partitions`` from its node config, when set).  With ``randomness=secure``
 (the deployment default) the client draws a fresh key from its own OS CSPRNG for its minibatch
 and its encoding coins, and never sends it; with ``reproducible`` everything is derived from
 ``(seed, round, client)``, so the reply is the same whichever actor runs it (simulation only).
@@ -63,7 +64,10 @@ def query(msg: Message, context: Context) -> Message:
         import torch  # noqa: F401
 
         import sstq_fl.fl.engine  # noqa: F401
-    return Message(RecordDict({"node": ConfigRecord({"partition-id": _pid(context)})}), reply_to=msg)
+    answer: dict[str, Any] = {"partition-id": _pid(context)}
+    if "num-partitions" in context.node_config:  # the federation's size, checked against the run's clients
+        answer["num-partitions"] = int(context.node_config["num-partitions"])
+    return Message(RecordDict({"node": ConfigRecord(answer)}), reply_to=msg)
 
 
 def _injected_fault(pid: int, t: int) -> str | None:

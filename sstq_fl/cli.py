@@ -5,16 +5,51 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import torch
 
 
-def _ints(s: str) -> list[int]:
+def positive_int(s: str) -> int:
+    """argparse type for counts (trials, clients, rounds, reps, dimensions): an integer ≥ 1."""
     try:
-        return [int(v) for v in s.split(",") if v.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {s!r}") from exc
+        v = int(s)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}")
+    return v
+
+
+def positive_ints(s: str) -> list[int]:
+    """argparse type for a comma-separated list of counts, each an integer ≥ 1."""
+    out = [positive_int(v.strip()) for v in s.split(",") if v.strip()]
+    if not out:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {s!r}")
+    return out
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless the text gives it or there is none to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        """The help template, with `` (default: %(default)s)`` appended where a default is worth showing."""
+        text, default = action.help, action.default
+        if not text or "default" in text or not action.option_strings or action.required:
+            return text
+        if default is None or default is False or default is argparse.SUPPRESS or default in ("", []):
+            return text
+        return text + " (default: %(default)s)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser (and its sub-parsers) that shows every option's default in ``--help``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """``argparse.ArgumentParser`` with :class:`_HelpFormatter` unless another formatter is given."""
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
 
 
 def _list(s: str) -> list[str]:
@@ -90,7 +125,9 @@ def cmd_privacy_plan(args: argparse.Namespace) -> int:
         print(json.dumps(rep, indent=2))
         return 0
     print(f"per message: epsilon = {rep['per_message']:g} (pure, replace-one)")
-    print(f"{rep['rounds']} rounds, full participation, at delta = {rep['delta']:g}:")
+    q = rep["sampling_rate"]
+    who = "full participation" if q >= 1 else f"sampling rate q = {q:g}, for a client that joins all of them (worst case)"
+    print(f"{rep['rounds']} rounds, {who}, at delta = {rep['delta']:g}:")
     print(f"  basic {rep['basic']:.4g}   advanced {rep['advanced']:.4g}   PLD {rep['pld']:.4g}")
     if "identified" in rep:
         idf, amp = rep["identified"], rep["amplified"]
@@ -151,12 +188,13 @@ def _run_config(args: argparse.Namespace, encoder: str) -> Any:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    """Several encoders on identical batches (every spec is checked before any training)."""
     from .fl.compare import DEFAULT_ENCODERS, compare
 
     encoders = args.encoders or DEFAULT_ENCODERS
     print(f"comparing {len(encoders)} encoders on {args.task} ({args.clients} clients, {args.rounds} rounds, "
           f"epsilon {args.epsilon}) -> {args.out}")
-    compare(_run_config(args, encoders[0]), encoders, args.out, resume=args.resume)
+    compare(_run_config(args, encoders[0]), encoders, args.out, resume=args.resume, force=args.force)
     print(f"wrote {args.out}/comparison.md (table), {args.out}/comparison.png (curves, accuracy vs bits), "
           f"{args.out}/comparison.json and one folder per encoder")
     return 0
@@ -173,7 +211,7 @@ def cmd_gen_mepf(args: argparse.Namespace) -> int:
                      public_records=args.public_records, data_path=args.data_path or "",
                      inception_weights=args.inception_weights or "", randomness=args.randomness,
                      dataset_ledger=args.dataset_ledger or "", dataset_budget_epsilon=args.dataset_budget_epsilon)
-    m = run_dp_mepf(cfg, args.out)
+    m = run_dp_mepf(cfg, args.out, force=args.force)
     eps = "inf" if m["epsilon"] is None else f"{m['epsilon']:.4g}"
     cum = "inf" if m["dataset_epsilon_cumulative"] is None else f"{m['dataset_epsilon_cumulative']:.4g}"
     print(f"dp-mepf ({m['reference']}): epsilon {eps} at delta {m['delta']:g} ({m['relation']}, randomness "
@@ -187,6 +225,7 @@ def cmd_gen_mepf(args: argparse.Namespace) -> int:
     return 0
 
 
+_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DEMO_ENCODERS = ["clean", "privunit", "sqkr", "sstq-flat:b=4", "sstq-ma:b=4"]
 
 
@@ -199,17 +238,34 @@ def cmd_demo(args: argparse.Namespace) -> int:
                      engine=args.engine, seed=args.seed, randomness=args.randomness)
     print(f"demo: Fashion-MNIST MLP, 100 clients x {args.rounds} rounds, per-message epsilon 3, clip 0.5, lr 0.5, "
           f"engine {args.engine}; encoders {', '.join(DEMO_ENCODERS)} (a few minutes on 2 cores)", flush=True)
-    compare(base, DEMO_ENCODERS, args.out, resume=args.resume)
+    compare(base, DEMO_ENCODERS, args.out, resume=args.resume, force=args.force)
     print(f"wrote {args.out}/comparison.md (table), {args.out}/comparison.png (loss and accuracy per round, "
           f"final accuracy against bits per client) and one folder per encoder (metrics.json, transcript, curves)")
     return 0
 
 
+def _claim_out(cfg: Any, args: argparse.Namespace) -> None:
+    """Check ``--out`` once the config is valid, before anything is written: ``--resume`` needs its
+    checkpoint (same config) and says where it restarts; otherwise another run's files there are
+    refused unless ``--force`` (which removes them)."""
+    from .fl.engine import clear_out, existing_outputs, read_checkpoint
+
+    out = Path(args.out)
+    if args.resume:
+        t = read_checkpoint(out, cfg)["round"]
+        print(f"resuming from round {t} of {cfg.rounds} in {args.out}", flush=True)
+    else:
+        clear_out(existing_outputs(out), out, args.force)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from .fl.engine import run
+    """One training run: the config, encoder, data and budget are checked before ``--out`` is touched."""
+    from .fl.engine import run, trainers
 
     cfg = _run_config(args, args.encoder)
-    m = run(cfg, args.out, resume=args.resume)
+    trainer = trainers(cfg, [cfg.encoder])[cfg.encoder]  # checks the encoder, the data and the budget
+    _claim_out(cfg, args)
+    m = run(cfg, args.out, resume=args.resume, trainer=trainer)
     f = m["final"]
     metric = f"test accuracy {f['test_accuracy']:.4f}" if "test_accuracy" in f else \
         f"distance to optimum {f['distance_to_optimum']:.4g}"
@@ -234,79 +290,29 @@ def _table(rows: list[dict[str, Any]], cols: list[str]) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sstq-fl", description=__doc__)
+    """The ``sstq-fl`` parser: every option has a help text and ``--help`` shows its default."""
+    p = _Parser(prog="sstq-fl", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
 
     e = sub.add_parser("encoders", help="list registered encoders, their parameters and bits")
-    e.add_argument("--json", action="store_true")
+    e.add_argument("--json", action="store_true", help="print the listing as JSON")
     e.set_defaults(fn=cmd_encoders)
 
     b = sub.add_parser("bench", help="benchmarks (JSON + plots)")
     bs = b.add_subparsers(dest="bench", required=True)
-    m = bs.add_parser("mse-vs-dim", help="experiment E1: estimation error versus dimension")
-    m.add_argument("--dims", type=_ints, default=[100, 500, 1000, 5000, 10000])
-    m.add_argument("--epsilon", type=float, default=3.0)
-    m.add_argument("--bits", type=int, default=8)
-    m.add_argument("--norm", type=float, default=0.2)
-    m.add_argument("--trials", type=int, default=1000)
-    m.add_argument("--encoders", type=_list, default=[], help="space- or ';'-separated encoder specs")
-    m.add_argument("--out", default="results/e1.json")
-    m.set_defaults(fn=cmd_mse)
-
-    s = bs.add_parser("encode-speed", help="batched encode / aggregate time per round")
-    s.add_argument("--clients", type=int, default=100)
-    s.add_argument("--dim", type=int, default=25450)
-    s.add_argument("--epsilon", type=float, default=3.0)
-    s.add_argument("--bits", type=int, default=4)
-    s.add_argument("--encoders", type=_list, default=[])
-    s.add_argument("--reps", type=int, default=5)
-    s.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    s.add_argument("--out", default="results/encode_speed.json")
-    s.set_defaults(fn=cmd_speed)
-
-    f = bs.add_parser("fwht", help="time every available FWHT kernel")
-    f.add_argument("--rows", type=int, default=100)
-    f.add_argument("--sizes", type=_ints, default=[1024, 16384, 65536, 262144])
-    f.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    f.add_argument("--out", default="results/fwht.json")
-    f.set_defaults(fn=cmd_fwht)
-
-    k = bs.add_parser("kashin", help="achieved Kashin level on adversarial inputs, per setting")
-    k.add_argument("--dim", type=int, default=25450)
-    k.add_argument("--rho", type=float, default=2.5)
-    k.add_argument("--out", default="results/kashin.json")
-    k.set_defaults(fn=cmd_kashin)
-    lb = bs.add_parser("ledger", help="ledger speed (10k subsampled-Gaussian steps) and reference values")
-    lb.add_argument("--steps", type=int, default=10_000)
-    lb.add_argument("--out", default="results/ledger.json")
-    lb.set_defaults(fn=cmd_ledger)
-
-    r = sub.add_parser("run", help="federated training with encoded gradients (writes DIR/metrics.json)")
-    r.add_argument("--encoder", default="sstq-flat:b=4")
-    _training_args(r)
-    r.set_defaults(fn=cmd_run)
-    c = sub.add_parser("compare", help="several encoders on identical batches: curves, accuracy vs bits, table")
-    c.add_argument("--encoders", type=_list, default=[], help="space- or ';'-separated specs (default: seven)")
-    _training_args(c)
-    c.set_defaults(fn=cmd_compare)
-
-    dm = sub.add_parser("demo", help="the built-in default comparison (Fashion-MNIST, 100 clients, Flower + Ray)")
-    dm.add_argument("--out", default="results/demo")
-    dm.add_argument("--rounds", type=int, default=20)
-    dm.add_argument("--seed", type=int, default=0)
-    dm.add_argument("--engine", default="flower", choices=["vectorized", "flower"])
-    dm.add_argument("--resume", action="store_true")
-    _randomness_arg(dm)
-    dm.set_defaults(fn=cmd_demo)
+    _mse_parser(bs)
+    _speed_parser(bs)
+    _fwht_kashin_ledger_parsers(bs)
+    _training_parsers(sub)
 
     g = sub.add_parser("gen", help="DP generative pipelines on simulated clients")
     gs = g.add_subparsers(dest="gen", required=True)
     gm = gs.add_parser("dp-mepf", help="DP-MEPF: public perceptual features, one labelled release, generator")
-    gm.add_argument("--epsilon", type=float, required=True, help="record-level epsilon (inf: non-private reference)")
+    gm.add_argument("--epsilon", type=float, required=True, help="record-level epsilon, at most 100 (inf: non-private reference)")
     gm.add_argument("--delta", type=float, default=1e-5)
     gm.add_argument("--profile", default="cpu", choices=["cpu", "full"])
     gm.add_argument("--clients", type=int, default=4)
-    gm.add_argument("--moments", default="1", choices=["1", "1,2"], help="phi1, or phi1 and phi2")
+    gm.add_argument("--moments", default="1", choices=["1", "1,2"], metavar="{1|1,2}", help="phi1, or phi1 and phi2")
     gm.add_argument("--records", type=int, default=None, help="private records used (default: 2000 cpu, all full)")
     gm.add_argument("--partition", default="iid", choices=["iid", "dirichlet"])
     gm.add_argument("--alpha", type=float, default=0.5)
@@ -331,29 +337,120 @@ def build_parser() -> argparse.ArgumentParser:
     gm.add_argument("--dataset-budget-epsilon", type=float, default=None, metavar="E",
                     help="refuse to start if the data set's cumulative epsilon (at --delta) after this run would exceed E")
     gm.add_argument("--out", required=True)
+    gm.add_argument("--force", action="store_true",
+                    help="replace the run files (metrics.json, transcript.jsonl, samples.png) already in --out")
     gm.set_defaults(fn=cmd_gen_mepf)
 
+    _privacy_parsers(sub)
+    return p
+
+
+def _mse_parser(bs: Any) -> None:
+    """``bench mse-vs-dim``."""
+    m = bs.add_parser("mse-vs-dim", help="experiment E1: estimation error versus dimension")
+    m.add_argument("--dims", type=positive_ints, default="100,500,1000,5000,10000",
+                   help="comma-separated dimensions d")
+    m.add_argument("--epsilon", type=float, default=3.0, help="per-message LDP epsilon")
+    m.add_argument("--bits", type=positive_int, default=8, help="bit width b for encoders that take one")
+    m.add_argument("--norm", type=float, default=0.2, help="norm of the test vector (and the encoders' radius)")
+    m.add_argument("--trials", type=positive_int, default=1000,
+                   help="independent encodings per point (at least 2: the 95%% interval is a bootstrap percentile one)")
+    m.add_argument("--encoders", type=_list, default="",
+                   help="space- or ';'-separated encoder specs (default: the E1 set)")
+    m.add_argument("--out", default="results/e1.json", help="result JSON (the plot goes next to it as .png)")
+    m.set_defaults(fn=cmd_mse)
+
+
+def _speed_parser(bs: Any) -> None:
+    """``bench encode-speed``."""
+    s = bs.add_parser("encode-speed", help="batched encode / aggregate time per round")
+    s.add_argument("--clients", type=positive_int, default=100, help="clients encoded per round")
+    s.add_argument("--dim", type=positive_int, default=25450, help="vector dimension (25450: the Fashion-MNIST MLP)")
+    s.add_argument("--epsilon", type=float, default=3.0, help="per-message LDP epsilon")
+    s.add_argument("--bits", type=positive_int, default=4, help="bit width b for encoders that take one")
+    s.add_argument("--encoders", type=_list, default="",
+                   help="space- or ';'-separated encoder specs (default: clean and the E1 set)")
+    s.add_argument("--reps", type=positive_int, default=5, help="timed repetitions (the median is reported)")
+    s.add_argument("--device", default=_DEVICE, help="torch device (cpu, cuda)")
+    s.add_argument("--out", default="results/encode_speed.json", help="result JSON")
+    s.set_defaults(fn=cmd_speed)
+
+
+def _fwht_kashin_ledger_parsers(bs: Any) -> None:
+    """``bench fwht``, ``bench kashin`` and ``bench ledger``."""
+    f = bs.add_parser("fwht", help="time every available FWHT kernel")
+    f.add_argument("--rows", type=positive_int, default=100, help="vectors transformed at once")
+    f.add_argument("--sizes", type=positive_ints, default="1024,16384,65536,262144",
+                   help="comma-separated transform sizes N (powers of 2)")
+    f.add_argument("--device", default=_DEVICE, help="torch device (cpu, cuda)")
+    f.add_argument("--out", default="results/fwht.json", help="result JSON")
+    f.set_defaults(fn=cmd_fwht)
+    k = bs.add_parser("kashin", help="achieved Kashin level on adversarial inputs, per setting")
+    k.add_argument("--dim", type=positive_int, default=25450, help="vector dimension")
+    k.add_argument("--rho", type=float, default=2.5, help="frame redundancy N/d")
+    k.add_argument("--out", default="results/kashin.json", help="result JSON")
+    k.set_defaults(fn=cmd_kashin)
+    lb = bs.add_parser("ledger", help="ledger speed (10k subsampled-Gaussian steps) and reference values")
+    lb.add_argument("--steps", type=positive_int, default=10_000, help="subsampled-Gaussian steps recorded")
+    lb.add_argument("--out", default="results/ledger.json", help="result JSON")
+    lb.set_defaults(fn=cmd_ledger)
+
+
+def _training_parsers(sub: Any) -> None:
+    """``run``, ``compare`` and ``demo``."""
+    r = sub.add_parser("run", help="federated training with encoded gradients (writes DIR/metrics.json)")
+    r.add_argument("--encoder", default="sstq-flat:b=4", help="encoder spec (see sstq-fl encoders)")
+    _training_args(r)
+    r.set_defaults(fn=cmd_run)
+    c = sub.add_parser("compare", help="several encoders on identical batches: curves, accuracy vs bits, table")
+    c.add_argument("--encoders", type=_list, default="",
+                   help="space- or ';'-separated specs (default: clean privunit sqkr sstq-flat:b=4 "
+                        "sstq-flat:b=4,codebook=optimized sstq-ma:b=4 vqsgd)")
+    _training_args(c)
+    c.set_defaults(fn=cmd_compare)
+    dm = sub.add_parser("demo", help="the built-in default comparison (Fashion-MNIST, 100 clients, Flower + Ray)")
+    dm.add_argument("--out", default="results/demo", help="output folder (one sub-folder per encoder)")
+    dm.add_argument("--rounds", type=positive_int, default=20, help="training rounds")
+    dm.add_argument("--seed", type=int, default=0, help="run seed (minibatches, coins, model init)")
+    dm.add_argument("--engine", default="flower", choices=["vectorized", "flower"],
+                    help="vectorized (one process, batched) or flower (Flower simulation on Ray)")
+    _resume_force_args(dm)
+    _randomness_arg(dm)
+    dm.set_defaults(fn=cmd_demo)
+
+
+def _privacy_parsers(sub: Any) -> None:
+    """``privacy plan`` and ``privacy replay``."""
     pv = sub.add_parser("privacy", help="privacy accounting: plans and transcript replay")
     ps = pv.add_subparsers(dest="privacy", required=True)
     pl = ps.add_parser("plan", help="LDP training: per-message, basic, advanced and PLD totals")
     pl.add_argument("--ldp-epsilon", type=float, required=True, help="per-message epsilon (finite; a figure beyond "
                                                                     "the float range is reported as inf)")
-    pl.add_argument("--rounds", type=int, required=True, help="rounds, at most 10**7")
-    pl.add_argument("--sampling-rate", type=float, default=1.0)
-    pl.add_argument("--delta", type=float, default=1e-5)
-    pl.add_argument("--json", action="store_true")
+    pl.add_argument("--rounds", type=positive_int, required=True, help="rounds, at most 10**7")
+    pl.add_argument("--sampling-rate", type=float, default=1.0,
+                    help="probability q that a client joins a round (Poisson participation; 1: every round)")
+    pl.add_argument("--delta", type=float, default=1e-5, help="delta at which the totals are reported")
+    pl.add_argument("--json", action="store_true", help="print the report as JSON")
     pl.set_defaults(fn=cmd_privacy_plan)
     rp = ps.add_parser("replay", help="recompute epsilon from a transcript alone (strict: malformed transcripts "
                                       "are refused with exit 2; a recomputed epsilon off the recorded one by more "
                                       "than a relative 1e-6 exits 1)")
-    rp.add_argument("file")
+    rp.add_argument("file", help="a run's transcript.jsonl")
     rp.add_argument("--delta", type=float, default=None, help="answer at this delta (default: the summary's)")
     rp.add_argument("--metrics", default=None, metavar="FILE",
                     help="the run's metrics.json: refuse unless its privacy_transcript binding (run id, sha256, "
                          "epsilon, delta) names this transcript")
-    rp.add_argument("--json", action="store_true")
+    rp.add_argument("--json", action="store_true", help="print the result as JSON")
     rp.set_defaults(fn=cmd_privacy_replay)
-    return p
+
+
+def _resume_force_args(p: argparse.ArgumentParser) -> None:
+    """``--resume`` / ``--force`` (one or the other) for commands that write a run folder."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--resume", action="store_true",
+                   help="continue from the folder's last completed round (the checkpoint must be there, same config)")
+    g.add_argument("--force", action="store_true",
+                   help="start over in a folder that holds another run's files (they are removed first)")
 
 
 def _randomness_arg(p: argparse.ArgumentParser) -> None:
@@ -365,40 +462,69 @@ def _randomness_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _training_args(r: argparse.ArgumentParser) -> None:
-    r.add_argument("--task", default="fmnist", choices=["fmnist", "cifar10", "lsq"])
-    r.add_argument("--clients", type=int, default=100)
-    r.add_argument("--rounds", type=int, default=100)
+    """Options shared by ``run`` and ``compare``."""
+    r.add_argument("--task", default="fmnist", choices=["fmnist", "cifar10", "lsq"],
+                   help="fmnist / cifar10 (MLP) or lsq (synthetic least squares)")
+    r.add_argument("--clients", type=positive_int, default=100, help="simulated clients")
+    r.add_argument("--rounds", type=positive_int, default=100, help="training rounds")
     r.add_argument("--epsilon", type=float, default=3.0, help="per-message LDP epsilon")
-    r.add_argument("--engine", default="vectorized", choices=["vectorized", "flower"])
+    r.add_argument("--engine", default="vectorized", choices=["vectorized", "flower"],
+                   help="vectorized (one process, batched) or flower (Flower simulation on Ray)")
     r.add_argument("--ray-address", default=None, help="flower engine: attach to this Ray cluster (host:port)")
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--batch", type=int, default=64)
+    r.add_argument("--seed", type=int, default=0, help="run seed (minibatches, coins, model init, partition)")
+    r.add_argument("--batch", type=positive_int, default=64, help="minibatch size per client")
     r.add_argument("--clip", type=float, default=0.1, help="client clip norm C (the encoders' radius)")
-    r.add_argument("--lr", type=float, default=0.2)
-    r.add_argument("--server-cap", type=float, default=10.0)
-    r.add_argument("--partition", default="iid", choices=["iid", "dirichlet"])
-    r.add_argument("--alpha", type=float, default=0.5)
-    r.add_argument("--sampling-rate", type=float, default=1.0)
-    r.add_argument("--delta", type=float, default=1e-5)
+    r.add_argument("--lr", type=float, default=0.2, help="server learning rate")
+    r.add_argument("--server-cap", type=float, default=10.0, help="cap on the norm of the aggregated update")
+    r.add_argument("--partition", default="iid", choices=["iid", "dirichlet"], help="how records are split among clients")
+    r.add_argument("--alpha", type=float, default=0.5, help="dirichlet partition: concentration")
+    r.add_argument("--sampling-rate", type=float, default=1.0, help="probability q that a client joins a round")
+    r.add_argument("--delta", type=float, default=1e-5, help="delta at which epsilon is reported")
     r.add_argument("--budget-epsilon", type=float, default=None, help="refuse to start if the plan exceeds it")
-    r.add_argument("--data-dir", default=None)
-    r.add_argument("--dim", type=int, default=100, help="lsq: dimension")
-    r.add_argument("--n", type=int, default=4000, help="lsq: samples")
-    r.add_argument("--resume", action="store_true", help="continue from DIR's last completed round")
+    r.add_argument("--data-dir", default=None, help="data set folder (default: the installed Fashion-MNIST; "
+                                                      "cifar10 needs it)")
+    r.add_argument("--dim", type=positive_int, default=100, help="lsq: dimension")
+    r.add_argument("--n", type=positive_int, default=4000, help="lsq: samples")
+    _resume_force_args(r)
     _randomness_arg(r)
     r.add_argument("--diagnostics", action="store_true",
                    help="also record the encoders' data-dependent statistics (reproducible mode only; labelled "
                         "non-private in metrics.json)")
-    r.add_argument("--out", required=True)
+    r.add_argument("--out", required=True, help="output folder")
+
+
+def _last_round(out: Path) -> int | None:
+    """The round of the newest checkpoint in ``out`` or one of its sub-folders (None: there is none)."""
+    found = [c for c in (out / "checkpoint.json", *out.glob("*/checkpoint.json")) if c.is_file()]
+    try:
+        return int(json.loads(max(found, key=lambda c: c.stat().st_mtime).read_text())["round"]) if found else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _interrupted(args: argparse.Namespace, exc: KeyboardInterrupt) -> str:
+    """The one line printed on Ctrl-C: for training, the last checkpointed round and how to go on."""
+    lead = "\n" if sys.stderr.isatty() else ""  # end a progress line first
+    if not hasattr(args, "resume"):
+        return f"{lead}interrupted"
+    t = getattr(exc, "round", None)
+    t = _last_round(Path(args.out)) if t is None else t
+    if t is None:
+        return f"{lead}interrupted before the first checkpoint: rerun without --resume"
+    return f"{lead}interrupted after round {t}: rerun with --resume"
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse and run one command; errors are one line on stderr (exit 2), Ctrl-C one line (exit 130)."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.fn(args) or 0)
     except (ValueError, OSError) as exc:
         print(f"sstq-fl: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        print(_interrupted(args, exc), file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

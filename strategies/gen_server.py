@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +21,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from sstq_fl.gen.runner import Arrays, ClientPool, Scalar, WorkloadData
 
-from .sstq_server import _backend_config, discover
+from .sstq_server import StoppableGrid, _backend_config, discover, simulate
 
 log = logging.getLogger("sstq_fl.gen")
 TIMEOUT_S = float(os.environ.get("SSTQ_FL_ROUND_TIMEOUT", 1800))
@@ -62,21 +63,21 @@ class FlowerPool(ClientPool):
 def run_on_flower(pipeline: Callable[[ClientPool], dict[str, Any]], data: WorkloadData, device: str = "cpu",
                   client_cpus: float = 1.0) -> dict[str, Any]:
     """Run ``pipeline`` in a ``ServerApp`` on Flower's simulation engine (Ray), one SuperNode per client.
-    With ``device="cuda"`` each client asks Flower for a share of a GPU (client resources)."""
-    from flwr.simulation import run_simulation
-
+    With ``device="cuda"`` each client asks Flower for a share of a GPU (client resources).  One Ctrl-C
+    stops it within seconds and raises ``KeyboardInterrupt`` (:func:`~strategies.sstq_server.simulate`)."""
     from clients.gen_client import app as client_app
 
     result: dict[str, Any] = {}
-    server = ServerApp()
+    server, stop = ServerApp(), threading.Event()
 
     @server.main()
     def _main(grid: Grid, context: Context) -> None:
-        result.update(pipeline(FlowerPool(data, grid)))
+        result.update(pipeline(FlowerPool(data, StoppableGrid(grid, stop))))
 
     gpus = 1.0 / data.clients if device.startswith("cuda") else 0.0
-    run_simulation(server_app=server, client_app=client_app, num_supernodes=data.clients,
-                   backend_config=_backend_config(client_cpus, None, gpus))
+    simulate(server, client_app, data.clients, _backend_config(client_cpus, None, gpus), stop)
     if not result:
+        if stop.is_set():
+            raise KeyboardInterrupt
         raise RuntimeError("the Flower workload did not finish (see the log)")
     return result

@@ -2,6 +2,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from sstq_fl.cli import main
 
 
@@ -47,3 +49,14 @@ def test_errors_are_reported_not_raised(capsys):
 def test_console_script_installed():
     out = subprocess.run([sys.executable, "-m", "sstq_fl.cli", "encoders"], capture_output=True, text=True, check=True)
     assert "sstq-flat" in out.stdout
+
+
+@pytest.mark.parametrize("label, d, eps, trials", [("sstq-ma", 100, 8.0, 2), ("sstq-ma", 10, 8.0, 3),
+                                                   ("vqsgd", 2, 8.0, 2), ("privunit", 2, 1.0, 2)])
+def test_mse_interval_never_goes_below_zero(label, d, eps, trials):
+    """Heavy-tailed squared errors from a few trials: the normal approximation went negative here."""
+    from sstq_fl.bench.mse import measure
+
+    r = measure(label, d, eps, 8, 0.2, trials)
+    assert 0 <= r["ci_low"] <= r["mse"] <= r["ci_high"]
+    assert r["ci_method"].startswith("bootstrap percentile")

@@ -8,18 +8,45 @@ from typing import Any
 
 from ..io import atomic_write_bytes, atomic_write_json, run_meta
 from ..rng import REPRODUCIBLE_WARNING
-from .engine import RunConfig, run
+from .engine import RunConfig, clear_out, existing_outputs, read_checkpoint, run, trainers
 
 DEFAULT_ENCODERS = ["clean", "privunit", "sqkr", "sstq-flat:b=4", "sstq-flat:b=4,codebook=optimized", "sstq-ma:b=4",
                     "vqsgd"]
+
+
+COMPARISON_FILES = ("comparison.json", "comparison.md", "comparison.png")
 
 
 def _slug(spec: str) -> str:
     return spec.replace(":", "_").replace(",", "_").replace("=", "-")
 
 
-def compare(base: RunConfig, encoders: list[str], out: str | Path, resume: bool = False) -> dict[str, Any]:
+def prepare_out(base: RunConfig, encoders: list[str], out: Path, resume: bool, force: bool) -> dict[str, int]:
+    """Check ``out`` before anything is trained; return the round each started encoder resumes from.
+
+    Without ``resume``, a folder holding a previous comparison's files (for these encoders) is
+    refused unless ``force`` (then those files are removed).  With ``resume``, at least one
+    encoder's checkpoint must be there, each made with this config."""
+    if not resume:
+        files = existing_outputs(out, COMPARISON_FILES) + [f for s in encoders for f in existing_outputs(out / _slug(s))]
+        clear_out(files, out, force)
+        return {}
+    started = [s for s in encoders if (out / _slug(s) / "checkpoint.json").is_file()]
+    if not started:
+        raise ValueError(f"--resume: no checkpoint in {out} (nothing to resume; run without --resume)")
+    return {s: int(read_checkpoint(out / _slug(s), replace(base, encoder=s))["round"]) for s in started}
+
+
+def compare(base: RunConfig, encoders: list[str], out: str | Path, resume: bool = False,
+            force: bool = False) -> dict[str, Any]:
+    """Train every encoder on identical batches into ``out``/<encoder>; write the table and plots.
+
+    Every spec is checked (its trainer built) and ``out`` is checked (:func:`prepare_out`)
+    before the first round is trained; nothing is written if either check fails."""
     out = Path(out)
+    built = trainers(base, encoders)
+    for spec, t in prepare_out(base, encoders, out, resume, force).items():
+        print(f"resuming {spec} from round {t} of {base.rounds} in {out / _slug(spec)}", flush=True)
     results = {}
     if base.engine == "flower":  # one Flower simulation (one Ray start-up) for all encoders
         from strategies.sstq_server import run_flower_many
@@ -28,13 +55,11 @@ def compare(base: RunConfig, encoders: list[str], out: str | Path, resume: bool 
         results = dict(zip(encoders, run_flower_many(jobs)))
     for spec in encoders:
         if spec not in results:
-            results[spec] = run(replace(base, encoder=spec), out / _slug(spec), resume=resume, progress=False)
+            results[spec] = run(built[spec].cfg, out / _slug(spec), resume=resume, progress=False, trainer=built[spec])
         m = results[spec]
         print(f"  {spec}: final {_metric_name(m)} {_metric(m):.4g}, {m['final']['bits_per_client']} bits, "
               f"{m['final']['wall_s']:.1f} s", flush=True)
-    rows = [{"encoder": s, "bits_per_client": m["final"]["bits_per_client"], _metric_name(m): _metric(m),
-             "train_loss": m["final"]["train_loss"], "epsilon_total": m["final"]["epsilon_total"],
-             "wall_s": m["final"]["wall_s"]} for s, m in results.items()]
+    rows = [_row(s, m) for s, m in results.items()]
     summary = {"config": {k: v for k, v in vars(base).items() if k != "encoder"}, "rows": rows, "meta": run_meta()}
     atomic_write_json(out / "comparison.json", summary)
     atomic_write_bytes(out / "comparison.md", (markdown(rows) + _randomness_line(base)).encode())
@@ -42,12 +67,19 @@ def compare(base: RunConfig, encoders: list[str], out: str | Path, resume: bool 
     return summary
 
 
+def _row(spec: str, m: dict[str, Any]) -> dict[str, Any]:
+    """One encoder's table row; ``wall_s`` counts the rounds, ``setup_s`` the untimed warm-up before them."""
+    f = m["final"]
+    return {"encoder": spec, "bits_per_client": f["bits_per_client"], _metric_name(m): _metric(m),
+            "train_loss": f["train_loss"], "epsilon_total": f["epsilon_total"], "wall_s": f["wall_s"],
+            **({"setup_s": f["setup_s"]} if "setup_s" in f else {})}
+
+
 def _randomness_line(base: RunConfig) -> str:
     """What the table's ε means for this run's randomness mode (and that train_loss is a diagnostic)."""
-    note = ("the client keys and the server's sampling came from OS CSPRNGs" if base.randomness == "secure"
-            else REPRODUCIBLE_WARNING)
-    return (f"\nrandomness = {base.randomness}: {note}.  train_loss is a non-private simulation diagnostic "
-            f"(pooled private training data).\n")
+    note = ("randomness=secure: the client keys and the server's sampling came from OS CSPRNGs"
+            if base.randomness == "secure" else REPRODUCIBLE_WARNING)
+    return f"\n{note}.  train_loss is a non-private simulation diagnostic (pooled private training data).\n"
 
 
 def _metric_name(m: dict[str, Any]) -> str:

@@ -15,8 +15,11 @@ is not finite encodes the public null input ``0`` instead, so its message looks 
 private training data: a non-private simulation diagnostic, labelled so in ``metrics.json`` and
 left out of deployment metrics (``publish_train_loss=False``).
 
-State is checkpointed atomically after every round; ``resume`` continues
-from the last completed round with identical results.
+State is checkpointed atomically after every round (and at round 0); ``resume`` continues
+from the last completed round with identical results.  Ctrl-C (SIGINT) is held while a
+checkpoint is written and otherwise stops the run at once: :class:`RunInterrupted` names the
+last completed (checkpointed) round.  ``wall_s`` counts the rounds only: one untimed warm-up
+step first takes the process's one-time set-up (reported as ``setup_s``).
 """
 
 from __future__ import annotations
@@ -25,9 +28,13 @@ import io
 import json
 import logging
 import math
+import signal
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,6 +116,61 @@ NON_PRIVATE_DIAGNOSTICS = ("non-private simulation diagnostics, computed on the 
 
 _WARNED: set[str] = set()
 
+RUN_FILES = ("metrics.json", "checkpoint.json", "checkpoint_theta.npy", "transcript.jsonl", "curves.png")
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a run; ``round`` rounds are complete and checkpointed in ``out``."""
+
+    def __init__(self, round: int, out: Path):
+        super().__init__(f"interrupted after round {round}")
+        self.round, self.out = round, out
+
+
+@contextmanager
+def sigint_held() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) until the block ends, then raise ``KeyboardInterrupt``: a checkpoint is
+    never half-written.  Only where Python's default handler is installed, in the main thread."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
+
+
+def read_checkpoint(out: Path, cfg: RunConfig) -> dict[str, Any]:
+    """``out``'s checkpoint; ``ValueError`` if there is none or it was made with another config."""
+    path = out / "checkpoint.json"
+    if not path.is_file():
+        raise ValueError(f"--resume: no checkpoint in {out} (nothing to resume; run without --resume)")
+    ck = json.loads(path.read_text())
+    if ck["config"] != asdict(cfg):
+        diff = sorted(k for k in ck["config"] if ck["config"][k] != asdict(cfg).get(k))
+        raise ValueError(f"--resume: the checkpoint in {out} was made with a different config ({diff})")
+    return dict(ck)
+
+
+def clear_out(files: list[Path], out: Path, force: bool) -> None:
+    """Refuse to write over another run's ``files`` in ``out`` unless ``force`` (then remove them: start over)."""
+    if files and not force:
+        names = ", ".join(sorted({str(f.relative_to(out)) for f in files})[:4])
+        raise ValueError(f"{out} already holds a run's files ({names}{', ...' if len(files) > 4 else ''}): "
+                         f"--resume continues it, --force starts over")
+    for f in files:
+        f.unlink()
+
+
+def existing_outputs(folder: Path, names: tuple[str, ...] = RUN_FILES) -> list[Path]:
+    """Those of a run's output files (``names``) that ``folder`` already holds."""
+    return [folder / n for n in names if (folder / n).exists()]
+
 
 def _warn_once(msg: str) -> None:
     """Log ``msg`` as a warning the first time this process sees it."""
@@ -118,10 +180,13 @@ def _warn_once(msg: str) -> None:
 
 
 class Trainer:
+    """One run: task, encoder, shards and ledger; ``train`` runs (or resumes) it into a folder."""
+
     def __init__(self, cfg: RunConfig, task: Task | None = None, publish_train_loss: bool = True):
+        """Build the run (``task``: an already loaded one to share); raises ``ValueError`` on a bad
+        encoder spec or missing data, ``BudgetExceededError`` if the plan exceeds the budget."""
         self.cfg, self.publish_train_loss = cfg, publish_train_loss
-        if cfg.randomness == "reproducible":
-            _warn_once(REPRODUCIBLE_WARNING)
+        self.setup_s: float | None = None  # the untimed warm-up of ``train`` (None: no warm-up ran)
         self.task = task or make_task(cfg.task, cfg.seed, data_dir=cfg.data_dir, dim=cfg.dim, n=cfg.n)
         self.enc = make_encoder(cfg.encoder, self.task.dim, cfg.epsilon, radius=cfg.clip, seed=cfg.seed)
         y = self.task.data.y_train
@@ -215,10 +280,8 @@ class Trainer:
         self.ledger.write_transcript(out / "transcript.jsonl", delta=self.cfg.delta)
 
     def load(self, out: Path) -> RoundState:
-        ck = json.loads((out / "checkpoint.json").read_text())
-        if ck["config"] != asdict(self.cfg):
-            diff = sorted(k for k in ck["config"] if ck["config"][k] != asdict(self.cfg).get(k))
-            raise ValueError(f"--resume: the checkpoint in {out} was made with a different config ({diff})")
+        """The state checkpointed in ``out`` (its config must be this run's)."""
+        ck = read_checkpoint(out, self.cfg)
         theta = torch.from_numpy(np.load(out / "checkpoint_theta.npy", allow_pickle=False))
         joins = np.asarray(ck["joins"], dtype=np.int64)
         if ck.get("run_id"):  # a resumed run keeps its id (its transcript goes on)
@@ -228,17 +291,23 @@ class Trainer:
         return RoundState(ck["round"], theta, ck["rounds"], joins, ck["wall_s"])
 
     def initial_state(self, out: Path, resume: bool) -> RoundState:
+        """Create ``out``; the checkpointed state with ``resume`` where there is one, else round 0.
+        The run starts here, so here (not for a refused one) reproducible mode warns."""
+        if self.cfg.randomness == "reproducible":
+            _warn_once(REPRODUCIBLE_WARNING)
         out.mkdir(parents=True, exist_ok=True)
         if resume and (out / "checkpoint.json").exists():
             return self.load(out)
         return RoundState(0, self.task.init_params(self.cfg.seed), [], np.zeros(self.cfg.clients, np.int64))
 
     def complete_round(self, out: Path, st: RoundState, rec: dict[str, Any], seconds: float, progress: bool) -> None:
-        """Record a finished round and checkpoint atomically (metrics, model, joins, transcript)."""
-        st.wall_s += seconds
-        st.rounds.append(rec)
-        st.round += 1
-        self.save(out, st)
+        """Record a finished round and checkpoint atomically (metrics, model, joins, transcript);
+        Ctrl-C is held until the state and its checkpoint agree."""
+        with sigint_held():
+            st.wall_s += seconds
+            st.rounds.append(rec)
+            st.round += 1
+            self.save(out, st)
         for d in rec["dropped"]:
             log.warning("round %d: client %d left out: %s", rec["round"], d["client"], d["reason"])
         if progress:
@@ -249,14 +318,39 @@ class Trainer:
                   flush=True)
 
     def train(self, out: str | Path, resume: bool = False, progress: bool | None = None) -> dict[str, Any]:
+        """Run (or with ``resume`` continue) into ``out``; Ctrl-C raises :class:`RunInterrupted`."""
         out = Path(out)
         st = self.initial_state(out, resume)
         show = sys.stderr.isatty() if progress is None else progress
-        while st.round < self.cfg.rounds:
-            t0 = time.perf_counter()
-            rec = self.run_round(st)
-            self.complete_round(out, st, rec, time.perf_counter() - t0, show)
-        return self.finish(out, st)
+        try:
+            if st.round == 0:
+                with sigint_held():
+                    self.save(out, st)  # round 0: an interrupted run can always be resumed
+            self.setup_s = self.warm_up(st)
+            while st.round < self.cfg.rounds:
+                t0 = time.perf_counter()
+                rec = self.run_round(st)
+                self.complete_round(out, st, rec, time.perf_counter() - t0, show)
+            return self.finish(out, st)
+        except RunInterrupted:
+            raise
+        except KeyboardInterrupt as exc:
+            raise RunInterrupted(st.round, out) from exc
+
+    def warm_up(self, st: RoundState) -> float:
+        """One untimed client step (encode, unpack, aggregate) and evaluation, discarded, so the
+        process's one-time set-up (lazy imports, first vmap and kernel calls) is not charged to the
+        first timed round; returns its seconds.  Stateless: keyed coins, no ledger event."""
+        t0, t = time.perf_counter(), st.round + 1
+        assert st.theta is not None
+        if t > self.cfg.rounds:
+            return 0.0
+        blobs, _ = self.client_messages(st.theta, t, np.arange(1))
+        got, _ = wire.unpack_lenient(self.enc, blobs, round=t)
+        if got.n:
+            self.enc.aggregate(got)
+        self.task.evaluate(st.theta)
+        return time.perf_counter() - t0
 
     def finish(self, out: Path, st: RoundState) -> dict[str, Any]:
         """Mark the ledger complete, rewrite the transcript and write ``metrics.json`` bound to it
@@ -267,7 +361,8 @@ class Trainer:
         last = st.rounds[-1]
         final: dict[str, Any] = {k: last[k] for k in ("test_accuracy", "distance_to_optimum", "train_loss") if k in last}
         final.update({"bits_per_client": self.enc.payload_bits(), "epsilon_total": self.ledger.epsilon(self.cfg.delta),
-                      "delta": self.cfg.delta, "wall_s": st.wall_s, "encoder_spec": self.enc.spec,
+                      "delta": self.cfg.delta, "wall_s": st.wall_s,
+                      **({"setup_s": self.setup_s} if self.setup_s is not None else {}), "encoder_spec": self.enc.spec,
                       "kashin_level": getattr(getattr(self.enc, "kashin_cfg", None), "level", None)})
         if self.cfg.sampling_rate < 1:
             final["epsilon_amplified"] = self.amplified_epsilon()
@@ -329,9 +424,26 @@ def plot_run(metrics: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def run(cfg: RunConfig, out: str | Path, resume: bool = False, progress: bool | None = None) -> dict[str, Any]:
+def run(cfg: RunConfig, out: str | Path, resume: bool = False, progress: bool | None = None,
+        trainer: Trainer | None = None) -> dict[str, Any]:
+    """Run ``cfg`` into ``out`` on its engine (``trainer``: an already built one, vectorized engine)."""
     if cfg.engine == "flower":
         from strategies.sstq_server import run_flower  # Flower stays at the edges
 
         return run_flower(cfg, Path(out), resume, progress)
-    return Trainer(cfg).train(out, resume, progress)
+    return (trainer or Trainer(cfg)).train(out, resume, progress)
+
+
+def trainers(base: RunConfig, specs: list[str]) -> dict[str, Trainer]:
+    """Build, and so check, every encoder's trainer on one shared task before anything is trained
+    or written: a bad spec, missing data or an exceeded budget fails here, naming the spec."""
+    from dataclasses import replace
+
+    task = make_task(base.task, base.seed, data_dir=base.data_dir, dim=base.dim, n=base.n)
+    out: dict[str, Trainer] = {}
+    for spec in specs:
+        try:
+            out[spec] = Trainer(replace(base, encoder=spec), task=task)
+        except ValueError as exc:
+            raise ValueError(f"encoder {spec!r}: {exc}") from exc
+    return out

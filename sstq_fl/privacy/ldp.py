@@ -1,7 +1,8 @@
 """Privacy reports for LDP federated training (spec: accounting.md, "LDP federated training").
 
-Each message is pure ε-LDP (replace-one over the client's vector).  Over ``T`` rounds with
-full participation a client's loss composes as
+Each message is pure ε-LDP (replace-one over the client's vector).  Over ``T`` rounds in which
+a client takes part (every round with full participation; the worst case under sampling) its
+loss composes as
 
 - basic: ``T ε``;
 - advanced (Dwork, Rothblum & Vadhan 2010): ``ε √(2 T ln(1/δ)) + T ε (e^ε − 1)`` at ``δ``;

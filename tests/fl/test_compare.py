@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from sstq_fl.cli import main
 
 
@@ -13,6 +15,7 @@ def test_compare_writes_table_plot_and_per_encoder_runs(tmp_path, capsys):
     assert rows[0]["bits_per_client"] == 32 * 16 and rows[1]["bits_per_client"] == 6 + 3 and rows[2]["bits_per_client"] == 4 + 1
     md = (out / "comparison.md").read_text()
     assert md.startswith("| encoder | bits_per_client |") and "sstq-flat:b=3" in md
+    assert "| wall_s | setup_s |" in md and all(r["setup_s"] >= 0 for r in rows)
     assert (out / "comparison.png").stat().st_size > 1000
     for slug in ("clean", "sstq-flat_b-3", "vqsgd"):
         m = json.loads((out / slug / "metrics.json").read_text())
@@ -25,5 +28,8 @@ def test_run_command_reports_and_validates(tmp_path, capsys):
     assert "bits/client/round" in capsys.readouterr().out
     m = json.loads((tmp_path / "r" / "metrics.json").read_text())
     assert {"test_accuracy", "distance_to_optimum"} & set(m["final"]) and m["final"]["bits_per_client"] == 4 * (5 + 1)
-    assert main(["run", "--task", "lsq", "--rounds", "0", "--out", str(tmp_path / "x")]) == 2
-    assert "positive" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["run", "--task", "lsq", "--rounds", "0", "--out", str(tmp_path / "x")])
+    assert "positive integer" in capsys.readouterr().err and not (tmp_path / "x").exists()
+    assert main(["run", "--task", "lsq", "--lr", "0", "--out", str(tmp_path / "x")]) == 2
+    assert "positive" in capsys.readouterr().err and not (tmp_path / "x").exists()

@@ -161,3 +161,56 @@ def test_metrics_are_bound_to_their_transcript_and_a_sampled_run_is_complete(tmp
     run(cfg, tmp_path / "b", progress=False)
     assert main(["privacy", "replay", str(tmp_path / "b" / "transcript.jsonl"), "--metrics",
                  str(tmp_path / "a" / "metrics.json")]) != 0
+
+
+def test_one_time_warm_up_is_timed_apart_from_the_rounds(tmp_path):
+    """A one-time set-up cost (first vmap/kernel use in the process) is charged to ``setup_s``, not to ``wall_s``."""
+    tr = Trainer(RunConfig(encoder="sstq-flat:b=4", **LSQ))
+    orig, calls = tr.client_messages, []
+
+    def slow_first(theta, t, ids):
+        calls.append(t)
+        if len(calls) == 1:
+            time.sleep(1.0)
+        return orig(theta, t, ids)
+
+    tr.client_messages = slow_first  # type: ignore[method-assign]
+    f = tr.train(tmp_path / "w", progress=False)["final"]
+    assert f["setup_s"] >= 1.0 and f["wall_s"] < 1.0
+
+
+def test_ctrl_c_inside_a_checkpoint_write_is_held_until_it_is_complete(tmp_path):
+    """SIGINT while round 3's checkpoint is written: the write completes, then the run stops after round 3."""
+    from sstq_fl.fl.engine import RunInterrupted
+
+    cfg = RunConfig(encoder="sstq-flat:b=4", **LSQ)
+    tr = Trainer(cfg)
+    orig = tr.save
+
+    def save(out, st):
+        if st.round == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        orig(out, st)
+
+    tr.save = save  # type: ignore[method-assign]
+    with pytest.raises(RunInterrupted) as exc:
+        tr.train(tmp_path / "i", progress=False)
+    assert exc.value.round == 3 and isinstance(exc.value, KeyboardInterrupt)
+    assert json.loads((tmp_path / "i" / "checkpoint.json").read_text())["round"] == 3
+    resumed = run(cfg, tmp_path / "i", resume=True, progress=False)
+    assert same_rounds(resumed["rounds"], run(cfg, tmp_path / "full", progress=False)["rounds"])
+
+
+def test_a_fresh_run_checkpoints_round_zero(tmp_path):
+    """Interrupted before its first round completes, a run can still be resumed (from round 0)."""
+    tr = Trainer(RunConfig(encoder="sqkr", **LSQ))
+
+    def stop(st):
+        raise KeyboardInterrupt
+
+    tr.run_round = stop  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        tr.train(tmp_path / "z", progress=False)
+    assert json.loads((tmp_path / "z" / "checkpoint.json").read_text())["round"] == 0
+    m = run(RunConfig(encoder="sqkr", **LSQ), tmp_path / "z", resume=True, progress=False)
+    assert len(m["rounds"]) == LSQ["rounds"]

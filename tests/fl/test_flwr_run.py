@@ -7,10 +7,12 @@ config and seed.  The SuperLink runs under a private ``FLWR_HOME`` and is stoppe
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -42,19 +44,31 @@ def _override(cfg: dict, out: Path) -> str:
     return " ".join(vals + [f"out-dir={json.dumps(str(out))}"])
 
 
+def _flwr_env(home: Path) -> dict[str, str]:
+    """``flwr run``'s environment: a private FLWR_HOME, free ports, and no runtime dependency installation
+    (the managed local SuperLink inherits it when ``flwr run`` starts it; without it every run builds
+    a fresh environment from PyPI under FLWR_HOME/runtime-envs: 5.1 GB with CUDA torch, measured)."""
+    bindir = str(Path(sys.executable).parent)
+    return {**os.environ, "FLWR_HOME": str(home), "PATH": f"{bindir}:{os.environ['PATH']}",
+            "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(_free_port()), "FLWR_LOCAL_CONTROL_API_PORT": str(_free_port()),
+            "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+
+
+def _flwr_run(env: dict[str, str], cfg: dict, out: Path, supernodes: int, cwd: Path) -> subprocess.CompletedProcess:
+    flwr = str(Path(sys.executable).with_name("flwr"))
+    cmd = [flwr, "run", str(ROOT), "--stream", "--federation-config",
+           f"num-supernodes={supernodes} client-resources-num-cpus=1", "-c", _override(cfg, out)]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400, cwd=cwd)
+
+
 def test_flwr_run_dot_matches_the_vectorized_engine(tmp_path):
     home = tmp_path / "flwr-home"
-    bindir = str(Path(sys.executable).parent)
-    env = {**os.environ, "FLWR_HOME": str(home), "PATH": f"{bindir}:{os.environ['PATH']}",
-           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(_free_port()), "FLWR_LOCAL_CONTROL_API_PORT": str(_free_port()),
-           "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
-    cmd = [f"{bindir}/flwr", "run", str(ROOT), "--stream", "--federation-config",
-           f"num-supernodes={CFG['clients']} client-resources-num-cpus=1", "-c", _override(CFG, tmp_path / "out")]
     try:
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400, cwd=tmp_path)
+        p = _flwr_run(_flwr_env(home), CFG, tmp_path / "out", CFG["clients"], tmp_path)
     finally:
         _kill_superlink(home)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert not (home / "runtime-envs").exists()  # the project's environment, no per-run install
     got = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert got["config"]["engine"] == "flower" and len(got["rounds"]) == CFG["rounds"]
     ref = run(RunConfig(**CFG), tmp_path / "v", progress=False)
@@ -62,6 +76,36 @@ def test_flwr_run_dot_matches_the_vectorized_engine(tmp_path):
     assert all("train_loss" not in r for r in got["rounds"])
     assert same_rounds(got["rounds"], [{k: v for k, v in r.items() if k != "train_loss"} for r in ref["rounds"]], rel=1e-6)
     assert (tmp_path / "out" / "transcript.jsonl").exists()
+
+
+def _run_status(env: dict[str, str], stdout: str, cwd: Path) -> dict:
+    """The run's row in ``flwr list --run-id N --format json`` (N read from ``flwr run``'s output)."""
+    run_id = re.search(r"Successfully started run (\d+)", stdout)
+    assert run_id, stdout[-2000:]
+    flwr = str(Path(sys.executable).with_name("flwr"))
+    p = subprocess.run([flwr, "list", "--run-id", run_id.group(1), "--format", "json"], env=env, capture_output=True,
+                       text=True, timeout=60, cwd=cwd)
+    return dict(json.loads(p.stdout)["runs"][0])
+
+
+def test_flwr_run_with_fewer_supernodes_than_clients_fails_at_once(tmp_path):
+    """``num-supernodes`` < ``clients`` fails at the first round with a clear message in the stream
+    (it waited 120 s for the missing nodes; more nodes than clients: tests/fl/test_flower_inputs.py).
+
+    ``flwr run``'s exit status stays 0 (Flower 1.42: it says the run was submitted and its log
+    stream ended; the outcome is the run's status, ``finished:failed`` here)."""
+    home, env = tmp_path / "flwr-home", _flwr_env(tmp_path / "flwr-home")
+    try:
+        t0 = time.monotonic()
+        p = _flwr_run(env, CFG, tmp_path / "out", 2, tmp_path)
+        took = time.monotonic() - t0
+        status = _run_status(env, p.stdout, tmp_path)
+    finally:
+        _kill_superlink(home)
+    assert "the federation has 2 SuperNodes" in p.stdout and '"num-supernodes=4"' in p.stdout, p.stdout[-3000:]
+    assert took < 90 and p.returncode == 0
+    assert status["status"] == "finished:failed" and "the federation has 2 SuperNodes" in status["status-details"]
+    assert not (tmp_path / "out" / "metrics.json").exists()
 
 
 def test_run_config_maps_onto_runconfig(tmp_path):
