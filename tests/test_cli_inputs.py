@@ -219,13 +219,8 @@ def _parsers(p, path=()):
                 yield from _parsers(sp, (*path, name))
 
 
-OTHER_OWNER = {("gen", "dp-mepf")}  # its option texts belong to the gen block's owner
-
-
 def test_every_option_has_help_and_shows_its_default():
     for path, p in _parsers(build_parser()):
-        if path in OTHER_OWNER:
-            continue
         fmt = p._get_formatter()
         for a in p._actions:
             if isinstance(a, (argparse._HelpAction, argparse._SubParsersAction)):
@@ -261,3 +256,15 @@ def test_bench_interrupt_is_one_line(monkeypatch, capsys, tmp_path):
     assert main(["bench", "mse-vs-dim", "--dims", "8", "--trials", "2", "--out", str(tmp_path / "e.json")]) == 130
     assert capsys.readouterr().err.strip() == "interrupted"
 
+
+
+def test_readme_states_the_demo_settings_that_differ_from_run_defaults():
+    """The README's main command is the demo: it must say that its clip and learning rate are its own."""
+    from pathlib import Path
+
+    from sstq_fl.cli import cmd_demo  # noqa: F401  (the demo exists)
+
+    head = (Path(__file__).resolve().parents[1] / "README.md").read_text()[:3000]
+    args = build_parser().parse_args(["run", "--out", "x"])
+    assert "clip 0.5" in head and "learning rate 0.5" in head
+    assert f"clip {args.clip}" in head and f"learning rate {args.lr}" in head

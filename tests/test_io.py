@@ -54,3 +54,27 @@ def test_run_meta_redacts_credentials_from_the_command_line(monkeypatch, argv, w
 def test_run_meta_keeps_an_ordinary_sstq_fl_command(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["/venv/bin/sstq-fl", "run", "--encoder", "sstq-flat:b=4", "--out", "r"])
     assert io.run_meta()["command"] == "sstq-fl run --encoder sstq-flat:b=4 --out r"
+
+
+def _strict(text: str):
+    def refuse(name: str):
+        raise ValueError(f"non-standard JSON constant {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_transcripts_and_cli_json_are_standard_json_with_null_for_infinity(tmp_path, capsys):
+    """A non-private run's transcript (ε = ∞) and `--json` outputs parse with a strict JSON parser; the
+    transcript still replays (null reads back as ∞)."""
+    from sstq_fl.cli import main
+    from sstq_fl.fl.engine import RunConfig, run
+
+    run(RunConfig(task="lsq", dim=8, n=80, clients=4, batch=10, rounds=2, clip=1.0, encoder="clean"), tmp_path / "r",
+        progress=False)
+    lines = [_strict(s) for s in (tmp_path / "r" / "transcript.jsonl").read_text().splitlines()]
+    assert lines[-1]["epsilon"] is None
+    capsys.readouterr()
+    assert main(["privacy", "replay", str(tmp_path / "r" / "transcript.jsonl"), "--json"]) == 0
+    assert _strict(capsys.readouterr().out)["epsilon"] is None
+    assert main(["privacy", "plan", "--ldp-epsilon", "1000", "--rounds", "10", "--json"]) == 0
+    assert _strict(capsys.readouterr().out)["advanced"] is None

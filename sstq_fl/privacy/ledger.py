@@ -48,7 +48,7 @@ from dp_accounting.pld import common, pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy import special
 
-from ..io import atomic_write_bytes
+from ..io import atomic_write_bytes, finite_json
 from .events import (
     EXP_SAFE,
     RELATIONS,
@@ -729,7 +729,8 @@ class PrivacyLedger:
         a transcript without it reads as truncated."""
         if delta is None:
             delta = self.budget.delta if self.budget is not None else 1e-5
-        text = "".join(json.dumps(line, sort_keys=True, allow_nan=True) + "\n" for line in self.transcript_lines(delta))
+        text = "".join(json.dumps(finite_json(line), sort_keys=True, allow_nan=False) + "\n"
+                       for line in self.transcript_lines(delta))  # standard JSON: an infinite ε is written null
         data = text.encode()
         atomic_write_bytes(path, data)
         return hashlib.sha256(data).hexdigest()
@@ -1057,6 +1058,9 @@ def _parse_summary(obj: dict[str, Any], head: _Transcript, where: str) -> dict[s
     delta = _real(obj["delta"], "summary delta", where)
     if not 0 <= delta < 1:
         raise TranscriptError(f"{where}: summary delta must be in [0, 1), got {delta!r}")
+    for key in ("epsilon", "planned_epsilon"):
+        if obj.get(key, 0) is None:  # standard JSON writes ε = ∞ as null (older transcripts: Infinity)
+            obj[key] = math.inf
     for key in ("epsilon", "planned_epsilon", "epsilon_rdp_crosscheck"):
         if key in obj and not (key == "epsilon_rdp_crosscheck" and obj[key] is None):
             if _real(obj[key], f"summary {key}", where, allow_inf=True) < 0:

@@ -22,16 +22,6 @@ from sstq_fl.fl.engine import RunConfig, Trainer
 from strategies.sstq_server import FederationMismatch, Interrupted, StoppableGrid, discover
 
 
-@pytest.fixture
-def run_identity(monkeypatch):
-    """Messages created outside a Flower process need a run id (Flower sets it in the ServerApp)."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    monkeypatch.setattr(TaskIdentity, "_run_id", 1)
-    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
-    monkeypatch.setattr(TaskIdentity, "_task_id", 1)
-
-
 class SizedGrid:
     """Nodes ``1000+i`` answer QUERY messages with partition ``i`` and ``num-partitions`` (as Flower's
     simulation sets them: ``num-supernodes``), or a size of their own (``sizes``)."""

@@ -176,16 +176,6 @@ def test_replays_and_strangers_do_not_count_twice(tmp_path, caplog):
     assert rec["train_loss"] == pytest.approx(ref["train_loss"], rel=1e-12) and rec["epsilon_spent"] == ref["epsilon_spent"]
 
 
-@pytest.fixture
-def run_identity(monkeypatch):
-    """Messages created outside a Flower process need a run id (Flower sets it in the ServerApp)."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    monkeypatch.setattr(TaskIdentity, "_run_id", 1)
-    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
-    monkeypatch.setattr(TaskIdentity, "_task_id", 1)
-
-
 class FakeGrid:
     """Just enough of Flower's ``Grid`` for discovery: nodes answer QUERY messages with their partition."""
 
