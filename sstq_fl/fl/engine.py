@@ -168,8 +168,9 @@ def clear_out(files: list[Path], out: Path, force: bool) -> None:
 
 
 def existing_outputs(folder: Path, names: tuple[str, ...] = RUN_FILES) -> list[Path]:
-    """Those of a run's output files (``names``) that ``folder`` already holds."""
-    return [folder / n for n in names if (folder / n).exists()]
+    """Those of a run's output files (``names``; for a run, its per-round θ files too) that ``folder`` holds."""
+    found = [folder / n for n in names if (folder / n).exists()]
+    return found + sorted(folder.glob("checkpoint_theta-*.npy")) if names is RUN_FILES else found
 
 
 def _warn_once(msg: str) -> None:
@@ -270,19 +271,29 @@ class Trainer:
 
     # ---------------------------------------------------------------- persistence
     def save(self, out: Path, st: RoundState) -> None:
+        """Checkpoint atomically as a unit: θ goes to a per-round file first, then ``checkpoint.json``
+        (which names it) replaces the old one, then older θ files go.  A ``kill -9`` anywhere leaves a
+        ``checkpoint.json`` whose θ file exists and belongs to its round."""
         assert st.theta is not None and st.joins is not None
         buf = io.BytesIO()
         np.save(buf, st.theta.numpy(), allow_pickle=False)
-        atomic_write_bytes(out / "checkpoint_theta.npy", buf.getvalue())
+        name = f"checkpoint_theta-{st.round:06d}.npy"
+        atomic_write_bytes(out / name, buf.getvalue())
         atomic_write_json(out / "checkpoint.json", {"config": asdict(self.cfg), "round": st.round, "rounds": st.rounds,
                                                     "joins": st.joins.tolist(), "wall_s": st.wall_s,
-                                                    "run_id": self.ledger.run_id})
+                                                    "run_id": self.ledger.run_id, "theta_file": name})
+        for old in out.glob("checkpoint_theta*.npy"):
+            if old.name != name:
+                old.unlink(missing_ok=True)
         self.ledger.write_transcript(out / "transcript.jsonl", delta=self.cfg.delta)
 
     def load(self, out: Path) -> RoundState:
         """The state checkpointed in ``out`` (its config must be this run's)."""
         ck = read_checkpoint(out, self.cfg)
-        theta = torch.from_numpy(np.load(out / "checkpoint_theta.npy", allow_pickle=False))
+        name = str(ck.get("theta_file", "checkpoint_theta.npy"))
+        if Path(name).name != name or not name.startswith("checkpoint_theta"):
+            raise ValueError(f"--resume: {out}/checkpoint.json names an invalid model file {name!r}")
+        theta = torch.from_numpy(np.load(out / name, allow_pickle=False))
         joins = np.asarray(ck["joins"], dtype=np.int64)
         if ck.get("run_id"):  # a resumed run keeps its id (its transcript goes on)
             self.ledger.run_id = str(ck["run_id"])

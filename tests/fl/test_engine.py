@@ -4,6 +4,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -214,3 +215,25 @@ def test_a_fresh_run_checkpoints_round_zero(tmp_path):
     assert json.loads((tmp_path / "z" / "checkpoint.json").read_text())["round"] == 0
     m = run(RunConfig(encoder="sqkr", **LSQ), tmp_path / "z", resume=True, progress=False)
     assert len(m["rounds"]) == LSQ["rounds"]
+
+
+def test_a_crash_between_the_model_file_and_the_checkpoint_resumes_consistently(tmp_path, monkeypatch):
+    """θ and checkpoint.json are one unit: a crash after θ of round 3 is written but before checkpoint.json
+    names it resumes from round 2 with round 2's θ (it used to pair round 3's θ with round 2's counter)."""
+    from sstq_fl.fl import engine
+
+    cfg = RunConfig(encoder="sstq-flat:b=4", **{**LSQ, "rounds": 5})
+    ref = run(cfg, tmp_path / "ref", progress=False)
+    real = engine.atomic_write_json
+
+    def crash_at_round_3(path, obj):
+        if Path(path).name == "checkpoint.json" and obj.get("round") == 3:
+            raise RuntimeError("simulated crash")
+        real(path, obj)
+
+    monkeypatch.setattr(engine, "atomic_write_json", crash_at_round_3)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run(cfg, tmp_path / "k", progress=False)
+    monkeypatch.setattr(engine, "atomic_write_json", real)
+    got = run(cfg, tmp_path / "k", resume=True, progress=False)
+    assert same_rounds(got["rounds"], ref["rounds"])
