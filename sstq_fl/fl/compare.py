@@ -49,10 +49,10 @@ def compare(base: RunConfig, encoders: list[str], out: str | Path, resume: bool 
         print(f"resuming {spec} from round {t} of {base.rounds} in {out / _slug(spec)}", flush=True)
     results = {}
     if base.engine == "flower":  # one Flower simulation (one Ray start-up) for all encoders
-        from strategies.sstq_server import run_flower_many
+        from ..backends import backend  # Flower stays at the edges: found by entry point
 
         jobs = [(replace(base, encoder=spec), out / _slug(spec), resume) for spec in encoders]
-        results = dict(zip(encoders, run_flower_many(jobs)))
+        results = dict(zip(encoders, backend("flower-train-many")(jobs)))
     for spec in encoders:
         if spec not in results:
             results[spec] = run(built[spec].cfg, out / _slug(spec), resume=resume, progress=False, trainer=built[spec])

@@ -439,9 +439,9 @@ def run(cfg: RunConfig, out: str | Path, resume: bool = False, progress: bool | 
         trainer: Trainer | None = None) -> dict[str, Any]:
     """Run ``cfg`` into ``out`` on its engine (``trainer``: an already built one, vectorized engine)."""
     if cfg.engine == "flower":
-        from strategies.sstq_server import run_flower  # Flower stays at the edges
+        from ..backends import backend  # Flower stays at the edges: found by entry point
 
-        return run_flower(cfg, Path(out), resume, progress)
+        return backend("flower-train")(cfg, Path(out), resume, progress)
     return (trainer or Trainer(cfg)).train(out, resume, progress)
 
 

@@ -20,7 +20,7 @@ Three release shapes cover the three pipelines:
 
 Client work is a registered, named task (:func:`register_client_task`) run by a
 :class:`ClientPool`: in-process (:class:`InProcessPool`) or on Flower + Ray
-(``strategies.gen_server.FlowerPool``).  Only numpy arrays and scalars cross the
+(the ``flower-workload`` backend, :mod:`sstq_fl.backends`).  Only numpy arrays and scalars cross the
 client/server boundary.
 
 Randomness (``randomness=``, :data:`sstq_fl.rng.RANDOMNESS_MODES`):
@@ -468,7 +468,7 @@ def run_workload(pipeline: Callable[[ClientPool], dict[str, Any]], data: Workloa
     if engine == "inprocess":
         return pipeline(InProcessPool(data))
     if engine == "flower":
-        from strategies.gen_server import run_on_flower  # Flower stays at the edges
+        from ..backends import backend  # Flower stays at the edges: found by entry point
 
-        return run_on_flower(pipeline, data, device)
+        return backend("flower-workload")(pipeline, data, device)
     raise ValueError(f"engine must be 'inprocess' or 'flower', got {engine!r}")
