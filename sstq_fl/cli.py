@@ -255,7 +255,8 @@ def _claim_out(cfg: Any, args: argparse.Namespace) -> None:
     """Check ``--out`` once the config is valid, before anything is written: ``--resume`` needs its
     checkpoint (same config) and says where it restarts; otherwise another run's files there are
     refused unless ``--force`` (which removes them)."""
-    from .fl.engine import clear_out, existing_outputs, read_checkpoint
+    from .fl.engine import existing_outputs, read_checkpoint
+    from .io import clear_out
 
     out = Path(args.out)
     if args.resume:

@@ -83,3 +83,13 @@ def run_meta() -> dict[str, Any]:
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__},
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def clear_out(files: list[Path], out: Path, force: bool, hint: str = "--resume continues it, --force starts over") -> None:
+    """Refuse to write over another run's ``files`` in ``out`` (one line ending in ``hint``) unless
+    ``force``, which removes them first: a folder never mixes two runs."""
+    if files and not force:
+        names = ", ".join(sorted({str(f.relative_to(out)) for f in files})[:4])
+        raise ValueError(f"{out} already holds a run's files ({names}{', ...' if len(files) > 4 else ''}): {hint}")
+    for f in files:
+        f.unlink()

@@ -6,9 +6,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..io import atomic_write_bytes, atomic_write_json, run_meta
+from ..io import atomic_write_bytes, atomic_write_json, clear_out, run_meta
 from ..rng import REPRODUCIBLE_WARNING
-from .engine import RunConfig, clear_out, existing_outputs, read_checkpoint, run, trainers
+from .engine import RunConfig, existing_outputs, read_checkpoint, run, trainers
 
 DEFAULT_ENCODERS = ["clean", "privunit", "sqkr", "sstq-flat:b=4", "sstq-flat:b=4,codebook=optimized", "sstq-ma:b=4",
                     "vqsgd"]

@@ -157,16 +157,6 @@ def read_checkpoint(out: Path, cfg: RunConfig) -> dict[str, Any]:
     return dict(ck)
 
 
-def clear_out(files: list[Path], out: Path, force: bool) -> None:
-    """Refuse to write over another run's ``files`` in ``out`` unless ``force`` (then remove them: start over)."""
-    if files and not force:
-        names = ", ".join(sorted({str(f.relative_to(out)) for f in files})[:4])
-        raise ValueError(f"{out} already holds a run's files ({names}{', ...' if len(files) > 4 else ''}): "
-                         f"--resume continues it, --force starts over")
-    for f in files:
-        f.unlink()
-
-
 def existing_outputs(folder: Path, names: tuple[str, ...] = RUN_FILES) -> list[Path]:
     """Those of a run's output files (``names``; for a run, its per-round θ files too) that ``folder`` holds."""
     found = [folder / n for n in names if (folder / n).exists()]

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from .. import rng
-from ..io import atomic_write_json, run_meta
+from ..io import atomic_write_json, clear_out, run_meta
 from ..privacy.calibrate import calibrate_noise_multiplier
 from ..privacy.dataset_ledger import DatasetLedger
 from ..privacy.events import GaussianEvent, NonPrivateEvent, PrivacyEvent
@@ -313,16 +313,12 @@ def membership_audit(data: WorkloadData, ev: Any, samples: torch.Tensor, split: 
 def prepare_out(out: Path, force: bool = False) -> bool:
     """Make ``out`` ready for one run; whether this call created it.
 
-    A folder that already holds a run's files (:data:`RUN_FILES`) is refused (``FileExistsError``,
-    one line) unless ``force``, which removes them first: a folder never mixes two runs."""
+    A folder that already holds a run's files (:data:`RUN_FILES`) is refused (one line) unless
+    ``force``, which removes them first (:func:`sstq_fl.io.clear_out`)."""
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"--out {out} exists and is not a folder")
-    found = [name for name in RUN_FILES if (out / name).exists()]
-    if found and not force:
-        raise FileExistsError(f"--out {out} already holds a run's files ({', '.join(found)}): choose another folder, "
-                              f"or --force to replace them")
-    for name in found:
-        (out / name).unlink()
+    clear_out([out / n for n in RUN_FILES if (out / n).exists()], out, force,
+              "choose another folder, or --force to replace them")
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     return created
