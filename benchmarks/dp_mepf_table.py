@@ -1,4 +1,6 @@
-"""Collect a DP-MEPF sweep's metrics.json files into sweep_<profile>.json and a markdown table.
+"""Collect a DP-MEPF sweep's metrics.json files into sweep_<profile>.json, a markdown table and a plot
+(sweep_<profile>.png: downstream accuracy and domain-FD against epsilon, the non-private and public-only
+runs as reference lines).  ``--plot-only`` redraws the plot from an existing sweep_<profile>.json.
 
 Rows are in the order the runs finished, so ``dataset eps (cumulative)`` reads as the private data
 set's cumulative epsilon (its dataset ledger, PLD composition) after each run.  Metrics written before
@@ -11,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sstq_fl.io import atomic_write_bytes, atomic_write_json, run_meta
+from sstq_fl.plots import plot_dp_sweep
 
 STALE = ("**Stale**: these runs predate the tight DP-MEPF sensitivity (noise std σ·Δ/2, Δ = max(√(2(1+m)), 2√m)), "
          "secure randomness, the dataset ledger and the class-balanced domain-FD (the real set was priv_test[:m], "
@@ -43,6 +46,18 @@ def _line(r: dict[str, Any]) -> str:
             f"{_fmt(r['membership_auc'], '.3f')} | {r['wall_s']:.0f} |")
 
 
+def plot(root: str, profile: str) -> Path:
+    """Draw ``sweep_<profile>.png`` from ``sweep_<profile>.json`` in ``root``, titled with what produced it."""
+    sweep = json.loads((Path(root) / f"sweep_{profile}.json").read_text())
+    rows = sweep["rows"]
+    facts = {"profile": profile, "records": rows[0]["records"], "clients": rows[0]["clients"], "delta": rows[0]["delta"],
+             "randomness": ", ".join(sorted({r["randomness"] for r in rows})), "runs": len(rows),
+             "command": sweep.get("command"), "stale runs": sum(r["stale"] for r in rows) or None}
+    path = Path(root) / f"sweep_{profile}.png"
+    plot_dp_sweep(rows, path, facts)
+    return path
+
+
 def main(root: str, profile: str) -> None:
     rows = [_row(d, json.loads((d / "metrics.json").read_text()))
             for d in sorted(Path(root).glob(f"{profile}_*")) if (d / "metrics.json").exists()]
@@ -62,7 +77,12 @@ def main(root: str, profile: str) -> None:
                  "priv_test subset; not comparable to Inception FID.")
     atomic_write_bytes(Path(root) / f"sweep_{profile}.md", ("\n".join(lines) + "\n").encode())
     print("\n".join(lines))
+    print(f"wrote {plot(root, profile)}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "cpu")
+    args = [a for a in sys.argv[1:] if a != "--plot-only"]
+    if "--plot-only" in sys.argv[1:]:
+        print(f"wrote {plot(args[0], args[1] if len(args) > 1 else 'cpu')}")
+    else:
+        main(args[0], args[1] if len(args) > 1 else "cpu")

@@ -1,9 +1,9 @@
-"""The Flower ``ClientApp`` of the DP generative workloads (:mod:`sstq_fl.gen.runner`).
+"""The client side of the DP generative workloads (:mod:`sstq_fl.gen.runner`), a ``train.gen`` handler.
 
-A ``train`` message names a registered client task, carries the broadcast arrays
-(``ArrayRecord``) and scalars (``ConfigRecord``: the task's config as JSON, the workload's
-data spec, seed and round).  The client loads **its own** partition of the private records,
-runs the task and replies with arrays only: no pickle, nothing executable crosses the wire.
+A message names a registered client task, carries the broadcast arrays (``ArrayRecord``) and
+scalars (``ConfigRecord``: the task's config as JSON, the workload's data spec, seed and round).
+The client loads **its own** partition of the private records, runs the task and replies with
+arrays only: no pickle, nothing executable crosses the wire.
 
 The task config carries the run's randomness mode.  In ``secure`` mode the task's protective
 coins (record sampling, randomized response) come from a key this client draws from its own OS
@@ -18,22 +18,12 @@ from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
-from flwr.clientapp import ClientApp
-
-from sstq_fl.gen.runner import WorkloadData, run_client_task
-
-app = ClientApp()
 
 
-@app.query()
-def query(msg: Message, context: Context) -> Message:
-    """Report this node's partition id (the server maps partitions to nodes once)."""
-    return Message(RecordDict({"node": ConfigRecord({"partition-id": int(context.node_config["partition-id"])})}),
-                   reply_to=msg)
+def run_task(msg: Message, context: Context) -> Message:
+    """Run the message's client task on this node's partition; reply with its arrays."""
+    from sstq_fl.gen.runner import WorkloadData, run_client_task
 
-
-@app.train()
-def train(msg: Message, context: Context) -> Message:
     conf: Any = msg.content["request"]
     pid = int(context.node_config["partition-id"])
     data = WorkloadData.from_json(str(conf["data"]))

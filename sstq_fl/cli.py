@@ -269,11 +269,13 @@ def _claim_out(cfg: Any, args: argparse.Namespace) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     """One training run: the config, encoder, data and budget are checked before ``--out`` is touched."""
     from .fl.engine import run, trainers
+    from .progress import progress
 
     cfg = _run_config(args, args.encoder)
     trainer = trainers(cfg, [cfg.encoder])[cfg.encoder]  # checks the encoder, the data and the budget
     _claim_out(cfg, args)
-    m = run(cfg, args.out, resume=args.resume, trainer=trainer)
+    with progress(cfg.rounds, f"{cfg.encoder} rounds", key="rounds", every=1):  # a bar on a terminal, else log lines
+        m = run(cfg, args.out, resume=args.resume, trainer=trainer)
     f = m["final"]
     metric = f"test accuracy {f['test_accuracy']:.4f}" if "test_accuracy" in f else \
         f"distance to optimum {f['distance_to_optimum']:.4g}"
@@ -518,20 +520,24 @@ def _last_round(out: Path) -> int | None:
 
 
 def _interrupted(args: argparse.Namespace, exc: KeyboardInterrupt) -> str:
-    """The one line printed on Ctrl-C: for training, the last checkpointed round and how to go on."""
-    lead = "\n" if sys.stderr.isatty() else ""  # end a progress line first
+    """The one line printed on Ctrl-C: for training, the last checkpointed round and how to go on
+    (a progress bar is gone by then: :func:`sstq_fl.progress.progress` removes it on the way out)."""
     if not hasattr(args, "resume"):
-        return f"{lead}interrupted"
+        return "interrupted"
     t = getattr(exc, "round", None)
     t = _last_round(Path(args.out)) if t is None else t
     if t is None:
-        return f"{lead}interrupted before the first checkpoint: rerun without --resume"
-    return f"{lead}interrupted after round {t}: rerun with --resume"
+        return "interrupted before the first checkpoint: rerun without --resume"
+    return f"interrupted after round {t}: rerun with --resume"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse and run one command; errors are one line on stderr (exit 2), Ctrl-C one line (exit 130)."""
+    """Parse and run one command; errors are one line on stderr (exit 2), Ctrl-C one line (exit 130).
+    The ``sstq_fl`` loggers' INFO lines (progress, phases) go to stderr (:func:`sstq_fl.progress.configure_logging`)."""
+    from .progress import configure_logging
+
     args = build_parser().parse_args(argv)
+    configure_logging()
     try:
         return int(args.fn(args) or 0)
     except (ValueError, OSError) as exc:

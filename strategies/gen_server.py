@@ -1,38 +1,42 @@
 """Flower side of the DP generative workloads: a :class:`ClientPool` over Flower's ``Grid``.
 
 The pipeline (privacy releases, noise, ledger, post-processing) runs in the ``ServerApp``;
-each client request becomes one ``train`` message to the node holding that partition.  A
-client that errs or times out is left out of that release (logged; data-independent dropout
-is safe for record-level DP) and the pipeline goes on.
+each client request becomes one ``train.gen`` message to the node holding that partition (the
+project's one ClientApp, :mod:`clients.sstq_client`, serves training and workloads).  A client
+that errs or times out is left out of that release (logged; data-independent dropout is safe for
+record-level DP) and the pipeline goes on.  Discovery, the round timeout (run-config key
+``round-timeout``) and error attribution are the training stack's (:mod:`sstq_fl.flower.plumbing`).
+
+Two ways in: :func:`run_on_flower` (the ``flower-workload`` backend: a Flower simulation of its
+own) and :func:`serve_workload` (``flwr run .`` with ``workload="dp-mepf"``: the federation the
+ServerApp runs in, attached with :func:`sstq_fl.gen.runner.attached_pool`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
-from sstq_fl.gen.runner import Arrays, ClientPool, Scalar, WorkloadData
-
-from .sstq_server import StoppableGrid, _backend_config, discover, simulate
+from sstq_fl.flower.plumbing import StoppableGrid, backend_config, discover, error_reason, round_timeout, sender, simulate
+from sstq_fl.gen.runner import Arrays, ClientPool, Scalar, WorkloadData, attached_pool
 
 log = logging.getLogger("sstq_fl.gen")
-TIMEOUT_S = float(os.environ.get("SSTQ_FL_ROUND_TIMEOUT", 1800))
+GEN_MESSAGE_TYPE = "train.gen"
 
 
 class FlowerPool(ClientPool):
     """Client tasks on Flower SuperNodes (one per partition)."""
 
-    def __init__(self, data: WorkloadData, grid: Grid):
+    def __init__(self, data: WorkloadData, grid: Grid, timeout: float | None = None):
         super().__init__(data)
-        self.grid = grid
+        self.grid, self.timeout = grid, timeout or round_timeout()
         self.nodes = discover(grid, data.clients)
 
     def map(self, task: str, payload: Arrays, config: dict[str, Scalar], seed: int, round: int) -> dict[int, Arrays]:
@@ -40,19 +44,19 @@ class FlowerPool(ClientPool):
                              "round": round})
         arrays = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in payload.items()})
         msgs = [Message(RecordDict({"request": conf, "payload": arrays}), dst_node_id=node,
-                        message_type=MessageType.TRAIN, group_id=f"{task}:{round}") for node in self.nodes.values()]
+                        message_type=GEN_MESSAGE_TYPE, group_id=f"{task}:{round}") for node in self.nodes.values()]
         by_node = {v: k for k, v in self.nodes.items()}
         out: dict[int, Arrays] = {}
         answered: set[int] = set()
-        for r in self.grid.send_and_receive(msgs, timeout=TIMEOUT_S):
-            cid = by_node.get(int(r.metadata.src_node_id), -1)
+        for r in self.grid.send_and_receive(msgs, timeout=self.timeout):
+            cid = by_node.get(sender(r, msgs), -1)
             answered.add(cid)
             if r.has_error():
-                self._drop(task, cid, f"client raised: {str(r.error.reason).splitlines()[0][:200]}")
+                self._drop(task, cid, error_reason(r))
                 continue
             out[cid] = {k: np.asarray(v.numpy()) for k, v in r.content.array_records["result"].items()}
         for cid in sorted(set(self.nodes) - answered):
-            self._drop(task, cid, "no reply before the timeout")
+            self._drop(task, cid, "no reply before the round timeout")
         return dict(sorted(out.items()))
 
     def _drop(self, task: str, cid: int, why: str) -> None:
@@ -64,8 +68,8 @@ def run_on_flower(pipeline: Callable[[ClientPool], dict[str, Any]], data: Worklo
                   client_cpus: float = 1.0) -> dict[str, Any]:
     """Run ``pipeline`` in a ``ServerApp`` on Flower's simulation engine (Ray), one SuperNode per client.
     With ``device="cuda"`` each client asks Flower for a share of a GPU (client resources).  One Ctrl-C
-    stops it within seconds and raises ``KeyboardInterrupt`` (:func:`~strategies.sstq_server.simulate`)."""
-    from clients.gen_client import app as client_app
+    stops it within seconds and raises ``KeyboardInterrupt`` (:func:`~sstq_fl.flower.plumbing.simulate`)."""
+    from clients.sstq_client import app as client_app
 
     result: dict[str, Any] = {}
     server, stop = ServerApp(), threading.Event()
@@ -75,9 +79,22 @@ def run_on_flower(pipeline: Callable[[ClientPool], dict[str, Any]], data: Worklo
         result.update(pipeline(FlowerPool(data, StoppableGrid(grid, stop))))
 
     gpus = 1.0 / data.clients if device.startswith("cuda") else 0.0
-    simulate(server, client_app, data.clients, _backend_config(client_cpus, None, gpus), stop)
+    simulate(server, client_app, data.clients, backend_config(client_cpus, None, gpus), stop)
     if not result:
         if stop.is_set():
             raise KeyboardInterrupt
         raise RuntimeError("the Flower workload did not finish (see the log)")
     return result
+
+
+def serve_workload(grid: Grid, rc: dict[str, Any]) -> dict[str, Any]:
+    """``flwr run .`` with ``workload="dp-mepf"``: run DP-MEPF on this federation, writing to ``out-dir``."""
+    from sstq_fl.flower.run_config import mepf_config_from_run_config, out_dir
+    from sstq_fl.gen.dp_mepf import run_dp_mepf
+
+    cfg, out, timeout = mepf_config_from_run_config(rc), out_dir(rc), round_timeout(rc)
+    with attached_pool(lambda data: FlowerPool(data, grid, timeout)):
+        metrics = run_dp_mepf(cfg, out, force=bool(rc.get("resume", False)))
+    log.info("DP-MEPF finished: accuracy %s, domain-FD %s, epsilon %s → %s", metrics["downstream_accuracy"],
+             metrics["domain_fd"], metrics.get("epsilon"), out / "metrics.json")
+    return metrics

@@ -17,3 +17,13 @@ def rs() -> np.random.Generator:
 def unit_rows(n: int, d: int, seed: int = 0, norm: float = 1.0) -> torch.Tensor:
     g = torch.from_numpy(np.random.default_rng(seed).standard_normal((n, d)))
     return g / torch.linalg.vector_norm(g, dim=1, keepdim=True) * norm
+
+
+@pytest.fixture
+def run_identity(monkeypatch):
+    """Messages created outside a Flower process need a run id (Flower sets it in the ServerApp)."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    monkeypatch.setattr(TaskIdentity, "_run_id", 1)
+    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
+    monkeypatch.setattr(TaskIdentity, "_task_id", 1)

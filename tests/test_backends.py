@@ -1,5 +1,7 @@
-"""Flower stays at the edges: no core module imports Flower, ``strategies/`` or ``clients/``; the core
-reaches the Flower engine only through :mod:`sstq_fl.backends` (entry points)."""
+"""Flower stays at the edges: no core module imports Flower, ``strategies/`` or ``clients/``; only
+:mod:`sstq_fl.flower` (the mod, the wrapper, the shared plumbing) imports Flower, and it imports
+neither app folder; the core reaches the Flower engines only through :mod:`sstq_fl.backends`
+(entry points)."""
 
 import ast
 from pathlib import Path
@@ -13,19 +15,35 @@ EDGE = ("flwr", "strategies", "clients")
 
 
 def _imports(path: Path) -> list[str]:
+    """Absolute names of every module ``path`` imports (relative imports resolved), lazy ones included."""
+    package = ["sstq_fl", *path.relative_to(CORE).parent.parts]
     out: list[str] = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             out += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             out.append(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1]
+            out.append(".".join(base + ([node.module] if node.module else [])))
     return out
 
 
+def _in_flower(p: Path) -> bool:
+    return p.relative_to(CORE).parts[0] == "flower"
+
+
 def test_no_core_module_imports_flower_or_the_app_folders():
-    bad = [(str(p.relative_to(CORE)), m) for p in CORE.rglob("*.py") for m in _imports(p)
-           if m.split(".")[0] in EDGE]
+    core = [p for p in CORE.rglob("*.py") if not _in_flower(p)]
+    bad = [(str(p.relative_to(CORE)), m) for p in core for m in _imports(p)
+           if m.split(".")[0] in EDGE or m.startswith("sstq_fl.flower")]
     assert bad == []
+
+
+def test_only_sstq_fl_flower_imports_flower_and_it_imports_no_app_folder():
+    flower = [p for p in CORE.rglob("*.py") if _in_flower(p)]
+    assert any(m.split(".")[0] == "flwr" for p in flower for m in _imports(p))  # the check sees Flower imports
+    assert [(p.name, m) for p in flower for m in _imports(p) if m.split(".")[0] in ("strategies", "clients")] == []
 
 
 def test_the_flower_backends_are_installed_and_an_unknown_one_is_a_one_line_error():

@@ -12,6 +12,7 @@ for heavy-tailed errors from few trials; with few trials it is still only indica
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import torch
 from .. import rng
 from ..encoders import make_encoder, parse_spec, registry
 from ..io import atomic_write_json, run_meta
+from ..progress import progress
 
 E1_ENCODERS = ["vqsgd", "sqkr", "privunit", "sstq-flat:codebook=uniform", "sstq-flat:codebook=optimized", "sstq-ma"]
 
@@ -64,12 +66,14 @@ def measure(label: str, d: int, epsilon: float, bits: int, norm: float, trials: 
     enc = make_encoder(with_bits(label, bits), d, epsilon, radius=norm)
     g = test_vector(d, norm)
     errs = []
-    for start in range(0, trials, chunk):
-        n = min(chunk, trials - start)
-        seeds = np.arange(start, start + n)
-        msgs = enc.encode(g.repeat(n, 1), seeds, coins=seeds + 10**9)
-        est = enc.decode(msgs, coins=seeds + 10**9)
-        errs.append(((est - g.to(est.device)) ** 2).sum(1).cpu())
+    with progress(trials, f"{label} d={d} trials", level=logging.DEBUG) as bar:
+        for start in range(0, trials, chunk):
+            n = min(chunk, trials - start)
+            seeds = np.arange(start, start + n)
+            msgs = enc.encode(g.repeat(n, 1), seeds, coins=seeds + 10**9)
+            est = enc.decode(msgs, coins=seeds + 10**9)
+            errs.append(((est - g.to(est.device)) ** 2).sum(1).cpu())
+            bar.advance(n)
     e = torch.cat(errs).double().numpy()
     mean = float(e.mean())
     low, high = bootstrap_interval(e)
@@ -85,9 +89,11 @@ def run(dims: list[int], epsilon: float, bits: int, norm: float, trials: int, ou
     encoders = encoders or E1_ENCODERS
     rows = []
     t0 = time.perf_counter()
-    for label in encoders:
-        for d in dims:
-            rows.append(measure(label, d, epsilon, bits, norm, trials))
+    with progress(len(encoders) * len(dims), "E1 points (encoder, d)") as sweep:
+        for label in encoders:
+            for d in dims:
+                rows.append(measure(label, d, epsilon, bits, norm, trials))
+                sweep.advance(encoder=label, d=d, mse=rows[-1]["mse"])
     result = {"epsilon": epsilon, "bits": bits, "norm": norm, "trials": trials, "rows": rows,
               "wall_s": time.perf_counter() - t0, "meta": run_meta()}
     atomic_write_json(out, result)
@@ -96,27 +102,8 @@ def run(dims: list[int], epsilon: float, bits: int, norm: float, trials: int, ou
     return result
 
 
-def plot_mse(result: dict[str, Any], path: str) -> None:
-    import matplotlib
+def plot_mse(result: dict[str, Any], path: str) -> Any:
+    """E1's plot (:func:`sstq_fl.plots.plot_mse`; matplotlib is imported only when plotting)."""
+    from ..plots import plot_mse as plot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 5))
-    for label in dict.fromkeys(r["encoder"] for r in result["rows"]):
-        rs = [r for r in result["rows"] if r["encoder"] == label]
-        d = [r["d"] for r in rs]
-        m = np.array([r["mse"] for r in rs])
-        lo = np.maximum(m - np.array([r["ci_low"] for r in rs]), 0)
-        hi = np.array([r["ci_high"] for r in rs]) - m
-        ax.errorbar(d, m, yerr=[lo, hi], marker="o", capsize=3, label=f"{label} ({rs[-1]['bits_per_message']} b)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("dimension d")
-    ax.set_ylabel("E‖ĝ − g‖²")
-    ax.set_title(f"E1: ε={result['epsilon']}, b={result['bits']}, ‖g‖={result['norm']}, {result['trials']} trials")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return plot(result, path)

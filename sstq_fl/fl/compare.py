@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from ..io import atomic_write_bytes, atomic_write_json, clear_out, run_meta
+from ..progress import progress
 from ..rng import REPRODUCIBLE_WARNING
-from .engine import RunConfig, existing_outputs, read_checkpoint, run, trainers
+from .engine import RunConfig, Trainer, existing_outputs, read_checkpoint, run, trainers
 
 DEFAULT_ENCODERS = ["clean", "privunit", "sqkr", "sstq-flat:b=4", "sstq-flat:b=4,codebook=optimized", "sstq-ma:b=4",
                     "vqsgd"]
@@ -53,18 +54,26 @@ def compare(base: RunConfig, encoders: list[str], out: str | Path, resume: bool 
 
         jobs = [(replace(base, encoder=spec), out / _slug(spec), resume) for spec in encoders]
         results = dict(zip(encoders, backend("flower-train-many")(jobs)))
-    for spec in encoders:
-        if spec not in results:
-            results[spec] = run(built[spec].cfg, out / _slug(spec), resume=resume, progress=False, trainer=built[spec])
-        m = results[spec]
-        print(f"  {spec}: final {_metric_name(m)} {_metric(m):.4g}, {m['final']['bits_per_client']} bits, "
-              f"{m['final']['wall_s']:.1f} s", flush=True)
+    with progress(len(encoders), "encoders", every=1) as sweep:
+        for spec in encoders:
+            if spec not in results:
+                results[spec] = _train(built[spec], out / _slug(spec), resume)
+            m = results[spec]
+            print(f"  {spec}: final {_metric_name(m)} {_metric(m):.4g}, {m['final']['bits_per_client']} bits, "
+                  f"{m['final']['wall_s']:.1f} s", flush=True)
+            sweep.advance(encoder=spec, final=f"{_metric_name(m).replace('_', ' ')} {_metric(m):.4g}")
     rows = [_row(s, m) for s, m in results.items()]
     summary = {"config": {k: v for k, v in vars(base).items() if k != "encoder"}, "rows": rows, "meta": run_meta()}
     atomic_write_json(out / "comparison.json", summary)
     atomic_write_bytes(out / "comparison.md", (markdown(rows) + _randomness_line(base)).encode())
     plot_comparison(results, out / "comparison.png", base)
     return summary
+
+
+def _train(trainer: Trainer, out: Path, resume: bool) -> dict[str, Any]:
+    """One encoder's run on the vectorized engine, with a bar for its rounds on a terminal, else one log line a round."""
+    with progress(trainer.cfg.rounds, f"{trainer.cfg.encoder} rounds", key="rounds", every=1):
+        return run(trainer.cfg, out, resume=resume, progress=False, trainer=trainer)
 
 
 def _row(spec: str, m: dict[str, Any]) -> dict[str, Any]:
@@ -98,30 +107,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_comparison(results: dict[str, dict[str, Any]], path: Path, base: RunConfig) -> None:
-    import matplotlib
+def plot_comparison(results: dict[str, dict[str, Any]], path: Path, base: RunConfig) -> Any:
+    """``comparison.png`` (:func:`sstq_fl.plots.plot_comparison`; matplotlib is imported only when plotting)."""
+    from ..plots import plot_comparison as plot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(1, 3, figsize=(15, 4.2))
-    for spec, m in results.items():
-        r = m["rounds"]
-        key = _metric_name(m)
-        ax[0].plot([x["round"] for x in r], [x["train_loss"] for x in r], label=spec)
-        ax[1].plot([x["round"] for x in r], [x[key] for x in r], label=spec)
-        ax[2].scatter([m["final"]["bits_per_client"]], [_metric(m)], label=spec)
-        ax[2].annotate(spec.split(":")[0], (m["final"]["bits_per_client"], _metric(m)), fontsize=7)
-    key = _metric_name(next(iter(results.values())))
-    ax[0].set(xlabel="round", ylabel="training loss (non-private diagnostic)", yscale="log")
-    ax[1].set(xlabel="round", ylabel=key.replace("_", " "))
-    ax[2].set(xlabel="bits per client per round", ylabel=f"final {key.replace('_', ' ')}", xscale="log")
-    if key == "distance_to_optimum":
-        ax[1].set_yscale("log")
-        ax[2].set_yscale("log")
-    ax[1].legend(fontsize=7)
-    fig.suptitle(f"sstq-fl compare: {base.task}, {base.clients} clients, {base.rounds} rounds, eps={base.epsilon}, "
-                 f"engine {base.engine}, randomness {base.randomness}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return plot(results, path, vars(base))

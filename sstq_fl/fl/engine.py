@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from .. import wire
+from ..aggregation import charge_joins, decode_mean
 from ..encoders import make_encoder
 from ..io import atomic_write_bytes, atomic_write_json, run_meta
 from ..privacy.ldp import ldp_plan_report
@@ -170,6 +171,31 @@ def _warn_once(msg: str) -> None:
         log.warning(msg)
 
 
+class ClientData:
+    """The clients' side of a run: the task and each client's shard of the training records.
+
+    A client holds only this (no encoder, no ledger): :meth:`gradients` is what one client (or a
+    batch of clients, vectorized) computes before its update is encoded."""
+
+    def __init__(self, cfg: RunConfig, task: Task | None = None):
+        self.cfg = cfg
+        self.task = task or make_task(cfg.task, cfg.seed, data_dir=cfg.data_dir, dim=cfg.dim, n=cfg.n)
+        y, n_rec = self.task.data.y_train, self.task.data.x_train.shape[0]
+        self.shards = (iid_shards(n_rec, cfg.clients, cfg.seed) if cfg.partition == "iid"
+                       else dirichlet_shards(y.numpy(), cfg.clients, cfg.alpha, cfg.seed))
+
+    def gradients(self, theta: torch.Tensor, t: int, ids: np.ndarray, keys: np.ndarray | None) -> tuple[torch.Tensor, int]:
+        """Round ``t``'s minibatch gradients of clients ``ids`` (``[n, d]``; minibatches from ``keys``
+        in secure mode, else from ``(seed, t, client)``) and how many were non-finite (replaced by
+        the public null input ``0``)."""
+        cfg, d = self.cfg, self.task.data
+        idx = minibatches([self.shards[c] for c in ids], cfg.batch, cfg.seed, t, ids, keys=keys)
+        grads = self.task.client_grads(theta, d.x_train[idx], d.y_train[idx]).detach()
+        bad = ~torch.isfinite(grads).all(1)
+        grads[bad] = 0.0
+        return grads, int(bad.sum())
+
+
 class Trainer:
     """One run: task, encoder, shards and ledger; ``train`` runs (or resumes) it into a folder."""
 
@@ -180,10 +206,7 @@ class Trainer:
         self.setup_s: float | None = None  # the untimed warm-up of ``train`` (None: no warm-up ran)
         self.task = task or make_task(cfg.task, cfg.seed, data_dir=cfg.data_dir, dim=cfg.dim, n=cfg.n)
         self.enc = make_encoder(cfg.encoder, self.task.dim, cfg.epsilon, radius=cfg.clip, seed=cfg.seed)
-        y = self.task.data.y_train
-        n_rec = self.task.data.x_train.shape[0]
-        self.shards = (iid_shards(n_rec, cfg.clients, cfg.seed) if cfg.partition == "iid"
-                       else dirichlet_shards(y.numpy(), cfg.clients, cfg.alpha, cfg.seed))
+        self.clients = ClientData(cfg, self.task)
         self.ledger = PrivacyLedger("replace_one", notes={"threat_model": "identified: the server sees each client's "
                                                           "messages; epsilon is that of the client who joined most rounds",
                                                           "encoder": self.enc.spec, "randomness": cfg.randomness,
@@ -208,13 +231,9 @@ class Trainer:
         if not len(ids):
             return [], {}
         keys = client_coins(cfg.randomness, cfg.seed, t, ids)  # secure mode: drawn here, on the client
-        idx = minibatches([self.shards[c] for c in ids], cfg.batch, cfg.seed, t, ids, keys=keys)
-        d = self.task.data
-        grads = self.task.client_grads(theta, d.x_train[idx], d.y_train[idx]).detach()
-        bad = ~torch.isfinite(grads).all(1)
-        grads[bad] = 0.0
+        grads, bad = self.clients.gradients(theta, t, ids, keys)
         msgs = self.enc.encode(grads, encoder_seeds(cfg.seed, t, ids) if keys is None else keys)
-        stats = {**msgs.stats, "nonfinite_gradients": float(bad.sum())} if cfg.diagnostics else {}
+        stats = {**msgs.stats, "nonfinite_gradients": float(bad)} if cfg.diagnostics else {}
         return wire.pack(self.enc, msgs, round=t), stats
 
     def run_round(self, st: RoundState) -> dict[str, Any]:
@@ -231,23 +250,16 @@ class Trainer:
         assert st.theta is not None and st.joins is not None
         rec: dict[str, Any] = {"round": t, "clients": int(n_sent), "dropped": list(dropped)}
         if len(ids):
-            got, rejected = wire.unpack_lenient(self.enc, blobs, round=t)
-            for i, why in rejected:
-                rec["dropped"].append({"client": int(ids[i]), "reason": why})
-            payload_bits = [8 * (len(b) - wire.HEADER_BYTES) for b in blobs]
+            got = decode_mean(self.enc, blobs, t, cfg.server_cap, st.theta.dtype)
+            rec["dropped"] += [{"client": int(ids[i]), "reason": why} for i, why in got.rejected]
             rec["bits_per_client"] = self.enc.payload_bits()
-            rec["bytes_per_client"] = float(np.mean(payload_bits)) / 8 + wire.HEADER_BYTES
+            rec["bytes_per_client"] = got.bytes_per_message
             if self.cfg.diagnostics:
                 rec["encode_stats"] = stats
-            if got.n:
-                g = self.enc.aggregate(got).to(st.theta.dtype)
-                norm = float(torch.linalg.vector_norm(g))
-                if norm > cfg.server_cap:
-                    g = g * (cfg.server_cap / norm)
-                st.theta = st.theta - cfg.lr * g
+            if got.mean is not None:
+                st.theta = st.theta - cfg.lr * got.mean
             st.joins[ids] += 1
-            while self.ledger_count() < int(st.joins.max()):
-                self.ledger.record(self.enc.privacy_event())
+            charge_joins(self.ledger, self.enc, st.joins)
         else:
             rec["bits_per_client"] = 0
         rec.update(self.task.evaluate(st.theta))
@@ -255,9 +267,6 @@ class Trainer:
             rec.pop("train_loss", None)
         rec["epsilon_spent"] = self.ledger.epsilon(cfg.delta)
         return rec
-
-    def ledger_count(self) -> int:
-        return sum(e.count for e in self.ledger.entries)
 
     # ---------------------------------------------------------------- persistence
     def save(self, out: Path, st: RoundState) -> None:
@@ -311,12 +320,10 @@ class Trainer:
             self.save(out, st)
         for d in rec["dropped"]:
             log.warning("round %d: client %d left out: %s", rec["round"], d["client"], d["reason"])
-        if progress:
-            metric = rec.get("test_accuracy", rec.get("distance_to_optimum"))
-            loss = f"  loss {rec['train_loss']:.4f}" if "train_loss" in rec else ""
-            print(f"\rround {st.round}/{self.cfg.rounds}{loss}  metric {metric:.4f}  "
-                  f"eps {rec['epsilon_spent']:.3g}", end="" if st.round < self.cfg.rounds else "\n", file=sys.stderr,
-                  flush=True)
+        from ..progress import report  # a bar where the caller opened one (sstq-fl run, compare), else a log line
+
+        report("rounds", st.round, self.cfg.rounds, label=self.cfg.encoder, loss=rec.get("train_loss"),
+               **{k: rec[k] for k in ("test_accuracy", "distance_to_optimum") if k in rec}, eps=rec["epsilon_spent"])
 
     def train(self, out: str | Path, resume: bool = False, progress: bool | None = None) -> dict[str, Any]:
         """Run (or with ``resume`` continue) into ``out``; Ctrl-C raises :class:`RunInterrupted`."""
@@ -401,28 +408,11 @@ class Trainer:
         return out + (["encode_stats"] if self.cfg.diagnostics else [])
 
 
-def plot_run(metrics: dict[str, Any], path: Path) -> None:
-    import matplotlib
+def plot_run(metrics: dict[str, Any], path: Path) -> Any:
+    """One run's ``curves.png`` (:func:`sstq_fl.plots.plot_run`; matplotlib is imported only when plotting)."""
+    from ..plots import plot_run as plot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    r = metrics["rounds"]
-    key = "test_accuracy" if "test_accuracy" in r[-1] else "distance_to_optimum"
-    fig, ax = plt.subplots(1, 2, figsize=(10, 4))
-    ax[0].plot([x["round"] for x in r], [x.get("train_loss", math.nan) for x in r])
-    ax[0].set_xlabel("round")
-    ax[0].set_ylabel("training loss (non-private diagnostic)")
-    ax[1].plot([x["round"] for x in r], [x[key] for x in r])
-    ax[1].set_xlabel("round")
-    ax[1].set_ylabel(key.replace("_", " "))
-    if key == "distance_to_optimum":
-        ax[1].set_yscale("log")
-    c = metrics["config"]
-    fig.suptitle(f"{c['task']} / {c['encoder']} / eps={c['epsilon']} / randomness={c.get('randomness', 'reproducible')}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return plot(metrics, path)
 
 
 def run(cfg: RunConfig, out: str | Path, resume: bool = False, progress: bool | None = None,

@@ -45,6 +45,7 @@ from ..io import atomic_write_json, clear_out, run_meta
 from ..privacy.calibrate import calibrate_noise_multiplier
 from ..privacy.dataset_ledger import DatasetLedger
 from ..privacy.events import GaussianEvent, NonPrivateEvent, PrivacyEvent
+from ..progress import progress
 from .runner import ClientPool, DPRunner, WorkloadData, deterministic_kernels, run_workload
 
 log = logging.getLogger("sstq_fl.gen")
@@ -257,13 +258,31 @@ def _generator_config(cfg: MepfConfig) -> Any:
     return GeneratorConfig.full("mnist", steps=steps, lr=1e-4, m_avg_lr=1e-3)
 
 
+def _train_generator(cfg: MepfConfig, fx: Any, means: Any, probs: Any) -> tuple[Any, list[float]]:
+    """The generator, trained on the released means alone, with a progress bar (log lines off a terminal)."""
+    from .mepf import train_generator
+
+    gcfg = _generator_config(cfg)
+    with progress(gcfg.steps, f"{PIPELINE} generator steps") as bar:
+        return train_generator(fx, means, probs, cfg.moments, gcfg, cfg.seed, cfg.device,
+                               on_step=lambda step, loss: bar.update(step, matching_loss=loss))
+
+
+def _grid_detail(cfg: MepfConfig) -> str:
+    """What the sample grid's title says beside ε: the run's kind, δ, records, clients and randomness."""
+    kind = _reference(cfg).split(" (")[0]
+    return (f"{'DP' if kind == 'dp' else kind}, δ {cfg.delta:g}, {cfg.resolved('records') or 'all'} records, "
+            f"{cfg.clients} clients, {cfg.profile} profile, randomness {cfg.randomness}")
+
+
 def _evaluate(cfg: MepfConfig, data: WorkloadData, gen: Any, split: Any, out: Path) -> dict[str, Any]:
     from .evaluation import domain_fd, downstream_accuracy, inception_fid, save_sample_grid, train_evaluator
     from .mepf import sample
 
     n = cfg.resolved("eval_samples")
     x, y = sample(gen, n, seed=cfg.seed + 1, device=cfg.device)
-    save_sample_grid(x, y, out / "samples.png")
+    save_sample_grid(x, y, out / "samples.png", pipeline=PIPELINE, epsilon=0.0 if cfg.public_only else cfg.epsilon,
+                     detail=_grid_detail(cfg))
     acc = downstream_accuracy(x, y, split.test_x, split.test_y, epochs=cfg.resolved("probe_epochs"), seed=cfg.seed)
     ev = train_evaluator(split.train_x, split.train_y, epochs=cfg.evaluator_epochs, seed=0,
                          cache_path=Path(cfg.cache_dir) / "evaluator-mnist.pt")
@@ -342,7 +361,7 @@ def run_dp_mepf(cfg: MepfConfig, out: str | Path, force: bool = False) -> dict[s
 def _run(cfg: MepfConfig, out: Path) -> dict[str, Any]:
     """The run itself, into the folder :func:`run_dp_mepf` prepared."""
     from .data import load_private_split, load_public_fmnist
-    from .mepf import class_means, train_generator
+    from .mepf import class_means
 
     t0 = time.perf_counter()
     deterministic_kernels(cfg.device, cfg.randomness)
@@ -359,8 +378,7 @@ def _run(cfg: MepfConfig, out: Path) -> dict[str, Any]:
     rel, info = clock("release", lambda: release_statistics(cfg, data, fx, sigma))
     stats = public_statistics(fx, public_x, public_y, cfg.moments) if cfg.public_only else rel
     means, probs = class_means(stats["counts"], stats["sums"])
-    gen, losses = clock("generator", lambda: train_generator(fx, means, probs, cfg.moments, _generator_config(cfg),
-                                                              cfg.seed, cfg.device))
+    gen, losses = clock("generator", lambda: _train_generator(cfg, fx, means, probs))
     evals = clock("evaluation", lambda: _evaluate(cfg, data, gen, split, out))
     privacy = info["runner"].finish(out, cfg.delta, book)
     metrics = {**privacy, "downstream_accuracy": evals["downstream_accuracy"], "domain_fd": evals["domain_fd"],
@@ -382,11 +400,14 @@ class _Clock:
         self.seconds: dict[str, float] = {}
 
     def __call__(self, name: str, fn: Callable[[], T]) -> T:
+        """Run phase ``name`` (``fn``), logging its start and its seconds."""
+        log.info("%s: %s ...", PIPELINE, name.replace("_", " "))
         t0 = time.perf_counter()
         try:
             return fn()
         finally:
             self.seconds[name] = round(time.perf_counter() - t0, 3)
+            log.info("%s: %s took %.1f s", PIPELINE, name.replace("_", " "), self.seconds[name])
 
 
 def _reference(cfg: MepfConfig) -> str:

@@ -390,25 +390,32 @@ def inception_fid(weights_path: str | os.PathLike[str], real_x: Images, fake_x: 
 
 
 # ----------------------------------------------------------------------------------------------- 4. helpers
-def save_sample_grid(x: Images, y: Images, path: str | os.PathLike[str], per_class: int = 10, pad: int = 2) -> Path:
-    """Write a PNG grid (atomically): one row per class 0..9, the first ``per_class`` samples of that class in
-    input order, on a white background (missing samples stay blank).  Accepts ``[n, 1|3, H, W]`` in [0, 1]."""
+def save_sample_grid(x: Images, y: Images, path: str | os.PathLike[str], per_class: int = 10, pad: int = 2, *,
+                     pipeline: str = "", epsilon: float | None = None, detail: str = "",
+                     class_names: list[str] | None = None) -> Path:
+    """Write a labelled PNG grid (atomically, 900 px wide): one row per class 0..9 with its name on the left
+    (``class_names``, default the digits), the first ``per_class`` samples of that class in input order on a
+    white background (missing samples stay blank), titled with ``pipeline``, ``epsilon`` and ``detail``
+    (:func:`sstq_fl.plots.sample_grid_title`).  Accepts ``[n, 1|3, H, W]`` in [0, 1]."""
+    from ..plots import plot_sample_grid, sample_grid_title
+
     t = _pixels(x, "x")
     if t.ndim != 4 or t.shape[1] not in (1, 3):
         t = as_images(t, "x")
     lab = as_labels(y, len(t), "y").numpy()
-    _, ch, h, w = t.shape
-    canvas = np.ones((NUM_CLASSES * (h + pad) + pad, per_class * (w + pad) + pad, ch), dtype=np.float32)
-    for c in range(NUM_CLASSES):
-        for j, i in enumerate(np.nonzero(lab == c)[0][:per_class]):
-            r0, c0 = pad + c * (h + pad), pad + j * (w + pad)
-            canvas[r0 : r0 + h, c0 : c0 + w] = t[i].permute(1, 2, 0).numpy()
-    from matplotlib.image import imsave
-
-    buf = io.BytesIO()
-    imsave(buf, canvas[..., 0] if ch == 1 else canvas, format="png", cmap="gray", vmin=0, vmax=1)
-    atomic_write_bytes(path, buf.getvalue())
+    rows = [_class_strip(t[np.nonzero(lab == c)[0][:per_class]], per_class, pad) for c in range(NUM_CLASSES)]
+    names = class_names or [str(c) for c in range(NUM_CLASSES)]
+    plot_sample_grid(rows, names, path, sample_grid_title(pipeline, epsilon, detail))
     return Path(path)
+
+
+def _class_strip(imgs: torch.Tensor, per_class: int, pad: int) -> np.ndarray:
+    """``imgs`` (``[k ≤ per_class, C, H, W]``) side by side, ``pad`` white pixels apart: ``[H, per_class·(W+pad)−pad, C]``."""
+    _, ch, h, w = imgs.shape
+    strip = np.ones((h, per_class * (w + pad) - pad, ch), dtype=np.float32)
+    for j, img in enumerate(imgs):
+        strip[:, j * (w + pad) : j * (w + pad) + w] = img.permute(1, 2, 0).numpy()
+    return strip
 
 
 def membership_auc(member_scores: np.ndarray, nonmember_scores: np.ndarray) -> float:

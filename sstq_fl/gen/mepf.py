@@ -571,14 +571,16 @@ class _Trainer:
 
 def train_generator(fx: FeatureExtractor, means: ArrayLike, class_probs: ArrayLike, moments: Sequence[int] = (1,),
                     cfg: GeneratorConfig | None = None, seed: int = 0, device: DeviceLike = "cpu",
-                    log_every: int = 0) -> tuple[Generator, list[float]]:
+                    log_every: int = 0, on_step: Callable[[int, float], None] | None = None
+                    ) -> tuple[Generator, list[float]]:
     """Train G on released statistics only: post-processing (spec §4.1 step 5).
 
     Minimizes Σ_j Σ_y ‖μ̃_{j,y} − mean_{b: y_b = y} φ_j(G(z_b, y_b))‖² (classes absent from a batch are skipped) with
     y_b ~ π̃, z_b ~ N(0, I), Adam(lr, β₁); or GFMN's moving-average variant when ``cfg.moving_average``.  Runs exactly
     ``cfg.steps`` updates: no early stopping or checkpoint selection on private data (§4.4.6).  Φ is moved to
     ``device``, put in eval mode and frozen (``requires_grad=False``); it is not run under no_grad, so gradients
-    reach G through it.  Returns G in eval mode and the per-step matching losses; ``log_every > 0`` logs them.
+    reach G through it.  Returns G in eval mode and the per-step matching losses; ``log_every > 0`` logs them and
+    ``on_step(step, loss)`` (e.g. a progress bar) is called after each step (1-based).
     """
     cfg, mom, dev = cfg or GeneratorConfig.cpu(), check_moments(moments), torch.device(device)
     target, probs = _check_targets(fx, means, class_probs, len(mom), dev)
@@ -592,6 +594,8 @@ def train_generator(fx: FeatureExtractor, means: ArrayLike, class_probs: ArrayLi
         history.append(trainer.step())
         if log_every > 0 and (step + 1) % log_every == 0:
             LOG.info("mepf generator step %d/%d: matching loss %.6g", step + 1, cfg.steps, history[-1])
+        if on_step is not None:
+            on_step(step + 1, history[-1])
     return gen.eval(), history
 
 

@@ -39,11 +39,13 @@ Randomness (``randomness=``, :data:`sstq_fl.rng.RANDOMNESS_MODES`):
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -57,6 +59,8 @@ from ..privacy.dataset_ledger import DatasetLedger, dataset_digest
 from ..privacy.events import GaussianEvent, PoissonSampledEvent, PrivacyEvent
 from ..privacy.ledger import PrivacyLedger, transcript_binding
 from ..rng import derive_seed, stream_id
+
+log = logging.getLogger("sstq_fl.gen")
 
 Arrays = dict[str, np.ndarray]
 Scalar = int | float | str | bool
@@ -367,6 +371,8 @@ class DPRunner:
     def _record(self, event: PrivacyEvent, stage: str, meta: dict[str, Any], outs: dict[int, Arrays]) -> None:
         from .. import __version__
 
+        log.log(logging.DEBUG if self._round else logging.INFO,  # one line per release; DP-SGD rounds at DEBUG
+                "%s %s: %d client(s) answered; charged %s", self.pipeline, stage, len(outs), event)
         self.ledger.record(event, meta={"run_id": self.run_id, "pipeline": self.pipeline, "stage": stage,
                                         "relation": self.ledger.relation, "client_ids": sorted(outs),
                                         "randomness": self.randomness, "code_version": __version__, **meta})
@@ -462,11 +468,28 @@ class DPRunner:
         return res
 
 
+_ATTACHED: list[Callable[[WorkloadData], ClientPool]] = []
+
+
+@contextmanager
+def attached_pool(factory: Callable[[WorkloadData], ClientPool]) -> Iterator[None]:
+    """Within the block, ``engine="flower"`` workloads use ``factory(data)``'s pool: the federation a
+    ServerApp already runs in (``flwr run``, docker/) instead of starting a simulation of their own."""
+    _ATTACHED.append(factory)
+    try:
+        yield
+    finally:
+        _ATTACHED.pop()
+
+
 def run_workload(pipeline: Callable[[ClientPool], dict[str, Any]], data: WorkloadData, engine: str = "inprocess",
                  device: str = "cpu") -> dict[str, Any]:
-    """Run ``pipeline(pool)`` with its clients in-process or on Flower + Ray (``engine="flower"``)."""
+    """Run ``pipeline(pool)`` with its clients in-process or on Flower + Ray (``engine="flower"``: the
+    attached federation where there is one, :func:`attached_pool`, else a Flower simulation)."""
     if engine == "inprocess":
         return pipeline(InProcessPool(data))
+    if engine == "flower" and _ATTACHED:
+        return pipeline(_ATTACHED[-1](data))
     if engine == "flower":
         from ..backends import backend  # Flower stays at the edges: found by entry point
 

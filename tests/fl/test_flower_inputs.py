@@ -13,13 +13,21 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from flwr.app import ConfigRecord, Message, MessageType, Metadata, RecordDict
 from flwr.app.message.message import make_message
 
 from sstq_fl.fl.engine import RunConfig, Trainer
-from strategies.sstq_server import FederationMismatch, Interrupted, StoppableGrid, discover
+from sstq_fl.flower.plumbing import (
+    RUN_SIMULATION_DEPRECATION,
+    FederationMismatch,
+    Interrupted,
+    StoppableGrid,
+    _without_run_simulation_deprecation,
+    discover,
+)
 
 
 class SizedGrid:
@@ -88,8 +96,6 @@ def test_a_stoppable_grid_stops_a_round_waiting_for_replies(run_identity):
 def test_only_the_run_simulation_deprecation_is_silenced():
     from flwr.supercore.logger import warn_deprecated_feature
 
-    from strategies.sstq_server import RUN_SIMULATION_DEPRECATION, _without_run_simulation_deprecation
-
     seen: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
@@ -113,6 +119,14 @@ def _ray_processes(marker: str) -> str:
     return "\n".join(line for line in out.splitlines() if marker in line)
 
 
+def _checkpointed_round(out: Path) -> int:
+    """The round in ``out``'s checkpoint (-1: none yet; written atomically, so never half a file)."""
+    try:
+        return int(json.loads((out / "checkpoint.json").read_text())["round"])
+    except FileNotFoundError:
+        return -1
+
+
 def test_one_ctrl_c_stops_a_flower_run_promptly(tmp_path):
     """One SIGINT to the process group (as a terminal's Ctrl-C): the run stops within seconds with the
     CLI's one line and no traceback, its checkpoint holds the last completed round, and no Ray process
@@ -125,9 +139,9 @@ def test_one_ctrl_c_stops_a_flower_run_promptly(tmp_path):
     p = subprocess.Popen(cli, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 240
-        while not (out / "checkpoint.json").exists() and p.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(3)  # into the rounds
+        while _checkpointed_round(out) < 1 and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)  # (round 0 is checkpointed before Flower starts: wait for a completed round)
+        time.sleep(1)  # into the rounds
         assert p.poll() is None, p.communicate()[1][-3000:]
         os.killpg(p.pid, signal.SIGINT)
         t0 = time.monotonic()

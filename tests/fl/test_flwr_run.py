@@ -76,6 +76,8 @@ def test_flwr_run_dot_matches_the_vectorized_engine(tmp_path):
     assert all("train_loss" not in r for r in got["rounds"])
     assert same_rounds(got["rounds"], [{k: v for k, v in r.items() if k != "train_loss"} for r in ref["rounds"]], rel=1e-6)
     assert (tmp_path / "out" / "transcript.jsonl").exists()
+    # the sstq_fl loggers reach the streamed log (configure_logging in the ServerApp): per round, and the end
+    assert f"rounds {CFG['rounds']}/{CFG['rounds']}" in p.stdout + p.stderr and "sstq-fl run finished" in p.stdout + p.stderr
 
 
 def _run_status(env: dict[str, str], stdout: str, cwd: Path) -> dict:
@@ -129,3 +131,42 @@ def test_pyproject_app_config_is_a_valid_runconfig():
     cfg, _, resume = config_from_run_config(conf["config"])
     assert cfg.task == "fmnist" and not resume
     assert cfg.randomness == "secure" and not cfg.diagnostics  # the deployment default
+
+
+def test_the_app_config_also_configures_dp_mepf(tmp_path):
+    import tomllib
+
+    from sstq_fl.flower.run_config import mepf_config_from_run_config, workload_of
+
+    conf = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    assert workload_of(conf) == "train"
+    cfg = mepf_config_from_run_config({**conf, "workload": "dp-mepf", "mepf-moments": "1,2"})
+    assert cfg.engine == "flower" and cfg.moments == (1, 2) and cfg.clients == conf["clients"]
+    assert cfg.generator_steps is None and cfg.randomness == "secure"
+    with pytest.raises(ValueError, match="unknown key 'mepf-nope'"):
+        mepf_config_from_run_config({"mepf-nope": 1})
+    with pytest.raises(ValueError, match="unknown workload 'gan'"):
+        workload_of({"workload": "gan"})
+
+
+@pytest.mark.slow
+def test_flwr_run_dot_runs_dp_mepf_as_the_inprocess_engine(tmp_path):
+    """``workload="dp-mepf"``: the DP generative workload on the app's own federation, through ``flwr run``."""
+    from sstq_fl.gen.dp_mepf import run_dp_mepf
+
+    from ..gen.test_dp_mepf import _tiny
+
+    tiny = {"workload": "dp-mepf", "clients": 2, "epsilon": 1.0, "randomness": "reproducible", "mepf-records": 400,
+            "mepf-generator-steps": 40, "mepf-eval-samples": 200, "mepf-probe-epochs": 1, "mepf-evaluator-epochs": 1,
+            "mepf-public-records": 3000, "mepf-cache-dir": str(tmp_path / "cache"),
+            "mepf-dataset-ledger": str(tmp_path / "ledger.jsonl")}
+    home = tmp_path / "flwr-home"
+    try:
+        p = _flwr_run(_flwr_env(home), tiny, tmp_path / "out", 2, tmp_path)
+    finally:
+        _kill_superlink(home)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    got = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    ref = run_dp_mepf(_tiny(tmp_path, randomness="reproducible", dataset_ledger=str(tmp_path / "ref.jsonl")), tmp_path / "ref")
+    assert got["config"]["engine"] == "flower" and got["epsilon"] == ref["epsilon"]
+    assert got["downstream_accuracy"] == pytest.approx(ref["downstream_accuracy"], abs=1e-9)

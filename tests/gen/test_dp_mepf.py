@@ -116,8 +116,9 @@ def test_over_budget_runs_are_refused_before_any_private_record_is_read(tmp_path
     monkeypatch.setattr(dp_mepf, "public_extractor", lambda cfg, x, y: None)  # Φ is not needed to refuse
     monkeypatch.setattr(dp_mepf, "release_statistics", lambda *a: pytest.fail("touched private data"))
     assert cli([*args, "--dataset-budget-epsilon", "0.5"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "over its budget 0.5" in err and not ledger.exists()
+    *phases, last = capsys.readouterr().err.splitlines()  # the phases before the check log their progress
+    assert last.startswith("sstq-fl: error:") and "over its budget 0.5" in last and not ledger.exists()
+    assert all(" INFO sstq_fl.gen: dp-mepf: " in line for line in phases) and "release" not in " ".join(phases)
     ledger.write_text("garbage\n")
     assert cli(args) == 2 and "line 1 is not JSON" in capsys.readouterr().err
 

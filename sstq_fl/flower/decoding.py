@@ -1,0 +1,208 @@
+"""``LdpDecoding``: a Flower strategy wrapper that decodes LDP wire messages for any strategy.
+
+::
+
+    strategy = LdpDecoding(FedAvg(fraction_train=0.5), encoder="sstq-flat:b=4", epsilon=3.0, radius=1.0)
+    strategy.start(grid, initial_arrays, num_rounds=20, evaluate_fn=...)
+
+with :class:`sstq_fl.flower.LdpEncodeMod` (same encoder, ε, radius and frame seed) in the
+ClientApp.  Overriding only what differs, in the manner of Flower's DP wrappers:
+
+* ``configure_train``: the inner strategy configures the round (sampling, its own config keys);
+  the wrapper adds the encoder's fingerprint, so a client encoding otherwise refuses.
+* ``aggregate_train``: each reply's wire message is validated (an error reply, a reply without
+  a message, a second reply from one node, a node this round did not ask, a malformed, foreign
+  or stale message: left out, its reason logged and kept in :attr:`last`); the valid ones are
+  averaged in the encoder's accumulation space (:func:`sstq_fl.aggregation.decode_mean`, uniform
+  weights: one ε-LDP message, one vote; weighting by a client-reported ``num-examples`` would let
+  an unprotected number steer the aggregate), the mean's norm is capped at ``server_cap`` (public
+  post-processing), and the inner strategy receives **one** reply holding
+  ``θ_global − mean(Δ̂)`` as a normal ArrayRecord, with the clients' metrics averaged.  FedAvg
+  returns it as is; FedAvgM, FedAdam, FedYogi, FedAdagrad take their server step from it;
+  FedProx's proximal term is the clients'.  Robust aggregators (Krum, median) see one aggregate:
+  individual LDP estimates are too noisy to rank.
+* The privacy ledger (:attr:`ledger`, :class:`sstq_fl.privacy.ledger.PrivacyLedger`) is charged one
+  ``enc.privacy_event()`` per message of the busiest client (:func:`sstq_fl.aggregation.charge_joins`);
+  ``epsilon-spent`` is added to the round's train metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result, Strategy
+
+from ..aggregation import charge_joins, decode_mean
+from ..encoders import Encoder
+from ..privacy.ledger import Budget, PrivacyLedger
+from .mod import KEY_ENCODER, KEY_FINGERPRINT, WIRE_KEY, WIRE_STYPE, LdpSettings, encoder_for, flatten, unflatten
+from .plumbing import error_reason, node_unavailable, sender
+
+log = logging.getLogger("sstq_fl.flower")
+
+
+def wire_blob(r: Message) -> tuple[str, bytes]:
+    """A reply's ArrayRecord key and wire message (``ValueError`` naming what is wrong)."""
+    recs = r.content.array_records
+    if len(recs) != 1:
+        raise ValueError(f"reply holds {len(recs)} ArrayRecords, not one LDP message (is LdpEncodeMod in the ClientApp?)")
+    key, rec = next(iter(recs.items()))
+    arr = rec.get(WIRE_KEY) if list(rec.keys()) == [WIRE_KEY] else None
+    if arr is None or arr.stype != WIRE_STYPE or not isinstance(arr.data, bytes):
+        raise ValueError("reply without an LDP message (is LdpEncodeMod in the ClientApp?)")
+    return str(key), arr.data
+
+
+class LdpDecoding(Strategy):
+    """Wrap ``strategy``: decode the clients' LDP messages, hand it their average (module doc).
+
+    ``identify`` maps a node id to the client the ledger charges (default: the node itself).
+    ``ledger``: an already planned ledger to charge (default: a new one, planned in :meth:`start`
+    for ``num_rounds`` messages per client, refusing a plan over ``budget_epsilon``)."""
+
+    def __init__(self, strategy: Strategy, encoder: str, epsilon: float, radius: float, *, frame_seed: int = 0,
+                 server_cap: float | None = None, delta: float = 1e-5, budget_epsilon: float | None = None,
+                 ledger: PrivacyLedger | None = None, identify: Callable[[int], int] | None = None):
+        super().__init__()
+        self.strategy, self.settings = strategy, LdpSettings(encoder, float(epsilon), float(radius), frame_seed=frame_seed)
+        self.server_cap, self.delta, self.budget_epsilon = server_cap, delta, budget_epsilon
+        self.ledger, self.identify = ledger, identify or (lambda node: node)
+        self.enc: Encoder | None = None
+        self.joins: dict[int, int] = {}  # messages per client, the ledger's basis
+        self.last: dict[str, Any] = {}  # the last round: round, clients, dropped [{client, reason}], bits, bytes
+        self._sent: list[Message] = []
+        self._round, self._global = 0, ArrayRecord()
+        self._silent: set[int] = set()
+
+    def summary(self) -> None:
+        s = self.settings
+        log.info("LdpDecoding: encoder %s, epsilon %s per message, radius %s, server cap %s", s.encoder, s.epsilon,
+                 s.radius, self.server_cap)
+        self.strategy.summary()
+
+    def prepare(self, arrays: ArrayRecord, num_rounds: int) -> Encoder:
+        """Build the encoder for ``arrays``' dimension; plan a new ledger (``num_rounds`` messages per client)."""
+        s = self.settings
+        self.enc = encoder_for(s.encoder, int(flatten(arrays).size), s.epsilon, s.radius, s.frame_seed)
+        if self.ledger is None:
+            self.ledger = PrivacyLedger("replace_one", notes={"encoder": self.enc.spec, "run_id": uuid.uuid4().hex[:12],
+                                                              "threat_model": "identified: the server sees each "
+                                                              "client's messages; epsilon is the busiest client's"})
+            budget = Budget(self.budget_epsilon, self.delta) if self.budget_epsilon else None
+            self.ledger.start([(self.enc.privacy_event(), num_rounds)], budget)
+        return self.enc
+
+    def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
+              train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
+              evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None) -> Result:
+        """Flower's ``Strategy.start``, after :meth:`prepare` (the ledger's plan is ``num_rounds``)."""
+        self.prepare(initial_arrays, num_rounds)
+        return super().start(grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn)
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        enc = self.enc or self.prepare(arrays, 1)
+        config[KEY_FINGERPRINT], config[KEY_ENCODER] = enc.fingerprint, enc.spec
+        self._global = arrays
+        self._sent = list(self.strategy.configure_train(server_round, arrays, config, grid))
+        self._round = int(config.get("server-round", server_round))  # type: ignore[arg-type]
+        return self._sent
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        assert self.enc is not None and self.ledger is not None
+        replies = list(replies)
+        nodes, blobs, kept, dropped = self._read(replies)
+        order = sorted(range(len(nodes)), key=lambda i: self.identify(nodes[i]))  # a deterministic sum: client order
+        nodes, blobs, kept = [nodes[i] for i in order], [blobs[i] for i in order], [kept[i] for i in order]
+        got = decode_mean(self.enc, blobs, self._round, self.server_cap, _dtype(self._global))
+        dropped += [{"client": self.identify(nodes[i]), "reason": why} for i, why in got.rejected]
+        for n in nodes:  # every message a client sent is charged, valid or not
+            c = self.identify(n)
+            self.joins[c] = self.joins.get(c, 0) + 1
+        charge_joins(self.ledger, self.enc, list(self.joins.values()))
+        ok = set(range(len(nodes))) - {i for i, _ in got.rejected}
+        self.last = {"round": self._round, "clients": len(self._sent), "dropped": dropped,
+                     "senders": [self.identify(nodes[i]) for i in sorted(ok)],
+                     "silent": sorted(self.identify(n) for n in self._silent),
+                     "bits_per_client": self.enc.payload_bits() if blobs else 0, "bytes_per_client": got.bytes_per_message}
+        for d in dropped:
+            log.warning("round %d: client %s left out: %s", self._round, d["client"], d["reason"])
+        if got.mean is None:
+            return None, None
+        return self._inner(server_round, got.mean, [kept[i] for i in sorted(ok)])
+
+    def _read(self, replies: list[Message]) -> tuple[list[int], list[bytes], list[Message], list[dict[str, Any]]]:
+        """The replies' senders and wire messages; the others, with why they are left out."""
+        asked = {int(m.metadata.dst_node_id) for m in self._sent}
+        nodes, blobs, kept, dropped, replied = [], [], [], [], set()
+        self._silent = set()
+        for r in replies:
+            node = sender(r, self._sent)
+            replied.add(node)
+            if node_unavailable(r):
+                self._silent.add(node)
+            why = error_reason(r) if r.has_error() else None
+            if why is None and node not in asked:
+                why = f"reply from node {node}, which this round did not ask"
+            elif why is None and node in nodes:
+                why = "second reply from the same client in one round (replay) ignored"
+            if why is None:
+                try:
+                    blobs.append(wire_blob(r)[1])
+                    nodes.append(node)
+                    kept.append(r)
+                    continue
+                except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                    why = f"malformed reply: {str(exc)[:200]}"
+            dropped.append({"client": self.identify(node) if node >= 0 else node, "reason": why})
+        late = sorted(asked - replied, key=self.identify)
+        self._silent |= set(late)
+        dropped += [{"client": self.identify(n), "reason": "no reply before the round timeout"} for n in late]
+        return nodes, blobs, kept, dropped
+
+    def _inner(self, server_round: int, mean: torch.Tensor, kept: list[Message]
+               ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Hand the inner strategy one reply: ``θ_global − mean`` and the clients' averaged metrics."""
+        assert self.ledger is not None
+        theta = flatten(self._global) - mean.double().numpy()
+        key = str(getattr(self.strategy, "weighted_by_key", "num-examples"))
+        content = RecordDict({wire_blob(kept[0])[0]: unflatten(theta, self._global), "metrics": _metrics(kept, key)})
+        arrays, metrics = self.strategy.aggregate_train(server_round, [Message(content, dst_node_id=0,
+                                                                               message_type=MessageType.TRAIN)])
+        metrics = MetricRecord() if metrics is None else metrics
+        metrics["epsilon-spent"] = float(self.ledger.epsilon(self.delta))
+        return arrays, metrics
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        return self.strategy.configure_evaluate(server_round, arrays, config, grid)
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        return self.strategy.aggregate_evaluate(server_round, replies)
+
+
+def _dtype(arrays: ArrayRecord) -> torch.dtype:
+    """float32 when every array is float32 (the decoded mean in the model's precision), else float64."""
+    return torch.float32 if all(a.dtype == "float32" for a in arrays.values()) else torch.float64
+
+
+def _metrics(kept: list[Message], key: str) -> MetricRecord:
+    """The kept replies' metrics for the inner strategy: each key every reply reports as a finite
+    number, averaged uniformly (one message, one vote), and ``key`` = the number of messages.
+
+    A client-reported number never weights the aggregate or the metrics: NaN, infinite, negative
+    or list-valued entries (tests/fl/test_hostile.py) are left out instead of reaching Flower's
+    weighted averages."""
+    values: dict[str, list[float]] = {}
+    for r in kept:
+        rec = next(iter(r.content.metric_records.values())) if len(r.content.metric_records) == 1 else {}
+        for k, v in rec.items():
+            if isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v):
+                values.setdefault(str(k), []).append(float(v))
+    out = {k: float(np.mean(v)) for k, v in values.items() if len(v) == len(kept) and k != key}
+    return MetricRecord({**out, key: len(kept)})

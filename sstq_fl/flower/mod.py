@@ -1,0 +1,189 @@
+"""``LdpEncodeMod``: a Flower client mod that sends an LDP encoding of the client's update.
+
+Put it in any ClientApp whose ``train`` handler returns the locally trained model as one
+``ArrayRecord`` with the keys of the one it received (the shape of Flower's quickstarts)::
+
+    app = ClientApp(mods=[LdpEncodeMod("sstq-flat:b=4", epsilon=3.0, radius=1.0)])
+
+and wrap the server's strategy in :class:`sstq_fl.flower.LdpDecoding` with the same encoder.
+
+What it encodes: the **pseudo-gradient** ``Δ = θ_global − θ_local`` (the model delta with the
+sign of a gradient, as in FedOpt: Reddi et al., "Adaptive Federated Optimization", ICLR 2021),
+flattened in the ArrayRecord's key order, projected onto the L2 ball of radius ``R`` and
+encoded by an ε-LDP encoder (pure ε-LDP with respect to any two inputs in the ball: the
+encoder's own guarantee, e.g. SSTQ, vqSGD, SQKR, PrivUnit).  A non-finite ``Δ`` is replaced by
+the public null input ``0``, so the message looks like any other.  The reply's arrays are
+replaced by the wire message alone (:data:`WIRE_STYPE`, raw bytes: nothing executable, no
+pickle); its metrics are kept (``metrics="keep"``) or reduced (``"num-examples"``, ``"none"``):
+the LDP guarantee covers the arrays only, never metrics the app computes on its data.
+
+Coins: ``randomness="secure"`` (default) draws a fresh 256-bit key per message from this
+process's OS CSPRNG (:func:`sstq_fl.rng.fresh_keys`); it never leaves the client.
+``"reproducible"`` derives them from ``(seed, server-round, partition id)``: simulation research
+only, no guarantee against whoever holds the seed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+from flwr.app import Array, ArrayRecord, Context, Error, Message, MessageType, MetricRecord
+from flwr.common.constant import ErrorCode
+
+from .. import wire
+from ..encoders import Encoder, make_encoder
+from ..fl.partition import encoder_seeds
+from ..rng import check_mode, fresh_keys
+
+WIRE_STYPE = "sstq-fl.wire/1"  # an Array holding one wire message (sstq_fl.wire), not a numpy array
+WIRE_KEY = "ldp-message"
+KEY_FINGERPRINT = "ldp-fingerprint"  # sent by LdpDecoding: the encoder configuration it decodes
+KEY_ENCODER = "ldp-encoder"
+METRICS = ("keep", "num-examples", "none")
+
+
+class LdpModError(ValueError):
+    """A train message or reply the mod cannot encode (returned to the server as an error reply)."""
+
+
+@dataclass(frozen=True)
+class LdpSettings:
+    """One client's encoding settings: encoder spec, per-message ε, clipping radius ``R``, coins."""
+
+    encoder: str
+    epsilon: float
+    radius: float
+    randomness: str = "secure"
+    frame_seed: int = 0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_mode(self.randomness)
+        if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
+            raise ValueError(f"LDP epsilon must be positive and finite, got {self.epsilon!r}")
+        if not (self.radius > 0 and math.isfinite(self.radius)):
+            raise ValueError(f"LDP radius must be positive and finite, got {self.radius!r}")
+
+
+@lru_cache(maxsize=8)
+def encoder_for(spec: str, dim: int, epsilon: float, radius: float, frame_seed: int) -> Encoder:
+    """The encoder of a configuration (cached: building a frame costs more than one message)."""
+    return make_encoder(spec, dim, epsilon, radius=radius, seed=frame_seed)
+
+
+def flatten(rec: ArrayRecord) -> np.ndarray:
+    """The record's arrays raveled and concatenated in key order, as float64."""
+    parts = [np.asarray(a.numpy(), dtype=np.float64).ravel() for a in rec.values()]
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def unflatten(vec: np.ndarray, like: ArrayRecord) -> ArrayRecord:
+    """Inverse of :func:`flatten`: ``vec`` cut into ``like``'s keys, shapes and dtypes."""
+    out, at = {}, 0
+    for k, a in like.items():
+        ref = a.numpy()
+        out[k] = Array(np.ascontiguousarray(vec[at:at + ref.size].reshape(ref.shape).astype(ref.dtype)))
+        at += ref.size
+    return ArrayRecord(out)
+
+
+def wire_array(blob: bytes) -> Array:
+    """One wire message as a Flower ``Array`` (raw bytes, ``stype`` :data:`WIRE_STYPE`)."""
+    return Array(dtype="uint8", shape=(len(blob),), stype=WIRE_STYPE, data=bytes(blob))
+
+
+def single(records: Mapping[str, ArrayRecord], what: str) -> tuple[str, ArrayRecord]:
+    """The one ArrayRecord of a message (``LdpModError`` naming ``what`` otherwise)."""
+    if len(records) != 1:
+        raise LdpModError(f"{what} must hold exactly one ArrayRecord, found {len(records)}")
+    key, rec = next(iter(records.items()))
+    return str(key), rec
+
+
+def server_round(msg: Message) -> int:
+    """The ``server-round`` of a train message's ConfigRecord (Flower's convention)."""
+    for conf in msg.content.config_records.values():
+        if "server-round" in conf:
+            return int(conf["server-round"])  # type: ignore[arg-type]
+    raise LdpModError("the train message has no 'server-round' in its ConfigRecord")
+
+
+class LdpEncodeMod:
+    """A Flower client mod: the train reply's arrays become one ε-LDP wire message (module doc).
+
+    ``settings``: instead of fixed arguments, a function of the message and the context (e.g.
+    reading ``context.run_config``) returning :class:`LdpSettings` per message."""
+
+    def __init__(self, encoder: str | None = None, epsilon: float | None = None, radius: float | None = None, *,
+                 randomness: str = "secure", frame_seed: int = 0, seed: int = 0, metrics: str = "keep",
+                 settings: Callable[[Message, Context], LdpSettings] | None = None):
+        if metrics not in METRICS:
+            raise ValueError(f"metrics must be one of {METRICS}, got {metrics!r}")
+        if settings is None:
+            if encoder is None or epsilon is None or radius is None:
+                raise ValueError("LdpEncodeMod needs encoder, epsilon and radius (or a settings function)")
+            fixed = LdpSettings(encoder, float(epsilon), float(radius), randomness, frame_seed, seed)
+            settings = lambda msg, context: fixed  # noqa: E731
+        self.settings, self.metrics = settings, metrics
+
+    def __call__(self, msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
+        if msg.metadata.message_type.split(".")[0] != MessageType.TRAIN:  # train and train.<action>
+            return call_next(msg, context)
+        try:
+            s = self.settings(msg, context)
+            _, sent = single(msg.content.array_records, "the server's train message")
+            reply = call_next(msg, context)
+            if reply.has_error():
+                return reply
+            self._encode_reply(msg, reply, sent, s, context)
+            return reply
+        except (LdpModError, ValueError) as exc:
+            return Message(Error(code=ErrorCode.MOD_FAILED_PRECONDITION, reason=f"LdpEncodeMod: {exc}"), reply_to=msg)
+
+    def _encode_reply(self, msg: Message, reply: Message, sent: ArrayRecord, s: LdpSettings, context: Context) -> None:
+        """Replace ``reply``'s arrays by the wire message of ``Δ = θ_sent − θ_reply``."""
+        key, local = single(reply.content.array_records, "the ClientApp's train reply")
+        if list(local.keys()) != list(sent.keys()):
+            raise LdpModError("the train reply's ArrayRecord must have the keys of the one received (the local model)")
+        delta = flatten(sent) - flatten(local)
+        enc = encoder_for(s.encoder, int(delta.size), s.epsilon, s.radius, s.frame_seed)
+        check_server(msg, enc)
+        blob = encode_one(enc, delta, server_round(msg), s, partition(context))
+        reply.content.array_records[key] = ArrayRecord({WIRE_KEY: wire_array(blob)})
+        self._reduce_metrics(reply)
+
+    def _reduce_metrics(self, reply: Message) -> None:
+        """Keep the reply's metrics, only ``num-examples``, or none (``metrics``)."""
+        if self.metrics == "keep":
+            return
+        for k, m in list(reply.content.metric_records.items()):
+            kept = {"num-examples": m["num-examples"]} if self.metrics == "num-examples" and "num-examples" in m else {}
+            reply.content.metric_records[k] = MetricRecord(kept)
+
+
+def partition(context: Context) -> int:
+    """The client's identity for reproducible coins: its partition id, else its node id."""
+    return int(context.node_config.get("partition-id", context.node_id))  # type: ignore[arg-type]
+
+
+def check_server(msg: Message, enc: Encoder) -> None:
+    """Refuse a server that decodes another configuration (it says so in the train config)."""
+    for conf in msg.content.config_records.values():
+        if KEY_FINGERPRINT in conf and int(conf[KEY_FINGERPRINT]) != enc.fingerprint:  # type: ignore[arg-type]
+            raise LdpModError(f"the server decodes {conf.get(KEY_ENCODER, '?')!s} but this client encodes {enc.spec} "
+                              f"(dimension, epsilon, radius and frame seed must match too)")
+
+
+def encode_one(enc: Encoder, delta: np.ndarray, t: int, s: LdpSettings, client: int) -> bytes:
+    """One client's wire message for round ``t``: ``Δ`` (non-finite → the null input 0) encoded with
+    a fresh OS-CSPRNG key (secure) or the ``(seed, t, client)`` coins (reproducible)."""
+    x = torch.from_numpy(delta.astype(np.float32))[None, :]
+    if not bool(torch.isfinite(x).all()):
+        x = torch.zeros_like(x)
+    keys = fresh_keys(1) if s.randomness == "secure" else encoder_seeds(s.seed, t, np.array([client]))
+    return wire.pack(enc, enc.encode(x, keys), round=t)[0]

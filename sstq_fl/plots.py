@@ -1,0 +1,219 @@
+"""Every figure sstq-fl writes: one run's curves, a comparison, E1's MSE against dimension, a DP-MEPF
+sample grid and a DP-MEPF ε sweep.
+
+Each figure's title says what produced it (:func:`title`: task, encoder spec(s), ε, clients,
+rounds, randomness mode, ...); round axes have integer ticks (:func:`integer_ticks`); every plot
+function returns its :class:`~matplotlib.figure.Figure` (closed to drawing, still readable) after
+writing the PNG atomically.  Figures are made without pyplot, so no global backend is switched.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import textwrap
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator, NullFormatter
+
+from .io import atomic_write_bytes
+
+PathLike = str | os.PathLike[str]
+SPEC_FACTS = ("task", "encoder", "epsilon", "clients", "rounds", "engine", "randomness")
+NAMES = {"epsilon": "ε", "delta": "δ"}
+
+
+def fmt_value(v: Any) -> str:
+    """A fact's value as text: floats to 4 significant digits, ∞ for an infinite one."""
+    if isinstance(v, float):
+        return "∞" if math.isinf(v) and v > 0 else f"{v:.4g}"
+    return str(v)
+
+
+def title(what: str, facts: Mapping[str, Any], *extra: str, width: int = 110) -> str:
+    """``what: k v, k v, ..., extra`` (``epsilon`` written ε, ``delta`` δ; None values and empty extras left out),
+    wrapped at ``width``."""
+    parts = [f"{NAMES.get(k, k)} {fmt_value(v)}" for k, v in facts.items() if v is not None] + [e for e in extra if e]
+    return "\n".join(textwrap.wrap(f"{what}: " + ", ".join(parts), width)) if parts else what
+
+
+def run_facts(config: Mapping[str, Any], *keys: str) -> dict[str, Any]:
+    """The facts of a run config worth a title (``keys``, default :data:`SPEC_FACTS`; randomness defaults to
+    reproducible, the mode of runs recorded before it was)."""
+    facts = {k: config.get(k) for k in (keys or SPEC_FACTS)}
+    if "randomness" in facts and facts["randomness"] is None:
+        facts["randomness"] = "reproducible"
+    return facts
+
+
+def integer_ticks(ax: Axes) -> None:
+    """Integer ticks on ``ax``'s x axis (rounds, steps)."""
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def finite(values: Sequence[Any]) -> list[float]:
+    """``values`` as floats, with None and ±∞ as NaN (matplotlib leaves a gap)."""
+    return [float(v) if v is not None and math.isfinite(float(v)) else math.nan for v in values]
+
+
+def save(fig: Figure, path: PathLike, dpi: int = 110) -> Figure:
+    """Write ``fig`` as a PNG to ``path`` atomically and return it."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    atomic_write_bytes(path, buf.getvalue())
+    return fig
+
+
+def figure_title(fig: Figure) -> str:
+    """The text of ``fig``'s overall title ("" without one)."""
+    return str(fig.get_suptitle())
+
+
+# ----------------------------------------------------------------------------- training runs
+def _round_panels(ax: Sequence[Axes], rounds: list[dict[str, Any]], key: str, label: str, color: str,
+                  style: str = "-") -> None:
+    """Training loss, ``key`` and ε spent against the round on ``ax[0..2]`` (``style``: the ε line's, so
+    encoders with equal ε stay apart)."""
+    t = [x["round"] for x in rounds]
+    ax[0].plot(t, finite([x.get("train_loss") for x in rounds]), color=color, label=label)
+    ax[1].plot(t, finite([x.get(key) for x in rounds]), color=color, label=label)
+    eps = finite([x.get("epsilon_spent") for x in rounds])
+    ax[2].plot(t, eps, color=color, linestyle=style, label=label if any(map(math.isfinite, eps)) else f"{label} (ε = ∞)")
+
+
+def _label_round_axes(ax: Sequence[Axes], key: str) -> None:
+    """Axis names, integer round ticks and log scales of the three per-round panels."""
+    ax[0].set(ylabel="training loss (non-private diagnostic)")
+    ax[1].set(ylabel=key.replace("_", " "))
+    ax[2].set(ylabel="ε spent (cumulative)")
+    for a in ax[:3]:
+        a.set_xlabel("round")
+        integer_ticks(a)
+        a.grid(True, alpha=0.3)
+    if key == "distance_to_optimum":
+        ax[1].set_yscale("log")
+
+
+def metric_key(m: Mapping[str, Any]) -> str:
+    """``test_accuracy`` where a run has it, else ``distance_to_optimum`` (least squares)."""
+    last = m["final"] if "final" in m else m["rounds"][-1]
+    return "test_accuracy" if "test_accuracy" in last else "distance_to_optimum"
+
+
+def plot_run(metrics: dict[str, Any], path: PathLike) -> Figure:
+    """One run's ``curves.png``: training loss, accuracy (or distance to θ*) and ε spent per round."""
+    fig = Figure(figsize=(15, 4.4), layout="constrained")
+    ax = fig.subplots(1, 3)
+    key, c = metric_key(metrics), metrics["config"]
+    _round_panels(ax, metrics["rounds"], key, c["encoder"], "C0")
+    _label_round_axes(ax, key)
+    ax[2].legend(fontsize=8)
+    fig.suptitle(title("sstq-fl run", run_facts(c)))
+    return save(fig, path)
+
+
+def spec_label(spec: str, m: Mapping[str, Any]) -> str:
+    """An encoder's legend label: its full spec (so two variants of one encoder differ) and its bits."""
+    return f"{spec} ({m['final']['bits_per_client']} b)"
+
+
+def plot_comparison(results: Mapping[str, dict[str, Any]], path: PathLike, config: Mapping[str, Any]) -> Figure:
+    """``comparison.png``: loss, accuracy (or distance) and ε spent per round for every encoder, and the
+    final metric against bits per client; one colour and one label per full encoder spec."""
+    fig = Figure(figsize=(20, 4.8), layout="constrained")
+    ax = fig.subplots(1, 4)
+    key = metric_key(next(iter(results.values())))
+    for i, (spec, m) in enumerate(results.items()):
+        label, color = spec_label(spec, m), f"C{i % 10}"
+        _round_panels(ax, m["rounds"], key, label, color, ("-", "--", ":", "-.")[i % 4])
+        bits, final = m["final"]["bits_per_client"], float(m["final"][key])
+        ax[3].scatter([bits], [final], color=color, label=label)
+        ax[3].annotate(spec, (bits, final), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    _label_round_axes(ax, key)
+    ax[0].set_yscale("log")
+    ax[3].set(xlabel="bits per client per round", ylabel=f"final {key.replace('_', ' ')}", xscale="log")
+    if key == "distance_to_optimum":
+        ax[3].set_yscale("log")
+    ax[3].grid(True, which="both", alpha=0.3)
+    ax[1].legend(fontsize=7)
+    ax[2].legend(fontsize=7)
+    facts = {**run_facts(config), "encoder": None, "encoders": ", ".join(results)}
+    fig.suptitle(title("sstq-fl compare", facts, width=160))
+    return save(fig, path)
+
+
+# ----------------------------------------------------------------------------- E1
+def plot_mse(result: dict[str, Any], path: PathLike) -> Figure:
+    """E1's ``e1.png``: ``E‖ĝ − g‖²`` against the dimension per encoder spec, with 95 % intervals."""
+    fig = Figure(figsize=(7.5, 5.5), layout="constrained")
+    ax = fig.subplots()
+    for label in dict.fromkeys(r["encoder"] for r in result["rows"]):
+        rs = [r for r in result["rows"] if r["encoder"] == label]
+        m = np.array([r["mse"] for r in rs])
+        lo = np.maximum(m - np.array([r["ci_low"] for r in rs]), 0)
+        hi = np.array([r["ci_high"] for r in rs]) - m
+        ax.errorbar([r["d"] for r in rs], m, yerr=[lo, hi], marker="o", capsize=3,
+                    label=f"{label} ({rs[-1]['bits_per_message']} b)")
+    ax.set(xscale="log", yscale="log", xlabel="dimension d", ylabel="E‖ĝ − g‖²")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    facts = {"epsilon": result["epsilon"], "b": result["bits"], "‖g‖": result["norm"], "trials": result["trials"]}
+    fig.suptitle(title("E1: estimation error against dimension", facts, width=70))
+    return save(fig, path, dpi=120)
+
+
+# ----------------------------------------------------------------------------- DP-MEPF
+def plot_sample_grid(rows: Sequence[np.ndarray], class_names: Sequence[str], path: PathLike, text: str) -> Figure:
+    """A labelled sample grid: one image strip per class (``rows[c]``: ``[H, W, 1|3]`` in [0, 1]) with
+    its class name on the left, titled ``text``; 900 px wide."""
+    fig = Figure(figsize=(9, 0.25 + 0.95 * len(rows)), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(len(rows), 1))
+    for ax, strip, name in zip(axes, rows, class_names):
+        ax.imshow(strip[..., 0] if strip.shape[-1] == 1 else strip, cmap="gray", vmin=0, vmax=1,
+                  interpolation="nearest")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_ylabel(name, rotation=0, ha="right", va="center", fontsize=11)
+    fig.suptitle(text, fontsize=10)
+    return save(fig, path, dpi=100)
+
+
+def sample_grid_title(pipeline: str, epsilon: float | None, detail: str = "") -> str:
+    """The title of a pipeline's sample grid: pipeline, ε (∞: non-private; 0: public data only) and ``detail``."""
+    eps = "not given" if epsilon is None else fmt_value(float(epsilon))
+    return title(f"{pipeline or 'generated'} samples, one row per class", {"epsilon": eps}, detail, width=90)
+
+
+def _sweep_axes(ax: Axes, dp: list[dict[str, Any]], refs: list[dict[str, Any]], key: str, ylabel: str) -> None:
+    """One sweep panel: ``key`` against ε for the DP rows, and each reference row as a horizontal line."""
+    eps = [r["epsilon"] for r in dp]
+    ax.plot(eps, [r[key] for r in dp], marker="o", color="C0", label="DP-MEPF (ε of the run)")
+    for r, (color, style) in zip(refs, (("C3", "--"), ("C2", ":"), ("C4", "-."))):
+        name = r["reference"].split(" (")[0] + (" (ε = ∞)" if r["epsilon"] is None else f" (ε = {fmt_value(r['epsilon'])})")
+        ax.axhline(r[key], linestyle=style, color=color, label=name)
+    ax.set(xscale="log", xlabel="ε (δ fixed, replace-one)", ylabel=ylabel)
+    ax.set_xticks(eps, [fmt_value(float(f"{e:.3g}")) for e in eps])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def plot_dp_sweep(rows: Sequence[dict[str, Any]], path: PathLike, facts: Mapping[str, Any]) -> Figure:
+    """A DP ε sweep: downstream accuracy and domain-FD against ε, the non-private and public-only rows as
+    reference lines (rows: ``sweep_<profile>.json``'s, with ``reference``, ``epsilon`` and both metrics)."""
+    dp = sorted((r for r in rows if r["reference"] == "dp"), key=lambda r: r["epsilon"])
+    refs = [r for r in rows if r["reference"] != "dp"]
+    if not dp:
+        raise ValueError("a sweep plot needs at least one DP row (reference 'dp')")
+    fig = Figure(figsize=(12, 4.8), layout="constrained")
+    ax = fig.subplots(1, 2)
+    _sweep_axes(ax[0], dp, refs, "downstream_accuracy", "downstream accuracy (LeNet-5 probe on priv_test)")
+    _sweep_axes(ax[1], dp, refs, "domain_fd", "domain-FD (not comparable to Inception FID)")
+    ax[1].set_yscale("log")
+    fig.suptitle(title("DP-MEPF ε sweep", facts, width=130))
+    return save(fig, path)
