@@ -45,12 +45,20 @@ def answer_query(msg: Message, context: Context) -> Message:
     return Message(RecordDict({"node": ConfigRecord(answer)}), reply_to=msg)
 
 
+_ERROR_KIND = {ErrorCode.NODE_UNAVAILABLE: "node unavailable (missed its heartbeats)",
+               ErrorCode.MESSAGE_UNAVAILABLE: "message unavailable (expired before the node pulled it)",
+               ErrorCode.REPLY_MESSAGE_UNAVAILABLE: "reply unavailable (expired before the server pulled it)",
+               ErrorCode.MOD_FAILED_PRECONDITION: "client mod refused (code 6)",
+               ErrorCode.LOAD_CLIENT_APP_EXCEPTION: "the node could not load the ClientApp (code 1)",
+               ErrorCode.CLIENT_APP_CRASHED: "ClientApp process crashed (code 8)"}
+
+
 def error_reason(r: Message) -> str:
-    """Why a reply carries a Flower error (the client raised, its node went away, ...): one line."""
+    """Why a reply carries a Flower error, in one line: the kind (the client raised, a mod refused, its
+    node went away, a message expired, ...) and the first line of the reason."""
     first = (str(r.error.reason).splitlines() or ["no reason given"])[0][:200] or "no reason given"
-    if int(r.error.code) == ErrorCode.NODE_UNAVAILABLE:
-        return f"node unavailable (missed its heartbeats): {first}"
-    return f"client raised (code {r.error.code}): {first}"
+    code = int(r.error.code)
+    return f"{_ERROR_KIND.get(code, f'client raised (code {code})')}: {first}"
 
 
 def node_unavailable(r: Message) -> bool:

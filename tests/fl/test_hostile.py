@@ -252,7 +252,7 @@ def _hostile_cases(encoder: str) -> dict[str, tuple[list[Message], str]]:
         "client raised": (Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=""),
                           "client raised (code 2): no reason given", None),
         "the mod refused": (Error(code=ErrorCode.MOD_FAILED_PRECONDITION, reason="LdpEncodeMod: the server decodes x\ny"),
-                            "client raised (code 6): LdpEncodeMod: the server decodes x", None),
+                            "client mod refused (code 6): LdpEncodeMod: the server decodes x", None),
         "node unavailable": (Error(code=ErrorCode.NODE_UNAVAILABLE, reason="gone\nmore"),
                              "node unavailable (missed its heartbeats): gone", None),
         "node unavailable, from the SuperLink": (Error(code=ErrorCode.NODE_UNAVAILABLE, reason="Error: Node Unavailable"),
@@ -348,7 +348,7 @@ def test_replays_and_strangers_do_not_count_twice(tmp_path, caplog, run_identity
     assert torch.equal(s.st.theta, theta_ref)
     replay = "second reply from the same client in one round (replay) ignored"
     assert sorted((d["client"], d["reason"]) for d in rec["dropped"]) == [
-        (-1, f"client raised (code {int(ErrorCode.MESSAGE_UNAVAILABLE)}): expired"),
+        (-1, "message unavailable (expired before the node pulled it): expired"),
         (-1, "reply from node 4242, which this round did not ask"), (0, replay), (2, replay)]
     for d in rec["dropped"]:
         assert any(f"client {d['client']} left out: {d['reason']}" in r.getMessage() for r in caplog.records), d
