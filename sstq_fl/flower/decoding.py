@@ -42,6 +42,7 @@ from flwr.serverapp.strategy import Result, Strategy
 from ..aggregation import charge_joins, decode_mean
 from ..encoders import Encoder
 from ..privacy.ledger import Budget, PrivacyLedger
+from ..progress import configure_logging
 from .mod import KEY_ENCODER, KEY_FINGERPRINT, WIRE_KEY, WIRE_STYPE, LdpSettings, encoder_for, flatten, unflatten
 from .plumbing import error_reason, node_unavailable, sender
 
@@ -102,7 +103,12 @@ class LdpDecoding(Strategy):
     def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
               train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
               evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None) -> Result:
-        """Flower's ``Strategy.start``, after :meth:`prepare` (the ledger's plan is ``num_rounds``)."""
+        """Flower's ``Strategy.start``, after :meth:`prepare` (the ledger's plan is ``num_rounds``).
+
+        The ``sstq_fl`` loggers get their handler here (:func:`sstq_fl.progress.configure_logging`;
+        idempotent, Flower's and the root logger untouched), so the summary and the reasons a
+        client was left out appear in any ServerApp's log."""
+        configure_logging()
         self.prepare(initial_arrays, num_rounds)
         return super().start(grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn)
 

@@ -14,8 +14,11 @@ encoded by an ε-LDP encoder (pure ε-LDP with respect to any two inputs in the 
 encoder's own guarantee, e.g. SSTQ, vqSGD, SQKR, PrivUnit).  A non-finite ``Δ`` is replaced by
 the public null input ``0``, so the message looks like any other.  The reply's arrays are
 replaced by the wire message alone (:data:`WIRE_STYPE`, raw bytes: nothing executable, no
-pickle); its metrics are kept (``metrics="keep"``) or reduced (``"num-examples"``, ``"none"``):
-the LDP guarantee covers the arrays only, never metrics the app computes on its data.
+pickle), and its metrics are dropped by default (``metrics="none"``): only the mechanism's output
+leaves the client.  ``"num-examples"`` keeps that one count, ``"keep"`` every metric, for metrics
+the app knows to be public: the LDP guarantee covers the arrays only, never metrics the app
+computes on its data (a train loss is a function of the private records).  The server wrapper
+weights every message equally, so it needs no metric.
 
 Coins: ``randomness="secure"`` (default) draws a fresh 256-bit key per message from this
 process's OS CSPRNG (:func:`sstq_fl.rng.fresh_keys`); it never leaves the client.
@@ -120,7 +123,7 @@ class LdpEncodeMod:
     reading ``context.run_config``) returning :class:`LdpSettings` per message."""
 
     def __init__(self, encoder: str | None = None, epsilon: float | None = None, radius: float | None = None, *,
-                 randomness: str = "secure", frame_seed: int = 0, seed: int = 0, metrics: str = "keep",
+                 randomness: str = "secure", frame_seed: int = 0, seed: int = 0, metrics: str = "none",
                  settings: Callable[[Message, Context], LdpSettings] | None = None):
         if metrics not in METRICS:
             raise ValueError(f"metrics must be one of {METRICS}, got {metrics!r}")

@@ -68,7 +68,7 @@ def test_the_mod_sends_the_encoders_message_of_the_pseudo_gradient():
     enc = make_encoder(SPEC, D, 2.0, radius=0.5, seed=SEED)
     expect = wire.pack(enc, enc.encode(torch.from_numpy(g)[None], encoder_seeds(SEED, T, np.array([PID]))), round=T)[0]
     assert _blob(reply) == expect and len(expect) == wire.HEADER_BYTES + (enc.payload_bits() + 7) // 8
-    assert dict(reply.content["metrics"]) == {"num-examples": 10}  # type: ignore[arg-type]
+    assert dict(reply.content["metrics"]) == {}  # type: ignore[arg-type]  # by default only the message leaves
 
 
 def test_secure_coins_are_fresh_per_message_and_ignore_the_seed():
@@ -101,7 +101,7 @@ def test_the_mod_refuses_a_reply_that_is_not_the_local_model():
 
 def test_metrics_are_kept_or_reduced_as_asked():
     g, m = np.zeros(D, np.float32), {"num-examples": 10, "train-loss": 0.3}
-    keep = LdpEncodeMod(SPEC, epsilon=2.0, radius=0.5)(_msg(_theta(), {"server-round": T}), _context(), _trainer_step(g, m))
+    keep = LdpEncodeMod(SPEC, epsilon=2.0, radius=0.5, metrics="keep")(_msg(_theta(), {"server-round": T}), _context(), _trainer_step(g, m))
     only = LdpEncodeMod(SPEC, epsilon=2.0, radius=0.5, metrics="num-examples")(
         _msg(_theta(), {"server-round": T}), _context(), _trainer_step(g, m))
     assert dict(keep.content["metrics"]) == m and dict(only.content["metrics"]) == {"num-examples": 10}  # type: ignore[arg-type]

@@ -1,0 +1,120 @@
+"""The example Flower apps: ``examples/quickstart-pytorch`` (Flower's PyTorch quickstart on
+Fashion-MNIST) and ``examples/quickstart-ldp`` (the same app with the LDP encoder adopted).
+
+Adopting the encoder is the client mod and the strategy wrapper (plus the encoder's run-config
+keys): at most ``MAX_CHANGED`` lines differ between the two folders, counting every removed and
+every added line of a unified diff (a changed line counts twice; the pyproject ``name`` line
+included).  Each app runs through ``flwr run <folder> --stream`` on Flower's local simulation
+SuperLink (private ``FLWR_HOME``, stopped afterwards), as in tests/fl/test_flwr_run.py.
+"""
+
+import difflib
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fl.test_flwr_run import _flwr_env, _kill_superlink, _run_status
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAIN, LDP = ROOT / "examples" / "quickstart-pytorch", ROOT / "examples" / "quickstart-ldp"
+MAX_CHANGED = 15
+ALLOWED_SSTQ_IMPORTS = {"sstq_fl.flower", "sstq_fl.data.idx"}
+
+
+def app_files(folder: Path) -> dict[str, list[str]]:
+    """An app's source files (``pyproject.toml`` and every ``.py`` file, caches left out) by relative path."""
+    paths = [folder / "pyproject.toml", *sorted(folder.glob("**/*.py"))]
+    return {str(p.relative_to(folder)): p.read_text().splitlines() for p in paths if "__pycache__" not in p.parts}
+
+
+def changed_lines(a: Path, b: Path) -> dict[str, list[str]]:
+    """Per file, the removed (``-``) and added (``+``) lines of a unified diff from app ``a`` to app ``b``
+    (a file only one app has counts in full)."""
+    fa, fb = app_files(a), app_files(b)
+    out = {}
+    for name in sorted(fa.keys() | fb.keys()):
+        diff = difflib.unified_diff(fa.get(name, []), fb.get(name, []), lineterm="", n=0)
+        lines = [d for d in diff if d[:1] in "+-" and not d.startswith(("+++", "---"))]
+        if lines:
+            out[name] = lines
+    return out
+
+
+def test_adopting_the_encoder_changes_at_most_15_lines():
+    changed = changed_lines(PLAIN, LDP)
+    count = sum(len(v) for v in changed.values())
+    assert 0 < count <= MAX_CHANGED, "\n".join(line for v in changed.values() for line in v)
+    assert set(changed) == {"pyproject.toml", "quickstart/client_app.py", "quickstart/server_app.py"}
+    added = "\n".join(line for v in changed.values() for line in v if line.startswith("+"))
+    assert "LdpEncodeMod" in added and "LdpDecoding(FedAvg(" in added
+    assert all(line.startswith("+") for line in changed["quickstart/client_app.py"] if "import" in line)
+
+
+def test_the_apps_import_only_the_flower_edge_and_the_data_loader_from_sstq_fl():
+    for folder in (PLAIN, LDP):
+        for name, lines in app_files(folder).items():
+            mods = {m for line in lines for m in re.findall(r"^\s*(?:from|import)\s+(sstq_fl[\w.]*)", line)}
+            assert mods <= ALLOWED_SSTQ_IMPORTS, (folder.name, name, mods)
+    assert not any("sstq_fl.flower" in "\n".join(lines) for lines in app_files(PLAIN).values())
+
+
+def _has_fashion_mnist() -> bool:
+    """Whether the Fashion-MNIST IDX files are on this machine (no download in tests)."""
+    from sstq_fl.data.idx import find_fashion_mnist
+
+    try:
+        find_fashion_mnist(download=False)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def flwr_run(app: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess, dict, Path]:
+    """``flwr run <app> --stream``: 4 SuperNodes, 2 rounds, 100 examples per client; the completed
+    process, the run's status row and the ServerApp's out-dir."""
+    home, out = tmp_path / "flwr-home", tmp_path / "out"
+    env, flwr = _flwr_env(home), str(Path(sys.executable).with_name("flwr"))
+    cmd = [flwr, "run", str(app), "--stream", "--federation-config", "num-supernodes=4 client-resources-num-cpus=1",
+           "-c", f"num-server-rounds=2 fraction-train=1.0 fraction-evaluate=0.5 max-examples=100 out-dir={json.dumps(str(out))}"]
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        status = _run_status(env, p.stdout, tmp_path)
+    finally:
+        _kill_superlink(home)
+    return p, status, out
+
+
+def central_evaluation(p: subprocess.CompletedProcess, status: dict, out: Path) -> list[dict]:
+    """The finished run's central evaluations (rounds 0, 1, 2), checked complete and finite."""
+    assert p.returncode == 0 and status["status"] == "finished:completed", p.stdout[-3000:] + p.stderr[-3000:]
+    ev = json.loads((out / "result.json").read_text())["central_evaluation"]
+    assert [e["round"] for e in ev] == [0, 1, 2] and (out / "final_model.pt").is_file()
+    assert all(math.isfinite(e["accuracy"]) and math.isfinite(e["loss"]) for e in ev), ev
+    return ev
+
+
+needs_data = pytest.mark.skipif(not _has_fashion_mnist(), reason="dataset-fashion-mnist not installed")
+
+
+@needs_data
+def test_plain_app_runs_with_flwr_run(tmp_path):
+    p, status, out = flwr_run(PLAIN, tmp_path)
+    ev = central_evaluation(p, status, out)
+    assert "Starting FedAvg strategy" in p.stdout
+    assert ev[-1]["loss"] < ev[0]["loss"]  # two plain FedAvg rounds learn something
+
+
+@needs_data
+def test_ldp_app_runs_with_flwr_run(tmp_path):
+    p, status, out = flwr_run(LDP, tmp_path)
+    central_evaluation(p, status, out)
+    assert "Starting LdpDecoding strategy" in p.stdout
+    assert "LdpDecoding: encoder sstq-flat:b=4" in p.stdout + p.stderr  # the sstq_fl loggers reach the log
+    # the rounds' decoded messages charged the ledger: one epsilon=3 message per client and round
+    spent = [float(x) for x in re.findall(r"'epsilon-spent': ([0-9.e+-]+)", p.stdout)]
+    assert spent == pytest.approx([3.0, 6.0], rel=1e-3)
