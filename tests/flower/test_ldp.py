@@ -101,7 +101,8 @@ def test_the_mod_refuses_a_reply_that_is_not_the_local_model():
 
 def test_metrics_are_kept_or_reduced_as_asked():
     g, m = np.zeros(D, np.float32), {"num-examples": 10, "train-loss": 0.3}
-    keep = LdpEncodeMod(SPEC, epsilon=2.0, radius=0.5, metrics="keep")(_msg(_theta(), {"server-round": T}), _context(), _trainer_step(g, m))
+    keep = LdpEncodeMod(SPEC, epsilon=2.0, radius=0.5, metrics="keep")(
+        _msg(_theta(), {"server-round": T}), _context(), _trainer_step(g, m))
     only = LdpEncodeMod(SPEC, epsilon=2.0, radius=0.5, metrics="num-examples")(
         _msg(_theta(), {"server-round": T}), _context(), _trainer_step(g, m))
     assert dict(keep.content["metrics"]) == m and dict(only.content["metrics"]) == {"num-examples": 10}  # type: ignore[arg-type]
