@@ -88,8 +88,10 @@ class LdpDecoding(Strategy):
                  s.radius, self.server_cap)
         self.strategy.summary()
 
-    def prepare(self, arrays: ArrayRecord, num_rounds: int) -> Encoder:
-        """Build the encoder for ``arrays``' dimension; plan a new ledger (``num_rounds`` messages per client)."""
+    def prepare(self, arrays: ArrayRecord, num_rounds: int | None) -> Encoder:
+        """Build the encoder for ``arrays``' dimension and a new ledger, planned for ``num_rounds``
+        messages per client (refused over ``budget_epsilon``); ``None``: a round loop of the caller's
+        own, of unknown length, so the ledger records without a plan."""
         s = self.settings
         self.enc = encoder_for(s.encoder, int(flatten(arrays).size), s.epsilon, s.radius, s.frame_seed)
         if self.ledger is None:
@@ -97,7 +99,8 @@ class LdpDecoding(Strategy):
                                                               "threat_model": "identified: the server sees each "
                                                               "client's messages; epsilon is the busiest client's"})
             budget = Budget(self.budget_epsilon, self.delta) if self.budget_epsilon else None
-            self.ledger.start([(self.enc.privacy_event(), num_rounds)], budget)
+            if num_rounds is not None:
+                self.ledger.start([(self.enc.privacy_event(), num_rounds)], budget)
         return self.enc
 
     def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
@@ -113,7 +116,7 @@ class LdpDecoding(Strategy):
         return super().start(grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn)
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        enc = self.enc or self.prepare(arrays, 1)
+        enc = self.enc or self.prepare(arrays, None)
         config[KEY_FINGERPRINT], config[KEY_ENCODER] = enc.fingerprint, enc.spec
         self._global = arrays
         self._sent = list(self.strategy.configure_train(server_round, arrays, config, grid))

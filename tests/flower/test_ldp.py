@@ -170,3 +170,13 @@ def test_the_wrapper_leaves_out_a_client_without_a_message_and_a_foreign_one(run
     reasons = {d["client"]: d["reason"] for d in ldp.last["dropped"]}
     assert "reply without an LDP message" in reasons[2] and "foreign message" in reasons[3]
     assert ldp.last["senders"] == [1]
+
+
+def test_a_round_loop_of_its_own_records_every_round_without_a_plan(run_identity):
+    """Without ``start`` (a caller's own loop), the ledger has no plan to exceed and charges each round."""
+    grads = {n: np.full(D, 0.01, np.float32) for n in (1, 2)}
+    ldp = LdpDecoding(FedAvg(), encoder=SPEC, epsilon=1.0, radius=0.5)
+    for _ in range(3):
+        _round(ldp, grads, LdpEncodeMod(SPEC, epsilon=1.0, radius=0.5))
+    assert ldp.joins == {1: 3, 2: 3} and ldp.ledger is not None and ldp.ledger.plan is None
+    assert ldp.ledger.epsilon(1e-5) == pytest.approx(3.0, rel=1e-3)
