@@ -41,7 +41,11 @@ class DPSGD:
             raise ValueError(f"max_grad_norm must be positive, got {max_grad_norm}")
         self.event = PoissonSampledEvent(sample_rate, GaussianEvent(noise_multiplier))
         self.ledger, self.subset = ledger, subset
-        self.model = model if isinstance(model, GradSampleModule) else GradSampleModule(model)
+        if isinstance(model, GradSampleModule) and model.loss_reduction != "sum":
+            raise ValueError("DPSGD sums the losses: wrap the model with GradSampleModule(model, loss_reduction='sum')")
+        # loss_reduction="sum": Opacus's default ("mean") scales each per-example gradient by the batch size
+        # before clipping, so the clip acted as C/n (privacy intact, training hurt)
+        self.model = model if isinstance(model, GradSampleModule) else GradSampleModule(model, loss_reduction="sum")
         self.loader = DPDataLoader(dataset, sample_rate=sample_rate, generator=torch.Generator().manual_seed(seed))
         self.optimizer = DPOptimizer(optimizer, noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm,
                                      expected_batch_size=max(1, round(sample_rate * n)), loss_reduction="sum",

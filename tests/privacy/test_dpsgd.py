@@ -73,3 +73,20 @@ def test_unplanned_steps_are_refused():
             tr.step(next(batches), loss_fn)
         with pytest.raises(PlanExceededError):
             tr.step(next(batches), loss_fn)
+
+
+def test_per_example_gradients_are_each_records_own_before_clipping():
+    """Opacus's per-example gradients (``grad_sample``) equal each record's own gradient: with the batch's
+    losses summed, a ``loss_reduction="mean"`` wrapper scaled them by the batch size (the clip then acted as C/n)."""
+    x, y = data()
+    torch.manual_seed(0)
+    model = nn.Linear(6, 2)
+    own = []
+    for i in range(8):
+        model.zero_grad()
+        loss_fn(model, (x[i:i + 1], y[i:i + 1])).backward()
+        own.append(model.weight.grad.clone())
+    tr = DPSGD(model, torch.optim.SGD(model.parameters(), lr=0.0), TensorDataset(x, y), sample_rate=0.1,
+               noise_multiplier=1.0, max_grad_norm=1e9, ledger=PrivacyLedger("replace_one"))
+    loss_fn(tr.model, (x[:8], y[:8])).backward()
+    assert torch.allclose(model.weight.grad_sample, torch.stack(own), atol=1e-6)
