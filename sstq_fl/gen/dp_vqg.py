@@ -1,0 +1,538 @@
+"""DP-VQG end to end on simulated clients (generative-pipelines spec §2; "DP-VQG", a differentially private
+vector-quantised generator: a VQ tokenizer, exponential-mechanism tokens, a MaskGIT prior).
+
+The whole pipeline is accounted on one ``REPLACE_ONE`` ledger (spec §1.2, §2.7.6), its plan declared
+before any private record is read, and appended to the private data set's ledger
+(:mod:`sstq_fl.privacy.dataset_ledger`).
+
+1. **Stage I, the tokenizer Θ = (E, G, C)** (§2.2; van den Oord et al. 2017 with L2-normalised tokens and
+   codes, R = 1, GroupNorm, stochastic top-k, per-example entropy, explicit codebook gradients):
+
+   * **FP-VQG**: DP-SGD rounds on the clients (Abadi et al. 2016) through
+     :meth:`~sstq_fl.gen.runner.DPRunner.dpsgd_round` (model ``"vqg-tokenizer"``): each client
+     Poisson-samples its records at ``q = B/N_decl``, clips per-example gradients to ``C = 1`` and sends the
+     sum; the server forms ``g̃ = (Σ sums + N(0, σ²C²I))/(q·N_decl)`` and takes one Adam step (lr 10⁻³).
+     ``σ`` is calibrated on the ledger so that ``steps × PoissonSampled(q, Gaussian(σ))`` is
+     ``(ε₁, δ)``-DP with ``ε₁ = 0.8ε`` (the 4 : 1 split).
+   * **PP-VQG**: trained without noise on public Fashion-MNIST on the server
+     (:func:`~sstq_fl.gen.vqg.tokenizer.train_public_tokenizer`), recorded as a public-data computation;
+     ``ε₁ = 0``.
+
+2. **Stage II, the tokens** (§2.3): client task ``vqg.tokens`` (:mod:`sstq_fl.gen.vqg.tasks`) through
+   :meth:`~sstq_fl.gen.runner.DPRunner.record_local_release`: per location the exponential mechanism
+   ``P(k) ∝ exp(ε₀·u_l(k)/(2Δu))``, ``Δu = 4R² = 4``, over all ``K`` codes, and the label by ``k``-ary RR at
+   ``ε_y = 0.25·ε₂`` (or declared public); the server shuffles the rows.  Charged per record as
+   ``HW × ExponentialMechanism(ε₀)`` **with its count** plus ``PureDp(ε_y)`` (parallel composition over
+   records).  Mode A: ``ε₀ = (ε₂ − ε_y)/HW`` (pure, basic composition; the total is ``(ε, δ)``).  Mode B:
+   ``ε₀`` bisected so that the **joint** ledger (Stage I's events as the prefix) certifies ``ε`` at ``δ``
+   (:func:`~sstq_fl.gen.vqg.mechanism.eps0_mode_b`).
+
+3. **Stage III, the prior** (§2.5; Chang et al., "MaskGIT", CVPR 2022): trained on the released (shuffled)
+   rows only, sampled class-conditionally with classifier-free guidance, decoded by Θ's decoder
+   (post-processing).
+
+4. **Evaluation** (§1.4), as DP-MEPF's: LeNet-5 probe accuracy on real ``priv_test``, domain-FD (not
+   comparable to Inception FID), a membership audit, a sample grid (one row per class).
+
+Diagnostics (§2.4): EM peakedness, i.e. the mean probability of the nearest code and the token entropy in
+bits, is computed **on public Fashion-MNIST** (a proxy pushed through the same Θ and the same EM at the
+run's ``ε₀``), so no statistic of the private records is published beside the ledger's; its best case (nearest
+code at distance 0, all others at 2R: ``1/(1+(K−1)e^{−ε₀/2})``) and the honest record-level ε of the run's
+``ε₀`` in both modes are reported too.  The feasibility note's prediction, near-uniform tokens at moderate
+budgets, is reported as measured, never "fixed".
+
+References: ``epsilon=inf`` is the non-private reference (FP: the same rounds without noise; argmin tokens
+and true labels; the ledger says ε = ∞); ``reference="argmin"`` keeps Stage I as at ``ε`` (DP-SGD at 0.8ε
+for FP) but releases argmin tokens and true labels in Stage II: **not DP** (ε = ∞), the "what a free Stage
+II would give" reference of §2.4.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+
+from .. import rng
+from ..io import atomic_write_json, finite_json, run_meta
+from ..privacy.calibrate import calibrate_noise_multiplier
+from ..privacy.dataset_ledger import DatasetLedger
+from ..privacy.events import GaussianEvent, NonPrivateEvent, PoissonSampledEvent, PrivacyEvent, PublicDataEvent
+from ..privacy.ledger import Budget, PrivacyLedger
+from ..progress import progress
+from .dp_mepf import balanced_subset, membership_audit, prepare_out
+from .runner import ClientPool, DPRunner, WorkloadData, deterministic_kernels, run_workload
+from .vqg.mechanism import (
+    LABELS,
+    MODES,
+    NOT_DP,
+    PUBLIC_LABELS_NOTE,
+    RELATION,
+    VARIANTS,
+    Stage2Budget,
+    argmin_tokens,
+    calibrate_stage2,
+    em_logits,
+    em_peakedness,
+    em_probabilities,
+    eps0_mode_b,
+    ideal_argmin_probability,
+    record_level_epsilon,
+    split_budget,
+)
+from .vqg.tokenizer import HW, TokenizerConfig, VQTokenizer
+
+log = logging.getLogger("sstq_fl.gen")
+PIPELINE = "dp-vqg"
+T = TypeVar("T")
+Plan = list[tuple[PrivacyEvent, int]]
+MAX_EPSILON = 100.0  # as DP-MEPF: larger finite ε guarantee nothing and cannot be accounted; inf is the reference
+CLIP = 1.0  # C, the per-example clip of Stage I (spec §2.2 [R])
+LR = 1e-3  # Adam on the noisy gradient (spec §2.2)
+NUM_CLASSES = 10
+REFERENCES = ("", "argmin")
+NONPRIVATE_SUMS = "non-private reference: sums released without noise"
+PROFILE_DEFAULTS = {"cpu": {"records": 2000, "steps": 300, "batch": 64, "prior_epochs": 3, "eval_samples": 1000,
+                            "probe_epochs": 2},
+                    "full": {"records": 0, "steps": 1000, "batch": 256, "prior_epochs": 120, "eval_samples": 10_000,
+                             "probe_epochs": 10}}
+
+
+@dataclass(frozen=True)
+class VqgConfig:
+    """A DP-VQG run (spec §2.6 profiles); with ``randomness="reproducible"`` the ``seed`` determines every number.
+
+    ``variant``: ``fp`` (DP-SGD tokenizer on the clients) or ``pp`` (public tokenizer); ``mode``: ``A`` (pure
+    Stage II) or ``B`` (PLD, ε₀ certified jointly with Stage I); ``labels``: ``private`` (RR) or ``public``
+    (declared ablation); ``reference``: ``""`` or ``"argmin"`` (not DP, module docstring).  ``steps``/``batch``:
+    Stage I updates and expected batch (FP: ``q = batch/N_decl``); ``None`` takes the profile's value."""
+
+    variant: str = "fp"
+    epsilon: float = 10.0
+    delta: float = 1e-5
+    profile: str = "cpu"
+    clients: int = 4
+    mode: str = "A"
+    labels: str = "private"
+    reference: str = ""
+    records: int | None = None
+    partition: str = "iid"
+    alpha: float = 0.5
+    seed: int = 0
+    engine: str = "inprocess"
+    device: str = "cpu"
+    steps: int | None = None
+    batch: int | None = None
+    prior_epochs: int | None = None
+    eval_samples: int | None = None
+    probe_epochs: int | None = None
+    evaluator_epochs: int = 3
+    public_records: int = 0
+    diagnostic_records: int = 1000
+    data_path: str = ""
+    randomness: str = "secure"
+    dataset_ledger: str = ""
+    dataset_budget_epsilon: float | None = None
+    cache_dir: str = field(default_factory=lambda: str(Path.home() / ".cache" / "sstq-fl" / "vqg"))
+
+    def __post_init__(self) -> None:
+        if not (self.epsilon > 0 and 0 < self.delta < 1):
+            raise ValueError(f"need epsilon > 0 (inf for the non-private reference) and 0 < delta < 1, "
+                             f"got {self.epsilon}, {self.delta}")
+        if math.isfinite(self.epsilon) and self.epsilon > MAX_EPSILON:
+            raise ValueError(f"epsilon {self.epsilon:g} is above the largest a run is calibrated for ({MAX_EPSILON:g}: "
+                             f"its noise would be too small to account); use inf for the non-private reference")
+        if self.clients < 1:
+            raise ValueError(f"clients must be >= 1, got {self.clients}")
+        rng.check_mode(self.randomness)
+        if self.dataset_budget_epsilon is not None and not self.dataset_budget_epsilon > 0:
+            raise ValueError(f"dataset budget epsilon must be positive, got {self.dataset_budget_epsilon}")
+        self._check_choices()
+        self._check_sizes()
+
+    def _check_choices(self) -> None:
+        """Every option with a fixed set of values, so that a bad one is refused before anything runs."""
+        choices = {"variant": VARIANTS, "profile": ("cpu", "full"), "mode": MODES, "labels": LABELS,
+                   "reference": REFERENCES, "partition": ("iid", "dirichlet"), "engine": ("inprocess", "flower")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ValueError(f"device must be cpu or cuda[:N], got {self.device!r}")
+        if not self.alpha > 0:
+            raise ValueError(f"alpha must be positive, got {self.alpha}")
+
+    def _check_sizes(self) -> None:
+        least = {"records": 0, "public_records": 0, "steps": 1, "batch": 1, "prior_epochs": 1, "eval_samples": 10,
+                 "probe_epochs": 1, "evaluator_epochs": 1, "diagnostic_records": 1}
+        for name, low in least.items():
+            value = getattr(self, name)
+            if value is not None and not value >= low:
+                raise ValueError(f"{name.replace('_', '-')} must be at least {low}, got {value}")
+
+    def resolved(self, name: str) -> int:
+        """``name``'s value, or the profile's default when it is ``None``."""
+        value = getattr(self, name)
+        return int(PROFILE_DEFAULTS[self.profile][name] if value is None else value)
+
+    @property
+    def private(self) -> bool:
+        """Whether the run is DP (finite ε and no argmin reference)."""
+        return math.isfinite(self.epsilon) and not self.reference
+
+
+# ----------------------------------------------------------------------------- budget and plan
+def sampling_rate(cfg: VqgConfig, n_decl: int) -> float:
+    """``q = B/N_decl`` (at most 1): the expected batch over the declared size (never the realised one)."""
+    return min(1.0, cfg.resolved("batch") / n_decl)
+
+
+def calibrate_stage1(cfg: VqgConfig, q: float) -> float | None:
+    """FP-VQG's ``σ``: the smallest noise multiplier whose ``steps × PoissonSampled(q, Gaussian(σ))`` the ledger
+    certifies ``(ε₁, δ)`` with ``ε₁ = 0.8ε`` (:func:`~sstq_fl.privacy.calibrate.calibrate_noise_multiplier`,
+    a bisection over the same PLD ledger).  ``None`` for PP-VQG (public Stage I) and for ``ε = ∞`` (no noise)."""
+    if cfg.variant == "pp" or not math.isfinite(cfg.epsilon):
+        return None
+    steps = cfg.resolved("steps")
+    eps1, _ = split_budget(cfg.epsilon, cfg.variant)
+    return calibrate_noise_multiplier(eps1, cfg.delta, lambda s: [(PoissonSampledEvent(q, GaussianEvent(s)), steps)],
+                                      RELATION)
+
+
+def stage1_plan(cfg: VqgConfig, q: float, sigma: float | None) -> Plan:
+    """Stage I's private events: FP ``steps × PoissonSampled(q, Gaussian(σ))`` (or ``steps`` non-private sums at
+    ``ε = ∞``); none for PP (its public training is recorded as a public-data step)."""
+    if cfg.variant == "pp":
+        return []
+    if sigma is None:
+        return [(NonPrivateEvent(NONPRIVATE_SUMS), cfg.resolved("steps"))]
+    return [(PoissonSampledEvent(q, GaussianEvent(sigma)), cfg.resolved("steps"))]
+
+
+def stage2_budget(cfg: VqgConfig, prefix: Plan) -> Stage2Budget:
+    """The calibrated Stage II budget (:func:`~sstq_fl.gen.vqg.mechanism.calibrate_stage2`).  FP in mode B:
+    ``ε₀`` re-bisected so that Stage I's events (``prefix``) plus ``HW × ε₀`` plus ``ε_y`` meet ``ε`` at ``δ``
+    on one ledger (spec §2.3: "if it does not, shrink ε₀").  The argmin reference: ``ε₀ = ∞`` and true labels."""
+    budget = calibrate_stage2(cfg.epsilon, cfg.delta, HW, cfg.variant, cfg.mode, cfg.labels)
+    if cfg.reference == "argmin":
+        return replace(budget, eps0=math.inf, eps_y=0.0 if cfg.labels == "public" else math.inf,
+                       certified_epsilon=math.inf)
+    if cfg.variant == "fp" and cfg.mode == "B" and budget.private:
+        eps0, _ = eps0_mode_b(cfg.epsilon, budget.eps_y, HW, cfg.delta, prefix=prefix)
+        budget = replace(budget, eps0=eps0, certified_epsilon=record_level_epsilon(eps0, HW, budget.eps_y, cfg.delta,
+                                                                                   "B"))
+    return budget
+
+
+def public_steps(cfg: VqgConfig) -> int:
+    """Public-data steps recorded on the ledger: the PP tokenizer, the EM diagnostic on public data, the prior."""
+    return 3 if cfg.variant == "pp" else 2
+
+
+def run_plan(cfg: VqgConfig, s1: Plan, budget: Stage2Budget) -> Plan:
+    """The whole run's ``[(event, count)]``, declared on the run's ledger before any private record is read."""
+    return [*s1, (PublicDataEvent(), public_steps(cfg)), *budget.plan()]
+
+
+def private_plan(plan: Plan) -> Plan:
+    """The plan's events that touch private records (what the data set's ledger is checked against)."""
+    return [(ev, n) for ev, n in plan if not isinstance(ev, PublicDataEvent)]
+
+
+def dataset_ledger(cfg: VqgConfig, data: WorkloadData, plan: Plan) -> DatasetLedger:
+    """The private data set's ledger, after checking ``plan`` against ``cfg.dataset_budget_epsilon`` (raises
+    ``BudgetExceededError``, a ValueError, before any private computation)."""
+    book = DatasetLedger(data.digest, cfg.dataset_ledger or None)
+    book.check_plan(private_plan(plan), RELATION, cfg.delta, cfg.dataset_budget_epsilon)
+    return book
+
+
+def stage_epsilon(plan: Plan, delta: float) -> float:
+    """The ledger's ε at ``delta`` for ``plan`` alone (``inf`` for a non-private one; ``0`` for an empty one)."""
+    led = PrivacyLedger(RELATION)
+    for ev, n in plan:
+        led.record(ev, n)
+    return led.epsilon(delta) if plan else 0.0
+
+
+# ----------------------------------------------------------------------------- Stage I
+def tokenizer_config(cfg: VqgConfig) -> TokenizerConfig:
+    """Θ's hyperparameters: the profile's (§2.6 CPU: 16/32, d = 16, K = 64; full: 64/128, d = 32, K = 1024);
+    PP-VQG keeps the batch entropy p̄ (allowed on public data, §2.2), FP-VQG the per-example one."""
+    return TokenizerConfig.profile(cfg.profile, per_example_entropy=cfg.variant == "fp")
+
+
+def _apply(model: VQTokenizer, opt: torch.optim.Optimizer, grads: dict[str, np.ndarray]) -> None:
+    """One Adam step on the released noisy gradient (post-processing of the round's release)."""
+    for k, p in model.named_parameters():
+        p.grad = torch.as_tensor(grads[k], dtype=p.dtype, device=p.device)
+    opt.step()
+
+
+def _round(run: DPRunner, cfg: VqgConfig, model: VQTokenizer, q: float, sigma: float | None, step: int
+           ) -> dict[str, np.ndarray]:
+    """One Stage I round: ``(Σ clipped sums + N(0, σ²C²I))/(q·N_decl)``; at ``ε = ∞`` the same sums without noise."""
+    params = {k: v.detach().cpu().numpy() for k, v in model.named_parameters()}
+    conf: dict[str, Any] = {"model": "vqg-tokenizer", "profile": cfg.profile, "device": cfg.device}
+    if sigma is not None:
+        return run.dpsgd_round("stage1-tokenizer", "dpsgd.clipped_sum", params, conf, q, CLIP, sigma)
+    sums = run.non_private_sum("stage1-tokenizer", "vqg.sampled_clipped_sum", params,
+                               {**conf, "q": q, "clip": CLIP, "step": step}, CLIP)
+    return {k: v / (q * run.n_decl) for k, v in sums.items()}
+
+
+def private_tokenizer(run: DPRunner, cfg: VqgConfig, q: float, sigma: float | None) -> VQTokenizer:
+    """FP-VQG's Θ: ``steps`` rounds on the clients, Adam (lr 10⁻³) on the server; initialised from the seed
+    (never from data: no k-means, no dead-code restarts)."""
+    from .vqg.tokenizer import build_tokenizer
+
+    model = build_tokenizer(tokenizer_config(cfg), cfg.seed).to(torch.device(cfg.device)).train()
+    opt = torch.optim.Adam(model.parameters(), lr=LR)
+    steps = cfg.resolved("steps")
+    with progress(steps, f"{PIPELINE} tokenizer rounds") as bar:
+        for step in range(1, steps + 1):
+            _apply(model, opt, _round(run, cfg, model, q, sigma, step))
+            bar.update(step)
+    return model.eval()
+
+
+def public_tokenizer(cfg: VqgConfig, public_x: np.ndarray) -> VQTokenizer:
+    """PP-VQG's Θ: trained without noise on public Fashion-MNIST on the server (ε₁ = 0)."""
+    from .vqg.tokenizer import train_public_tokenizer
+
+    steps = cfg.resolved("steps")
+    with progress(steps, f"{PIPELINE} public tokenizer steps") as bar:
+        model, _ = train_public_tokenizer(torch.as_tensor(public_x), tokenizer_config(cfg), steps, cfg.resolved("batch"),
+                                          cfg.seed, LR, cfg.device, lambda s, n, loss: bar.update(s, loss=loss))
+    return model
+
+
+# ----------------------------------------------------------------------------- Stage II
+def release_tokens_on_clients(run: DPRunner, cfg: VqgConfig, model: VQTokenizer, budget: Stage2Budget
+                              ) -> dict[str, np.ndarray]:
+    """The record-local release: ``vqg.tokens`` on every client; ``HW × EM(ε₀)`` charged with its count ``HW``
+    and the label's event (RR at ``ε_y``, or the public-labels note) beside it; the rows come back shuffled."""
+    from .vqg.tasks import tokenizer_payload
+
+    conf: dict[str, Any] = {"profile": cfg.profile, "device": cfg.device, "eps0": budget.eps0, "eps_y": budget.eps_y,
+                            "labels": cfg.labels}
+    (first, count), *rest = budget.plan()
+    return run.record_local_release("stage2-tokens", "vqg.tokens", tokenizer_payload(model), conf, first,
+                                    eps0=budget.eps0 if budget.private else None, count=count, also=rest)
+
+
+def _labels_note(cfg: VqgConfig, budget: Stage2Budget) -> str:
+    if cfg.labels == "public":
+        return PUBLIC_LABELS_NOTE
+    if budget.eps_y == math.inf:
+        return "true labels released (not DP)"
+    return f"labels privatized by 10-ary randomized response at eps_y = {budget.eps_y:.6g}"
+
+
+def run_clients(cfg: VqgConfig, data: WorkloadData, plan: Plan, budget: Stage2Budget, q: float, sigma: float | None,
+                public_model: VQTokenizer | None) -> dict[str, Any]:
+    """Stages I (FP) and II on the clients, in-process or on Flower: the runner, Θ and the released rows."""
+    def pipeline(pool: ClientPool) -> dict[str, Any]:
+        run = DPRunner(pool, PIPELINE, RELATION, seed=cfg.seed, randomness=cfg.randomness)
+        run.ledger.start(plan, Budget(cfg.epsilon, cfg.delta) if cfg.private else None)
+        run.ledger.notes.update({"variant": cfg.variant, "mode": cfg.mode, "labels": _labels_note(cfg, budget)})
+        if public_model is not None:
+            run.charge_public("stage1-tokenizer", "PP-VQG tokenizer trained without noise on public Fashion-MNIST")
+        model = public_model or private_tokenizer(run, cfg, q, sigma)
+        rows = release_tokens_on_clients(run, cfg, model, budget)
+        return {"runner": run, "tokenizer": model, "rows": rows, "dropped": list(pool.dropped)}
+
+    return run_workload(pipeline, data, cfg.engine, cfg.device)
+
+
+# ----------------------------------------------------------------------------- diagnostics
+@torch.no_grad()
+def em_diagnostics(model: VQTokenizer, eps0: float, public_x: np.ndarray, n: int, seed: int) -> dict[str, Any]:
+    """EM peakedness (§2.4) at the run's ``ε₀`` on ``n`` public Fashion-MNIST images (a proxy: no private
+    statistic): mean ``P(nearest code)`` and mean token entropy ``−Σ_k P log₂ P`` of the exact EM law, chunked."""
+    codes = model.codes().double()
+    k = codes.shape[0]
+    if eps0 == math.inf:
+        return {"em_nearest_code_prob": 1.0, "token_entropy_bits": 0.0, "source": NOT_DP, "uniform_probability": 1 / k}
+    idx = np.random.default_rng(seed).permutation(len(public_x))[:n]
+    sums, seen = np.zeros(2), 0
+    for part in np.array_split(idx, max(1, math.ceil(len(idx) * HW * k / (1 << 22)))):
+        z = model.encode_tokens(torch.as_tensor(public_x[part], device=codes.device)).double()
+        pk = em_peakedness(em_probabilities(em_logits(z, codes, eps0, 1.0)), argmin_tokens(z, codes, 1.0))
+        sums += len(part) * np.array([pk["argmin_probability"], pk["token_entropy_bits"]])
+        seen += len(part)
+    return {"em_nearest_code_prob": float(sums[0] / seen), "token_entropy_bits": float(sums[1] / seen),
+            "source": f"{seen} public Fashion-MNIST images through the run's tokenizer and EM (no private statistic)",
+            "uniform_probability": 1 / k, "uniform_entropy_bits": math.log2(k),
+            "ideal_nearest_code_prob": ideal_argmin_probability(eps0, k)}
+
+
+def record_level(budget: Stage2Budget, delta: float) -> dict[str, float]:
+    """The honest record-level ε of Stage II at the run's ``ε₀`` (§2.4): pure basic composition ``HW·ε₀ + ε_y``
+    (mode A's claim, δ = 0) and the PLD composition at ``δ`` (mode B's)."""
+    return {"basic_pure": record_level_epsilon(budget.eps0, HW, budget.eps_y, delta, "A"),
+            "pld_at_delta": record_level_epsilon(budget.eps0, HW, budget.eps_y, delta, "B")}
+
+
+# ----------------------------------------------------------------------------- Stage III
+def prior_config(cfg: VqgConfig, k: int) -> Any:
+    """MaskGIT's hyperparameters: the profile's (§2.6 CPU: 64/2/2, 3 epochs, S = 8; §2.5 full), vocabulary ``K``."""
+    from .vqg.maskgit import PriorConfig
+
+    base = PriorConfig.cpu if cfg.profile == "cpu" else PriorConfig.full
+    return base(vocab_size=k, epochs=cfg.resolved("prior_epochs"))
+
+
+def train_prior_on_release(cfg: VqgConfig, rows: dict[str, np.ndarray], k: int) -> tuple[Any, list[float]]:
+    """The prior on the released rows only (post-processing), with a progress bar (log lines off a terminal)."""
+    from .vqg.maskgit import train_prior
+
+    pcfg = prior_config(cfg, k)
+    total = pcfg.epochs * math.ceil(len(rows["labels"]) / pcfg.batch)
+    with progress(total, f"{PIPELINE} prior steps") as bar:
+        return train_prior(torch.as_tensor(rows["tokens"]), torch.as_tensor(rows["labels"]), pcfg,
+                           torch.Generator().manual_seed(cfg.seed + 2),
+                           lambda s, n, loss: bar.update(s, loss=loss), cfg.device)
+
+
+@torch.no_grad()
+def generate(cfg: VqgConfig, prior: Any, model: VQTokenizer, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` class-balanced samples: MaskGIT token maps for labels ``i mod 10``, decoded by Θ's decoder G."""
+    from .vqg.maskgit import sample
+
+    y = torch.arange(n) % NUM_CLASSES
+    idx = sample(prior, y, prior.cfg, torch.Generator().manual_seed(cfg.seed + 3))
+    dev = model.codebook.weight.device
+    x = torch.cat([model.decode_indices(b.to(dev)).cpu() for b in idx.split(500)])
+    return x.clamp(0, 1), y
+
+
+# ----------------------------------------------------------------------------- evaluation
+def _grid_detail(cfg: VqgConfig) -> str:
+    kind = "not DP" if not cfg.private else "DP"
+    return (f"{cfg.variant.upper()}-VQG, {kind}, mode {cfg.mode}, labels {cfg.labels}, δ {cfg.delta:g}, "
+            f"{cfg.resolved('records') or 'all'} records, {cfg.clients} clients, {cfg.profile} profile, "
+            f"randomness {cfg.randomness}")
+
+
+def _evaluate(cfg: VqgConfig, data: WorkloadData, x: torch.Tensor, y: torch.Tensor, split: Any, out: Path
+              ) -> dict[str, Any]:
+    """DP-MEPF's offline evaluation (§1.4) of the samples: grid, probe accuracy, domain-FD, membership audit."""
+    from .evaluation import domain_fd, downstream_accuracy, save_sample_grid, train_evaluator
+
+    save_sample_grid(x, y, out / "samples.png", pipeline=PIPELINE, epsilon=cfg.epsilon, detail=_grid_detail(cfg))
+    acc = downstream_accuracy(x, y, split.test_x, split.test_y, epochs=cfg.resolved("probe_epochs"), seed=cfg.seed)
+    ev = train_evaluator(split.train_x, split.train_y, epochs=cfg.evaluator_epochs, seed=0,
+                         cache_path=Path(cfg.cache_dir) / "evaluator-mnist.pt")
+    real = balanced_subset(split.test_y, len(y), cfg.seed)
+    m = len(real)
+    fd = domain_fd(ev, split.test_x[real], split.test_y[real], x[:m], y[:m])
+    return {"downstream_accuracy": acc, "domain_fd": fd["domain_fd"], "domain_fd_detail": fd,
+            "membership_audit": membership_audit(data, ev, x, split)}
+
+
+# ----------------------------------------------------------------------------- the run
+def run_dp_vqg(cfg: VqgConfig, out: str | Path, force: bool = False) -> dict[str, Any]:
+    """Run DP-VQG and write ``metrics.json``, ``samples.png`` and ``transcript.jsonl`` to ``out``; returns the
+    metrics as written (an infinite value, e.g. ``ε₀`` of a reference run, is ``None``).
+
+    ``out`` must not hold another run's files unless ``force`` (DP-MEPF's :func:`~sstq_fl.gen.dp_mepf.prepare_out`);
+    a folder this call created is removed again if the run fails before writing anything into it."""
+    out = Path(out)
+    created = prepare_out(out, force)
+    try:
+        return _run(cfg, out)
+    except BaseException:
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        raise
+
+
+def _setup(cfg: VqgConfig, data: WorkloadData, clock: _Clock) -> dict[str, Any]:
+    """Calibration and the plan (nothing private is read but the declared size): ``q``, ``σ``, the Stage II budget."""
+    q = sampling_rate(cfg, data.n_decl)
+    sigma = clock("calibration_stage1", lambda: calibrate_stage1(cfg, q))
+    s1 = stage1_plan(cfg, q, sigma)
+    budget = clock("calibration_stage2", lambda: stage2_budget(cfg, s1))
+    return {"q": q, "sigma": sigma, "stage1": s1, "budget": budget, "plan": run_plan(cfg, s1, budget)}
+
+
+def _run(cfg: VqgConfig, out: Path) -> dict[str, Any]:
+    """The run itself, into the folder :func:`run_dp_vqg` prepared."""
+    from .data import load_private_split, load_public_fmnist
+
+    t0, clock = time.perf_counter(), _Clock()
+    deterministic_kernels(cfg.device, cfg.randomness)
+    public_x, _ = load_public_fmnist()
+    public_x = public_x[:cfg.public_records] if cfg.public_records else public_x
+    split = load_private_split(cfg.data_path or None)
+    data = WorkloadData("mnist-subset", cfg.clients, cfg.partition, cfg.alpha, cfg.seed, cfg.resolved("records"),
+                        cfg.data_path)
+    s = _setup(cfg, data, clock)
+    book = dataset_ledger(cfg, data, s["plan"])  # refuses here, before any private record is read
+    pub = clock("public_tokenizer", lambda: public_tokenizer(cfg, public_x)) if cfg.variant == "pp" else None
+    res = clock("clients", lambda: run_clients(cfg, data, s["plan"], s["budget"], s["q"], s["sigma"], pub))
+    run, model, rows = res["runner"], res["tokenizer"], res["rows"]
+    diag = clock("diagnostics", lambda: em_diagnostics(model, s["budget"].eps0, public_x, cfg.diagnostic_records,
+                                                       cfg.seed))
+    run.charge_public("em-diagnostics", "EM peakedness measured on public Fashion-MNIST through the released tokenizer")
+    prior, losses = clock("prior", lambda: train_prior_on_release(cfg, rows, model.cfg.codebook_size))
+    run.charge_public("stage3-prior", "MaskGIT prior trained on the released tokens and labels only (post-processing)")
+    x, y = clock("sampling", lambda: generate(cfg, prior, model, cfg.resolved("eval_samples")))
+    evals = clock("evaluation", lambda: _evaluate(cfg, data, x, y, split, out))
+    privacy = run.finish(out, cfg.delta, book)
+    metrics = _metrics(cfg, data, s, privacy, diag, evals, losses, res["dropped"])
+    metrics = finite_json({**metrics, "wall_s": time.perf_counter() - t0, "timings_s": clock.seconds})
+    atomic_write_json(out / "metrics.json", metrics)
+    return metrics  # as written: an infinite ε (ε₀, ε_y, ...) is None
+
+
+def _metrics(cfg: VqgConfig, data: WorkloadData, s: dict[str, Any], privacy: dict[str, Any], diag: dict[str, Any],
+             evals: dict[str, Any], losses: list[float], dropped: list[Any]) -> dict[str, Any]:
+    """``metrics.json``: DP-MEPF's fields, the stages' budgets, the EM diagnostics and the labels' status."""
+    b: Stage2Budget = s["budget"]
+    return {**privacy, "variant": cfg.variant, "mode": cfg.mode, "reference": _reference(cfg),
+            "downstream_accuracy": evals["downstream_accuracy"], "domain_fd": evals["domain_fd"],
+            "domain_fd_note": "domain-FD, not comparable to Inception FID", "records": data.n_decl,
+            "clients": cfg.clients, "epsilon_stage1": b.eps1 if math.isfinite(cfg.epsilon) else None,
+            "epsilon_stage1_certified": stage_epsilon(s["stage1"], cfg.delta), "epsilon_stage2": b.eps2,
+            "epsilon_stage2_certified": b.certified_epsilon, "eps0_per_location": b.eps0, "eps_y": b.eps_y,
+            "em_nearest_code_prob": diag["em_nearest_code_prob"], "token_entropy_bits": diag["token_entropy_bits"],
+            "em_diagnostics": diag, "record_level_epsilon": record_level(b, cfg.delta), "labels": cfg.labels,
+            "labels_note": _labels_note(cfg, b), "stage2_budget": b.report(), "sigma": s["sigma"], "q": s["q"],
+            "clip": CLIP, "steps": cfg.resolved("steps"), "expected_batch": cfg.resolved("batch"),
+            "prior_loss_first_last": [float(np.mean(losses[:10])), float(np.mean(losses[-10:]))], "dropped": dropped,
+            "evaluation": {k: v for k, v in evals.items() if k not in ("downstream_accuracy", "domain_fd")},
+            "config": asdict(cfg), "meta": run_meta()}
+
+
+def _reference(cfg: VqgConfig) -> str:
+    if cfg.reference == "argmin":
+        return "argmin reference (not DP: Stage I as at epsilon, argmin tokens and true labels in Stage II)"
+    if math.isinf(cfg.epsilon):
+        return "non-private (epsilon = inf: Stage I without noise, argmin tokens, true labels; not DP)"
+    return "dp"
+
+
+class _Clock:
+    """Wall seconds per phase (reported in metrics.json)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def __call__(self, name: str, fn: Callable[[], T]) -> T:
+        """Run phase ``name`` (``fn``), logging its start and its seconds."""
+        log.info("%s: %s ...", PIPELINE, name.replace("_", " "))
+        t0 = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            self.seconds[name] = round(time.perf_counter() - t0, 3)
+            log.info("%s: %s took %.1f s", PIPELINE, name.replace("_", " "), self.seconds[name])
