@@ -8,7 +8,7 @@ record-level DP) and the pipeline goes on.  Discovery, the round timeout (run-co
 ``round-timeout``) and error attribution are the training stack's (:mod:`sstq_fl.flower.plumbing`).
 
 Two ways in: :func:`run_on_flower` (the ``flower-workload`` backend: a Flower simulation of its
-own) and :func:`serve_workload` (``flwr run .`` with ``workload="dp-mepf"``: the federation the
+own) and :func:`serve_workload` (``flwr run .`` with ``workload="dp-mepf"`` or ``"dp-vqg"``: the federation the
 ServerApp runs in, attached with :func:`sstq_fl.gen.runner.attached_pool`).
 """
 
@@ -88,13 +88,13 @@ def run_on_flower(pipeline: Callable[[ClientPool], dict[str, Any]], data: Worklo
 
 
 def serve_workload(grid: Grid, rc: dict[str, Any]) -> dict[str, Any]:
-    """``flwr run .`` with ``workload="dp-mepf"``: run DP-MEPF on this federation, writing to ``out-dir``."""
-    from sstq_fl.flower.run_config import mepf_config_from_run_config, out_dir
-    from sstq_fl.gen.dp_mepf import run_dp_mepf
+    """``flwr run .`` with ``workload="dp-mepf"`` or ``"dp-vqg"``: run that DP generative pipeline on this
+    federation (its clients are this run's SuperNodes), writing to ``out-dir``."""
+    from sstq_fl.flower.run_config import out_dir, workload_from_run_config, workload_of
 
-    cfg, out, timeout = mepf_config_from_run_config(rc), out_dir(rc), round_timeout(rc)
+    (cfg, run), out, timeout = workload_from_run_config(rc), out_dir(rc), round_timeout(rc)
     with attached_pool(lambda data: FlowerPool(data, grid, timeout)):
-        metrics = run_dp_mepf(cfg, out, force=bool(rc.get("resume", False)))
-    log.info("DP-MEPF finished: accuracy %s, domain-FD %s, epsilon %s → %s", metrics["downstream_accuracy"],
+        metrics = run(cfg, out, force=bool(rc.get("resume", False)))
+    log.info("%s finished: accuracy %s, domain-FD %s, epsilon %s → %s", workload_of(rc), metrics["downstream_accuracy"],
              metrics["domain_fd"], metrics.get("epsilon"), out / "metrics.json")
     return metrics

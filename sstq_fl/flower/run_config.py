@@ -2,21 +2,29 @@
 
 Keys are the config fields with hyphens.  ``workload`` picks what the app runs: ``train`` (the
 LDP training run, :class:`sstq_fl.fl.engine.RunConfig`) or ``dp-mepf`` (the DP generative
-workload, :class:`sstq_fl.gen.dp_mepf.MepfConfig`, its own keys prefixed ``mepf-``).
+workload, :class:`sstq_fl.gen.dp_mepf.MepfConfig`, its own keys prefixed ``mepf-``) or ``dp-vqg``
+(:class:`sstq_fl.gen.dp_vqg.VqgConfig`, keys prefixed ``vqg-``).
 ``round-timeout`` (seconds) and ``out-dir`` / ``resume`` belong to the app.  TOML has no null:
 ``0`` / ``""`` mean unset where a field may be unset.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-WORKLOADS = ("train", "dp-mepf")
+WORKLOADS = ("train", "dp-mepf", "dp-vqg")
+# a DP generative workload: (module, config class, run function, run-config key prefix)
+GEN_WORKLOADS = {"dp-mepf": ("sstq_fl.gen.dp_mepf", "MepfConfig", "run_dp_mepf", "mepf-"),
+                 "dp-vqg": ("sstq_fl.gen.dp_vqg", "VqgConfig", "run_dp_vqg", "vqg-")}
 APP_KEYS = ("out-dir", "resume", "round-timeout", "workload")
-UNSET_IS_NONE = ("records", "generator_steps", "eval_samples", "probe_epochs", "dataset_budget_epsilon")
+UNSET_IS_NONE = ("records", "generator_steps", "eval_samples", "probe_epochs", "dataset_budget_epsilon", "steps", "batch",
+                 "prior_epochs")
+SHARED_KEYS = ("clients", "epsilon", "delta", "seed", "partition", "alpha", "randomness")
 
 
 def workload_of(rc: dict[str, Any]) -> str:
@@ -46,7 +54,7 @@ def config_from_run_config(rc: dict[str, Any]) -> tuple[Any, Path, bool]:
         name = key.replace("-", "_")
         if name in known:
             kw[name] = value
-        elif key not in APP_KEYS and not key.startswith("mepf-"):
+        elif key not in APP_KEYS and not key.startswith(tuple(w[3] for w in GEN_WORKLOADS.values())):
             raise ValueError(f"unknown key {key!r} in the Flower run config (known: {sorted(known)} + {list(APP_KEYS)})")
     kw["budget_epsilon"] = kw.get("budget_epsilon") or None
     kw["data_dir"] = kw.get("data_dir") or None
@@ -54,30 +62,35 @@ def config_from_run_config(rc: dict[str, Any]) -> tuple[Any, Path, bool]:
     return RunConfig(**kw), out_dir(rc), bool(rc.get("resume", False))
 
 
-def mepf_config_from_run_config(rc: dict[str, Any]) -> Any:
-    """``dp-mepf``: a ``MepfConfig`` from the ``mepf-*`` keys plus the shared ``clients``, ``epsilon``,
-    ``delta``, ``seed``, ``partition``, ``alpha`` and ``randomness``; ``moments`` as ``"1,2"``; ``0`` for
-    records, generator steps, evaluation samples, probe epochs and the data-set budget means the
-    profile's default (``mepf-records = -1``: every private record); ``""`` cache dir: the default."""
-    from ..gen.dp_mepf import MepfConfig
-
-    known = {f.name for f in fields(MepfConfig)}
-    shared = ("clients", "epsilon", "delta", "seed", "partition", "alpha", "randomness")
-    kw: dict[str, Any] = {k: rc[k] for k in shared if k in rc}
+def workload_from_run_config(rc: dict[str, Any]) -> tuple[Any, Callable[..., dict[str, Any]]]:
+    """A DP generative workload's config and run function: the run config's ``<prefix>*`` keys (see
+    :data:`GEN_WORKLOADS`) plus the shared :data:`SHARED_KEYS`; ``"1,2"`` strings for tuple fields;
+    ``0`` for the counts in :data:`UNSET_IS_NONE` means the profile's default (``records = -1``: every
+    private record); an empty ``cache-dir``: the default."""
+    module, cls_name, run_name, prefix = GEN_WORKLOADS[workload_of(rc)]
+    mod = importlib.import_module(module)
+    cls = getattr(mod, cls_name)
+    known = {f.name: f for f in fields(cls)}
+    kw: dict[str, Any] = {k: rc[k] for k in SHARED_KEYS if k in rc and k in known}
     for key, value in rc.items():
-        if key.startswith("mepf-"):
-            name = key[5:].replace("-", "_")
+        if key.startswith(prefix):
+            name = key[len(prefix):].replace("-", "_")
             if name not in known:
-                raise ValueError(f"unknown key {key!r} in the Flower run config (mepf- keys: {sorted(known)})")
+                raise ValueError(f"unknown key {key!r} in the Flower run config ({prefix} keys: {sorted(known)})")
             kw[name] = value
-    if isinstance(kw.get("moments"), str):
-        kw["moments"] = tuple(int(m) for m in str(kw["moments"]).split(","))
-    for opt in UNSET_IS_NONE:  # TOML has no null: 0 means the profile's default
-        if opt in kw and not kw[opt]:
-            kw[opt] = None
+    return cls(**_unset_defaults(kw, known), engine="flower"), getattr(mod, run_name)
+
+
+def _unset_defaults(kw: dict[str, Any], known: dict[str, Any]) -> dict[str, Any]:
+    """TOML has no null: map the run config's placeholders onto the config's own defaults."""
+    for name, value in list(kw.items()):
+        if isinstance(value, str) and "tuple" in str(known[name].type):
+            kw[name] = tuple(int(m) for m in value.split(","))
+        elif name in UNSET_IS_NONE and not value:
+            kw[name] = None
+        elif name == "cache_dir" and value == "":
+            del kw[name]
     if kw.get("records") == -1:
-        kw["records"] = 0  # MepfConfig: every private record
-    if kw.get("cache_dir") == "":
-        del kw["cache_dir"]
-    kw["engine"] = "flower"
-    return MepfConfig(**kw)
+        kw["records"] = 0  # every private record
+    kw.pop("engine", None)
+    return kw

