@@ -1,0 +1,126 @@
+"""Collect a DP-VQG sweep's metrics.json files (``<tag>_*`` run folders, written by
+``benchmarks/dp_vqg_sweep.sh``) into ``sweep_<tag>.json``, a markdown table ``sweep_<tag>.md`` and a
+plot ``sweep_<tag>.png``:
+
+* left: downstream accuracy against the run's ε for FP and PP, the ε = ∞ and argmin ("not DP")
+  runs as reference lines;
+* right: the EM's nearest-code probability against the per-location ε₀ of every DP run (the ε₀
+  sweep included), with the uniform 1/K and the spec's best-case curve 1/(1+(K−1)e^{−ε₀/2})
+  (§2.4 feasibility note), so what the note predicts and what the runs measured sit side by side.
+
+Usage: ``python benchmarks/dp_vqg_table.py benchmarks/results/dp_vqg cpu``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from sstq_fl.io import atomic_write_bytes, atomic_write_json, run_meta
+from sstq_fl.plots import save, title
+
+
+def _row(d: Path, m: dict[str, Any]) -> dict[str, Any]:
+    cfg = m["config"]
+    return {"run": d.name, "variant": m["variant"], "target_epsilon": cfg["epsilon"], "epsilon": m["epsilon"],
+            "epsilon_stage1": m["epsilon_stage1"], "epsilon_stage2": m["epsilon_stage2"],
+            "eps0_per_location": m["eps0_per_location"], "labels": m["labels"], "reference": m["reference"] or "dp",
+            "downstream_accuracy": m["downstream_accuracy"], "domain_fd": m["domain_fd"],
+            "em_nearest_code_prob": m["em_nearest_code_prob"], "token_entropy_bits": m["token_entropy_bits"],
+            "codebook_size": _codebook_size(m),
+            "record_level_epsilon": m.get("record_level_epsilon"), "dataset_epsilon_cumulative": m.get(
+                "dataset_epsilon_cumulative"), "records": m["records"], "clients": m["clients"], "wall_s": m["wall_s"],
+            "prior_epochs": cfg.get("prior_epochs"), "time_utc": m["meta"]["time_utc"]}
+
+
+def _codebook_size(m: dict[str, Any]) -> int | None:
+    """K, from the EM diagnostic's uniform probability 1/K."""
+    u = (m.get("em_diagnostics") or {}).get("uniform_probability")
+    return round(1 / u) if u else None
+
+
+def _fmt(v: Any, spec: str) -> str:
+    if v is None:
+        return "∞" if spec == "eps" else "-"
+    if spec == "eps":
+        return "∞" if isinstance(v, float) and math.isinf(v) else f"{v:.3g}"
+    return format(v, spec)
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    head = ("| run | variant | labels | ε target | ε (ledger) | ε₁ | ε₂ | ε₀ per location | accuracy | domain-FD | "
+            "EM nearest-code prob | token entropy (bits) | wall s |")
+    lines = [head, "|" + "---|" * 13]
+    for r in rows:
+        lines.append(f"| {r['run']} | {r['variant']} | {r['labels']} | {_fmt(r['target_epsilon'], 'eps')} | "
+                     f"{_fmt(r['epsilon'], 'eps')} | {_fmt(r['epsilon_stage1'], 'eps')} | {_fmt(r['epsilon_stage2'], 'eps')} | "
+                     f"{_fmt(r['eps0_per_location'], 'eps')} | {r['downstream_accuracy']:.4f} | {r['domain_fd']:.0f} | "
+                     f"{_fmt(r['em_nearest_code_prob'], '.4f')} | {_fmt(r['token_entropy_bits'], '.3f')} | "
+                     f"{r['wall_s']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and math.isfinite(v)
+
+
+def plot(rows: list[dict[str, Any]], path: Path, facts: dict[str, Any]) -> Figure:
+    """Accuracy against ε (FP, PP; references as lines) and the EM's nearest-code probability against ε₀."""
+    fig = Figure(figsize=(12, 4.8), layout="constrained")
+    ax = fig.subplots(1, 2)
+    for v, colour in (("fp", "tab:blue"), ("pp", "tab:orange")):
+        dp = sorted((r for r in rows if r["variant"] == v and r["reference"] == "dp" and r["labels"] == "private"
+                     and _finite(r["target_epsilon"])), key=lambda r: r["target_epsilon"])
+        ax[0].plot([r["target_epsilon"] for r in dp], [r["downstream_accuracy"] for r in dp], "o-", color=colour,
+                   label=f"{v.upper()}-VQG")
+        for r in rows:
+            if r["variant"] == v and (r["reference"] != "dp" or not _finite(r["target_epsilon"])):
+                name = "argmin, not DP" if r["reference"] != "dp" else "ε = ∞"
+                ax[0].axhline(r["downstream_accuracy"], color=colour, ls="--" if name == "ε = ∞" else ":",
+                              label=f"{v.upper()} {name}")
+    ax[0].axhline(0.1, color="grey", lw=0.8, label="chance (10 classes)")
+    ax[0].set(xscale="log", xlabel="record-level ε (δ = 1e-5, replace-one)", ylabel="downstream accuracy (LeNet-5 probe)")
+    ax[0].legend(fontsize=8)
+    _em_axes(ax[1], rows)
+    fig.suptitle(title("DP-VQG sweep", facts, width=130))
+    return save(fig, path)
+
+
+def _em_axes(ax: Any, rows: list[dict[str, Any]]) -> None:
+    """EM nearest-code probability per run against ε₀, with 1/K and the best case 1/(1+(K−1)e^{−ε₀/2})."""
+    pts = [r for r in rows if _finite(r["eps0_per_location"]) and r["reference"] == "dp"]
+    k = next((r["codebook_size"] for r in rows if r["codebook_size"]), 64)
+    e0 = np.geomspace(min(r["eps0_per_location"] for r in pts) / 2, max(r["eps0_per_location"] for r in pts) * 2, 100)
+    ax.plot(e0, 1 / (1 + (k - 1) * np.exp(-e0 / 2)), "k--", lw=1, label="best case (feasibility note)")
+    ax.axhline(1 / k, color="grey", lw=0.8, label=f"uniform 1/K (K = {k})")
+    for v, colour in (("fp", "tab:blue"), ("pp", "tab:orange")):
+        mine = [r for r in pts if r["variant"] == v]
+        ax.scatter([r["eps0_per_location"] for r in mine], [r["em_nearest_code_prob"] for r in mine], color=colour,
+                   label=f"{v.upper()} runs (public diagnostic images)")
+    ax.set(xscale="log", yscale="log", xlabel="per-location ε₀", ylabel="mean probability of the nearest code")
+    ax.legend(fontsize=8)
+
+
+def main(folder: str, tag: str) -> None:
+    out = Path(folder)
+    rows = [_row(d, json.loads((d / "metrics.json").read_text())) for d in sorted(out.glob(f"{tag}_*"))
+            if (d / "metrics.json").is_file()]
+    rows.sort(key=lambda r: r["time_utc"])
+    if not rows:
+        raise SystemExit(f"dp_vqg_table: no {tag}_*/metrics.json under {out}")
+    facts = {"profile": tag, "records": rows[0]["records"], "clients": rows[0]["clients"], "δ": 1e-5,
+             "prior epochs": rows[0]["prior_epochs"], "runs": len(rows), "command": "bash benchmarks/dp_vqg_sweep.sh"}
+    atomic_write_json(out / f"sweep_{tag}.json", {"rows": rows, "facts": facts, "meta": run_meta()})
+    atomic_write_bytes(out / f"sweep_{tag}.md", _table(rows).encode())
+    plot(rows, out / f"sweep_{tag}.png", facts)
+    print(_table(rows))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
