@@ -16,9 +16,9 @@ import math
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.logging import RichHandler
@@ -29,6 +29,7 @@ from rich.table import Column
 LOGGER = "sstq_fl"
 HANDLER = "sstq_fl"  # the name of the handler configure_logging attaches (so it is attached once)
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+_T = TypeVar("_T")
 log = logging.getLogger(LOGGER)
 
 _lock = threading.RLock()
@@ -211,3 +212,21 @@ def report(key: str, completed: int, total: int, *, label: str = "", **fields: A
         return
     extra = format_fields(fields)
     log.info("%s %d/%d%s", f"{label} {key}".strip(), completed, total, f": {extra}" if extra else "")
+
+
+class PhaseClock:
+    """Wall seconds per named phase of a pipeline run (reported in its ``metrics.json``), each phase's
+    start and duration logged: ``clock("release", fn)`` runs ``fn`` and returns its result."""
+
+    def __init__(self, pipeline: str, logger: str = "sstq_fl.gen") -> None:
+        self.pipeline, self.log = pipeline, logging.getLogger(logger)
+        self.seconds: dict[str, float] = {}
+
+    def __call__(self, name: str, fn: Callable[[], _T]) -> _T:
+        self.log.info("%s: %s ...", self.pipeline, name.replace("_", " "))
+        t0 = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            self.seconds[name] = round(time.perf_counter() - t0, 3)
+            self.log.info("%s: %s took %.1f s", self.pipeline, name.replace("_", " "), self.seconds[name])

@@ -32,10 +32,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,13 +44,12 @@ from ..io import atomic_write_json, clear_out, run_meta
 from ..privacy.calibrate import calibrate_noise_multiplier
 from ..privacy.dataset_ledger import DatasetLedger
 from ..privacy.events import GaussianEvent, NonPrivateEvent, PrivacyEvent
-from ..progress import progress
+from ..progress import PhaseClock, progress
 from .runner import ClientPool, DPRunner, WorkloadData, deterministic_kernels, run_workload
 
 log = logging.getLogger("sstq_fl.gen")
 PIPELINE = "dp-mepf"
 RELATION = "replace_one"
-T = TypeVar("T")
 MAX_EPSILON = 100.0
 """The largest finite ε a release is calibrated for.  At ε = 100 (δ = 1e-5) σ = 0.19, and one PLD
 evaluation of ``GaussianEvent(σ)`` takes about 9 s and 0.5 GB here, growing as 1/σ²; near ε = 500
@@ -371,7 +369,7 @@ def _run(cfg: MepfConfig, out: Path) -> dict[str, Any]:
     split = load_private_split(cfg.data_path or None)
     data = WorkloadData("mnist-subset", cfg.clients, cfg.partition, cfg.alpha, cfg.seed, cfg.resolved("records"),
                         cfg.data_path)
-    clock = _Clock()
+    clock = PhaseClock(PIPELINE)
     fx = clock("public_extractor", lambda: public_extractor(cfg, public_x, public_y))
     sigma = clock("calibration", lambda: None if math.isinf(cfg.epsilon) or cfg.public_only else calibrate_sigma(cfg))
     book = dataset_ledger(cfg, data, sigma)  # refuses here, before the release, when over the data set's budget
@@ -391,23 +389,6 @@ def _run(cfg: MepfConfig, out: Path) -> dict[str, Any]:
                "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()}, "meta": run_meta()}
     atomic_write_json(out / "metrics.json", metrics)
     return metrics
-
-
-class _Clock:
-    """Wall seconds per phase (reported in metrics.json)."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-
-    def __call__(self, name: str, fn: Callable[[], T]) -> T:
-        """Run phase ``name`` (``fn``), logging its start and its seconds."""
-        log.info("%s: %s ...", PIPELINE, name.replace("_", " "))
-        t0 = time.perf_counter()
-        try:
-            return fn()
-        finally:
-            self.seconds[name] = round(time.perf_counter() - t0, 3)
-            log.info("%s: %s took %.1f s", PIPELINE, name.replace("_", " "), self.seconds[name])
 
 
 def _reference(cfg: MepfConfig) -> str:

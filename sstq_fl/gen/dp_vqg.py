@@ -52,10 +52,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -66,7 +65,7 @@ from ..privacy.calibrate import calibrate_noise_multiplier
 from ..privacy.dataset_ledger import DatasetLedger
 from ..privacy.events import GaussianEvent, NonPrivateEvent, PoissonSampledEvent, PrivacyEvent, PublicDataEvent
 from ..privacy.ledger import Budget, PrivacyLedger
-from ..progress import progress
+from ..progress import PhaseClock, progress
 from .dp_mepf import balanced_subset, membership_audit, prepare_out
 from .runner import ClientPool, DPRunner, WorkloadData, deterministic_kernels, run_workload
 from .vqg.mechanism import (
@@ -91,7 +90,6 @@ from .vqg.tokenizer import HW, TokenizerConfig, VQTokenizer
 
 log = logging.getLogger("sstq_fl.gen")
 PIPELINE = "dp-vqg"
-T = TypeVar("T")
 Plan = list[tuple[PrivacyEvent, int]]
 MAX_EPSILON = 100.0  # as DP-MEPF: larger finite ε guarantee nothing and cannot be accounted; inf is the reference
 CLIP = 1.0  # C, the per-example clip of Stage I (spec §2.2 [R])
@@ -455,7 +453,7 @@ def run_dp_vqg(cfg: VqgConfig, out: str | Path, force: bool = False) -> dict[str
         raise
 
 
-def _setup(cfg: VqgConfig, data: WorkloadData, clock: _Clock) -> dict[str, Any]:
+def _setup(cfg: VqgConfig, data: WorkloadData, clock: PhaseClock) -> dict[str, Any]:
     """Calibration and the plan (nothing private is read but the declared size): ``q``, ``σ``, the Stage II budget."""
     q = sampling_rate(cfg, data.n_decl)
     sigma = clock("calibration_stage1", lambda: calibrate_stage1(cfg, q))
@@ -468,7 +466,7 @@ def _run(cfg: VqgConfig, out: Path) -> dict[str, Any]:
     """The run itself, into the folder :func:`run_dp_vqg` prepared."""
     from .data import load_private_split, load_public_fmnist
 
-    t0, clock = time.perf_counter(), _Clock()
+    t0, clock = time.perf_counter(), PhaseClock(PIPELINE)
     deterministic_kernels(cfg.device, cfg.randomness)
     public_x, _ = load_public_fmnist()
     public_x = public_x[:cfg.public_records] if cfg.public_records else public_x
@@ -519,20 +517,3 @@ def _reference(cfg: VqgConfig) -> str:
     if math.isinf(cfg.epsilon):
         return "non-private (epsilon = inf: Stage I without noise, argmin tokens, true labels; not DP)"
     return "dp"
-
-
-class _Clock:
-    """Wall seconds per phase (reported in metrics.json)."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-
-    def __call__(self, name: str, fn: Callable[[], T]) -> T:
-        """Run phase ``name`` (``fn``), logging its start and its seconds."""
-        log.info("%s: %s ...", PIPELINE, name.replace("_", " "))
-        t0 = time.perf_counter()
-        try:
-            return fn()
-        finally:
-            self.seconds[name] = round(time.perf_counter() - t0, 3)
-            log.info("%s: %s took %.1f s", PIPELINE, name.replace("_", " "), self.seconds[name])
