@@ -114,10 +114,14 @@ class DatasetLedger:
         if obj.get("relation") != relation:
             raise ValueError(f"{where} is under {obj.get('relation')!r} but the ledger's relation is {relation!r}")
         try:
+            seen: set[str] = set()  # each distinct event is validated once (a DP-SGD run lists one line per step)
             for e in obj["events"]:
                 if not (isinstance(e.get("count"), int) and e["count"] >= 0):
                     raise ValueError(f"bad count {e.get('count')!r}")
-                PrivacyLedger(relation).record(PrivacyEvent.from_json(e["event"]), e["count"])
+                key = json.dumps(e["event"], sort_keys=True)
+                if key not in seen:
+                    PrivacyLedger(relation).record(PrivacyEvent.from_json(e["event"]), e["count"])
+                    seen.add(key)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise ValueError(f"{where} has an unreadable event ({exc})") from exc
         return obj

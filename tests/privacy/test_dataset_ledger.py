@@ -137,3 +137,20 @@ def test_concurrent_appends_lose_nothing(tmp_path):
     assert all(p.exitcode == 0 for p in procs)
     _, runs = DatasetLedger(DIGEST, path).read()
     assert sorted(r["run_id"] for r in runs) == sorted(f"{k}-{i}" for k in range(3) for i in range(3))
+
+
+def test_a_run_listing_one_line_per_step_is_validated_once_per_distinct_event(tmp_path, monkeypatch):
+    """A DP-SGD run writes one event line per step (each step's transcript meta differs); reading the data set's
+    ledger validated every line by building its PLD, 1,200 builds for four 300-step runs (over six minutes)."""
+    led = PrivacyLedger("replace_one")
+    for step in range(300):
+        led.record(PoissonSampledEvent(0.032, GaussianEvent(0.8)), meta={"round": step})
+    book = DatasetLedger(DIGEST, tmp_path / "d.jsonl")
+    book.append(led, "r1", "dp-vqg", 1e-5, "secure")
+    assert len(json.loads((tmp_path / "d.jsonl").read_text().splitlines()[1])["events"]) == 300
+    built: list[int] = []
+    real = PrivacyLedger.record
+    monkeypatch.setattr(PrivacyLedger, "record", lambda self, *a, **k: (built.append(1), real(self, *a, **k))[1])
+    book.read()
+    assert len(built) == 1
+    assert book.cumulative("replace_one", 1e-5) == pytest.approx(led.epsilon(1e-5), rel=1e-9)
