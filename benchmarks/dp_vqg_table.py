@@ -81,8 +81,8 @@ def plot(rows: list[dict[str, Any]], path: Path, facts: dict[str, Any]) -> Figur
                    label=f"{v.upper()}-VQG")
         for r in rows:
             if r["variant"] == v and (r["reference"] != "dp" or not _finite(r["target_epsilon"])):
-                name = "argmin, not DP" if r["reference"] != "dp" else "ε = ∞"
-                ax[0].axhline(r["downstream_accuracy"], color=colour, ls="--" if name == "ε = ∞" else ":",
+                name = "ε = ∞, not DP" if not _finite(r["target_epsilon"]) else "argmin, not DP"
+                ax[0].axhline(r["downstream_accuracy"], color=colour, ls="--" if name.startswith("ε") else ":",
                               label=f"{v.upper()} {name}")
     ax[0].axhline(0.1, color="grey", lw=0.8, label="chance (10 classes)")
     ax[0].set(xscale="log", xlabel="record-level ε (δ = 1e-5, replace-one)", ylabel="downstream accuracy (LeNet-5 probe)")
