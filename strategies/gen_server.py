@@ -24,7 +24,16 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
-from sstq_fl.flower.plumbing import StoppableGrid, backend_config, discover, error_reason, round_timeout, sender, simulate
+from sstq_fl.flower.plumbing import (
+    WORKLOAD_TIMEOUT_S,
+    StoppableGrid,
+    backend_config,
+    discover,
+    error_reason,
+    round_timeout,
+    sender,
+    simulate,
+)
 from sstq_fl.gen.runner import Arrays, ClientPool, Scalar, WorkloadData, attached_pool
 
 log = logging.getLogger("sstq_fl.gen")
@@ -36,7 +45,7 @@ class FlowerPool(ClientPool):
 
     def __init__(self, data: WorkloadData, grid: Grid, timeout: float | None = None):
         super().__init__(data)
-        self.grid, self.timeout = grid, timeout or round_timeout()
+        self.grid, self.timeout = grid, timeout or round_timeout(default=WORKLOAD_TIMEOUT_S)
         self.nodes = discover(grid, data.clients)
 
     def map(self, task: str, payload: Arrays, config: dict[str, Scalar], seed: int, round: int) -> dict[int, Arrays]:
@@ -92,7 +101,7 @@ def serve_workload(grid: Grid, rc: dict[str, Any]) -> dict[str, Any]:
     federation (its clients are this run's SuperNodes), writing to ``out-dir``."""
     from sstq_fl.flower.run_config import out_dir, workload_from_run_config, workload_of
 
-    (cfg, run), out, timeout = workload_from_run_config(rc), out_dir(rc), round_timeout(rc)
+    (cfg, run), out, timeout = workload_from_run_config(rc), out_dir(rc), round_timeout(rc, WORKLOAD_TIMEOUT_S)
     with attached_pool(lambda data: FlowerPool(data, grid, timeout)):
         metrics = run(cfg, out, force=bool(rc.get("resume", False)))
     log.info("%s finished: accuracy %s, domain-FD %s, epsilon %s → %s", workload_of(rc), metrics["downstream_accuracy"],

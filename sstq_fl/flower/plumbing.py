@@ -24,16 +24,18 @@ from flwr.serverapp import Grid, ServerApp
 
 log = logging.getLogger("sstq_fl.flower")
 ROUND_TIMEOUT_S = 600.0
+WORKLOAD_TIMEOUT_S = 1800.0
 
 
-def round_timeout(run_config: Mapping[str, Any] | None = None) -> float:
+def round_timeout(run_config: Mapping[str, Any] | None = None, default: float = ROUND_TIMEOUT_S) -> float:
     """Seconds a round waits for replies: the run config's ``round-timeout`` where set (> 0), else
-    ``$SSTQ_FL_ROUND_TIMEOUT`` (the SuperLink's environment, e.g. docker/compose.yaml), else 600.
-    A client that has not answered by then is left out of that round."""
+    ``$SSTQ_FL_ROUND_TIMEOUT`` (the SuperLink's environment, e.g. docker/compose.yaml), else ``default``
+    (600 s for a training round; the DP workloads pass :data:`WORKLOAD_TIMEOUT_S`, one client task
+    covering all of a client's records).  A client that has not answered by then is left out."""
     value = float((run_config or {}).get("round-timeout", 0) or 0)
     if value > 0:
         return value
-    return float(os.environ.get("SSTQ_FL_ROUND_TIMEOUT", ROUND_TIMEOUT_S))
+    return float(os.environ.get("SSTQ_FL_ROUND_TIMEOUT", default))
 
 
 def answer_query(msg: Message, context: Context) -> Message:
