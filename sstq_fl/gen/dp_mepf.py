@@ -45,7 +45,7 @@ from ..privacy.calibrate import calibrate_noise_multiplier
 from ..privacy.dataset_ledger import DatasetLedger
 from ..privacy.events import GaussianEvent, NonPrivateEvent, PrivacyEvent
 from ..progress import PhaseClock, progress
-from .runner import ClientPool, DPRunner, WorkloadData, deterministic_kernels, run_workload
+from .runner import ClientPool, DPRunner, WorkloadData, check_dp_target, deterministic_kernels, run_workload
 
 log = logging.getLogger("sstq_fl.gen")
 PIPELINE = "dp-mepf"
@@ -91,13 +91,7 @@ class MepfConfig:
     cache_dir: str = field(default_factory=lambda: str(Path.home() / ".cache" / "sstq-fl" / "mepf"))
 
     def __post_init__(self) -> None:
-        if not (self.epsilon > 0 and 0 < self.delta < 1):
-            raise ValueError(f"need epsilon > 0 (inf for the non-private reference) and 0 < delta < 1, "
-                             f"got {self.epsilon}, {self.delta}")
-        if math.isfinite(self.epsilon) and self.epsilon > MAX_EPSILON:
-            raise ValueError(f"epsilon {self.epsilon:g} is above the largest a release is calibrated for "
-                             f"({MAX_EPSILON:g}: its noise would be too small to account); use inf for the "
-                             f"non-private reference")
+        check_dp_target(self.epsilon, self.delta, MAX_EPSILON)
         if self.profile not in ("cpu", "full"):
             raise ValueError(f"profile must be 'cpu' or 'full', got {self.profile!r}")
         if self.clients < 1:

@@ -67,7 +67,7 @@ from ..privacy.events import GaussianEvent, NonPrivateEvent, PoissonSampledEvent
 from ..privacy.ledger import Budget, PrivacyLedger
 from ..progress import PhaseClock, progress
 from .dp_mepf import balanced_subset, membership_audit, prepare_out
-from .runner import ClientPool, DPRunner, WorkloadData, deterministic_kernels, run_workload
+from .runner import ClientPool, DPRunner, WorkloadData, check_dp_target, deterministic_kernels, run_workload
 from .vqg.mechanism import (
     LABELS,
     MODES,
@@ -141,12 +141,7 @@ class VqgConfig:
     cache_dir: str = field(default_factory=lambda: str(Path.home() / ".cache" / "sstq-fl" / "vqg"))
 
     def __post_init__(self) -> None:
-        if not (self.epsilon > 0 and 0 < self.delta < 1):
-            raise ValueError(f"need epsilon > 0 (inf for the non-private reference) and 0 < delta < 1, "
-                             f"got {self.epsilon}, {self.delta}")
-        if math.isfinite(self.epsilon) and self.epsilon > MAX_EPSILON:
-            raise ValueError(f"epsilon {self.epsilon:g} is above the largest a run is calibrated for ({MAX_EPSILON:g}: "
-                             f"its noise would be too small to account); use inf for the non-private reference")
+        check_dp_target(self.epsilon, self.delta, MAX_EPSILON)
         if self.clients < 1:
             raise ValueError(f"clients must be >= 1, got {self.clients}")
         rng.check_mode(self.randomness)

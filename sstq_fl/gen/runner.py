@@ -334,6 +334,17 @@ def _sum_outputs(outs: dict[int, Arrays]) -> Arrays:
     return {k: np.sum([np.asarray(o[k], np.float64) for o in outs.values()], axis=0) for k in sorted(first)}
 
 
+def check_dp_target(epsilon: float, delta: float, max_epsilon: float) -> None:
+    """Refuse a DP pipeline's (ε, δ) target that cannot be calibrated: ε > 0 (``inf``: the non-private
+    reference), 0 < δ < 1, and a finite ε at most ``max_epsilon`` (above it the noise is too small for the
+    ledger's PLD accountant to represent, and the run would guarantee nothing useful)."""
+    if not (epsilon > 0 and 0 < delta < 1):
+        raise ValueError(f"need epsilon > 0 (inf for the non-private reference) and 0 < delta < 1, got {epsilon}, {delta}")
+    if math.isfinite(epsilon) and epsilon > max_epsilon:
+        raise ValueError(f"epsilon {epsilon:g} is above the largest a release is calibrated for ({max_epsilon:g}: its "
+                         f"noise would be too small to account); use inf for the non-private reference")
+
+
 class DPRunner:
     """Executes a pipeline's releases on a :class:`ClientPool` and charges each to the ledger.
 
