@@ -376,14 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "the published epsilon holds against the server and any reader of the results; reproducible: "
                          "the noise derives from --seed, for simulation research only (no guarantee against whoever "
                          "holds the seed) (default: %(default)s)")
-    gm.add_argument("--dataset-ledger", default=None, metavar="PATH",
-                    help="the private data set's ledger, appended by every run that reads it "
-                         "(default: ~/.cache/sstq-fl/ledgers/<digest>.jsonl)")
-    gm.add_argument("--dataset-budget-epsilon", type=float, default=None, metavar="E",
-                    help="refuse to start if the data set's cumulative epsilon (at --delta) after this run would exceed E")
-    gm.add_argument("--out", required=True, help="output folder (metrics.json, samples.png, transcript.jsonl)")
-    gm.add_argument("--force", action="store_true",
-                    help="replace the run files (metrics.json, transcript.jsonl, samples.png) already in --out")
+    _dp_output_options(gm)
     gm.set_defaults(fn=cmd_gen_mepf)
     _vqg_parser(gs)
 
@@ -445,13 +438,18 @@ def _vqg_size_args(v: argparse.ArgumentParser) -> None:
                    help="secure: the server's noise and shuffle come from the OS CSPRNG and every client keys its own "
                         "coins (sampling, EM, RR); reproducible: everything derives from --seed, for simulation "
                         "research only (no guarantee against whoever holds the seed) (default: %(default)s)")
-    v.add_argument("--dataset-ledger", default=None, metavar="PATH",
+    _dp_output_options(v)
+
+
+def _dp_output_options(p: Any) -> None:
+    """The options every DP generative pipeline shares: the data set's ledger and budget, the output folder."""
+    p.add_argument("--dataset-ledger", default=None, metavar="PATH",
                    help="the private data set's ledger, appended by every run that reads it "
                         "(default: ~/.cache/sstq-fl/ledgers/<digest>.jsonl)")
-    v.add_argument("--dataset-budget-epsilon", type=float, default=None, metavar="E",
+    p.add_argument("--dataset-budget-epsilon", type=float, default=None, metavar="E",
                    help="refuse to start if the data set's cumulative epsilon (at --delta) after this run would exceed E")
-    v.add_argument("--out", required=True, help="output folder (metrics.json, samples.png, transcript.jsonl)")
-    v.add_argument("--force", action="store_true",
+    p.add_argument("--out", required=True, help="output folder (metrics.json, samples.png, transcript.jsonl)")
+    p.add_argument("--force", action="store_true",
                    help="replace the run files (metrics.json, transcript.jsonl, samples.png) already in --out")
 
 

@@ -82,7 +82,8 @@ def workload_from_run_config(rc: dict[str, Any]) -> tuple[Any, Callable[..., dic
 
 
 def _unset_defaults(kw: dict[str, Any], known: dict[str, Any]) -> dict[str, Any]:
-    """TOML has no null: map the run config's placeholders onto the config's own defaults."""
+    """TOML has no null: map the run config's unset markers (``0`` counts, ``""`` cache dir, ``-1`` records)
+    and ``"1,2"`` tuple strings onto the config's own values."""
     for name, value in list(kw.items()):
         if isinstance(value, str) and "tuple" in str(known[name].type):
             kw[name] = tuple(int(m) for m in value.split(","))

@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -340,10 +341,16 @@ def run_dp_mepf(cfg: MepfConfig, out: str | Path, force: bool = False) -> dict[s
 
     ``out`` must not hold another run's files unless ``force`` (:func:`prepare_out`); a folder this
     call created is removed again if the run fails before writing anything into it."""
+    return run_in(out, force, lambda folder: _run(cfg, folder))
+
+
+def run_in(out: str | Path, force: bool, run: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+    """``run(out)`` in a folder :func:`prepare_out` prepared; a folder this call created is removed again if
+    the run fails before writing anything into it (every DP pipeline's entry point)."""
     out = Path(out)
     created = prepare_out(out, force)
     try:
-        return _run(cfg, out)
+        return run(out)
     except BaseException:
         if created and out.is_dir() and not any(out.iterdir()):
             out.rmdir()

@@ -66,7 +66,7 @@ from ..privacy.dataset_ledger import DatasetLedger
 from ..privacy.events import GaussianEvent, NonPrivateEvent, PoissonSampledEvent, PrivacyEvent, PublicDataEvent
 from ..privacy.ledger import Budget, PrivacyLedger
 from ..progress import PhaseClock, progress
-from .dp_mepf import balanced_subset, membership_audit, prepare_out
+from .dp_mepf import balanced_subset, membership_audit, run_in
 from .runner import ClientPool, DPRunner, WorkloadData, check_dp_target, deterministic_kernels, run_workload
 from .vqg.mechanism import (
     LABELS,
@@ -438,14 +438,7 @@ def run_dp_vqg(cfg: VqgConfig, out: str | Path, force: bool = False) -> dict[str
 
     ``out`` must not hold another run's files unless ``force`` (DP-MEPF's :func:`~sstq_fl.gen.dp_mepf.prepare_out`);
     a folder this call created is removed again if the run fails before writing anything into it."""
-    out = Path(out)
-    created = prepare_out(out, force)
-    try:
-        return _run(cfg, out)
-    except BaseException:
-        if created and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()
-        raise
+    return run_in(out, force, lambda folder: _run(cfg, folder))
 
 
 def _setup(cfg: VqgConfig, data: WorkloadData, clock: PhaseClock) -> dict[str, Any]:
