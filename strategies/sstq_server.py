@@ -71,11 +71,22 @@ class SstqSampling(FedAvgM):
                          server_learning_rate=trainer.cfg.lr, server_momentum=0.0)
         self.tr, self.offset, self.timeout = trainer, offset, timeout
         self.cfg_json = json.dumps(asdict(trainer.cfg), sort_keys=True) if send_config else ""
-        self.nodes: dict[int, int] | None = None
+        self._nodes: dict[int, int] | None = None
+        self._by_node: dict[int, int] = {}
         self.sampled: np.ndarray = np.zeros(0, np.int64)
         self.unreachable: list[int] = []  # sampled clients whose node was not connected
         self.silent: set[int] = set()  # clients whose node did not answer last round (maybe gone)
         self.t0 = 0.0
+
+    @property
+    def nodes(self) -> dict[int, int] | None:
+        """Partition → node id (``None`` before discovery); assigning it rebuilds the reverse map."""
+        return self._nodes
+
+    @nodes.setter
+    def nodes(self, value: dict[int, int] | None) -> None:
+        self._nodes = value
+        self._by_node = {n: c for c, n in (value or {}).items()}
 
     def summary(self) -> None:
         log.info("SstqSampling: %d clients, rounds %d..%d, server lr %s", self.tr.cfg.clients, self.offset + 1,
@@ -99,11 +110,12 @@ class SstqSampling(FedAvgM):
                 if c in missing or c not in self.nodes:
                     log.warning("partition %d is now served by node %d (was node %s)", c, node, self.nodes.get(c))
                     self.nodes[c] = node
+            self.nodes = self.nodes  # rebuild the reverse map
         return live
 
     def client_of(self, node: int) -> int:
         """The partition a node serves (-1: none of this run's)."""
-        return next((c for c, n in (self.nodes or {}).items() if n == node), -1)
+        return self._by_node.get(node, -1)  # per reply: a dict, not a scan of every node
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         self.t0 = time.perf_counter()
