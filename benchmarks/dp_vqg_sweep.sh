@@ -3,8 +3,9 @@
 #   FP and PP at eps in {1, 10, inf}, each with the non-private argmin-token reference ("not DP",
 #   stage I as at eps = 10), and an eps0 sweep: PP with public labels at eps in {1, 10, 100}, so the
 #   per-location eps0 = eps/49 runs 0.02 -> 2.04 while the record-level eps of the run is reported.
-# PRIOR_EPOCHS (default 30, the CPU profile's 3 barely trains the prior) is the one change from the
-# spec's CPU profile; EXTRA adds options (e.g. "--profile full --device cuda" on a GPU).
+# PRIOR_EPOCHS (default 100, about 1,700 prior steps at the CPU profile's peak lr 1e-3; the profile's 3 epochs
+# are ~50 steps, which leave the prior near uniform) is the one change from the spec's CPU profile; EXTRA
+# adds options (e.g. "--profile full --device cuda" on a GPU).
 # Every run uses secure randomness and appends to ONE ledger of the private data set (LEDGER), or,
 # with PER_RUN_LEDGER=1, each run to its own (the shared one's budget check re-composes every earlier
 # run's events and took over 6 minutes after four FP runs here: see the closing note of issue 13).
@@ -13,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 TAG=${TAG:-cpu}
 EXTRA=${EXTRA:-}
-PRIOR_EPOCHS=${PRIOR_EPOCHS:-30}
+PRIOR_EPOCHS=${PRIOR_EPOCHS:-100}
 OUT=benchmarks/results/dp_vqg
 LEDGER=${LEDGER:-$OUT/dataset_ledger.jsonl}
 COMMON=(--clients 4 --randomness secure --prior-epochs "$PRIOR_EPOCHS" --force)

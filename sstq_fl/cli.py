@@ -240,8 +240,8 @@ def cmd_gen_vqg(args: argparse.Namespace) -> int:
                     clients=args.clients, mode=args.mode, labels=args.labels,
                     reference="" if args.reference == "none" else args.reference, records=args.records,
                     partition=args.partition, alpha=args.alpha, seed=args.seed, engine=args.engine, device=args.device,
-                    steps=args.steps, batch=args.batch, prior_epochs=args.prior_epochs, eval_samples=args.eval_samples,
-                    probe_epochs=args.probe_epochs, public_records=args.public_records,
+                    steps=args.steps, batch=args.batch, prior_epochs=args.prior_epochs, prior_lr=args.prior_lr,
+                    eval_samples=args.eval_samples, probe_epochs=args.probe_epochs, public_records=args.public_records,
                     diagnostic_records=args.diagnostic_records, data_path=args.data_path or "",
                     randomness=args.randomness, dataset_ledger=args.dataset_ledger or "",
                     dataset_budget_epsilon=args.dataset_budget_epsilon)
@@ -426,6 +426,8 @@ def _vqg_size_args(v: argparse.ArgumentParser) -> None:
     v.add_argument("--batch", type=int, default=None, help="stage I expected batch, q = batch/records (default: 64 "
                                                            "cpu, 256 full)")
     v.add_argument("--prior-epochs", type=int, default=None, help="MaskGIT prior epochs (default: 3 cpu, 120 full)")
+    v.add_argument("--prior-lr", type=float, default=None,
+                   help="MaskGIT peak learning rate, cosine decay to 5e-6 (default: 1e-3 cpu, 1e-4 full)")
     v.add_argument("--eval-samples", type=int, default=None,
                    help="synthetic samples for the evaluation (default: 1,000 cpu, 10,000 full)")
     v.add_argument("--probe-epochs", type=int, default=None,

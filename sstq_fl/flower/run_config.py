@@ -23,7 +23,7 @@ GEN_WORKLOADS = {"dp-mepf": ("sstq_fl.gen.dp_mepf", "MepfConfig", "run_dp_mepf",
                  "dp-vqg": ("sstq_fl.gen.dp_vqg", "VqgConfig", "run_dp_vqg", "vqg-")}
 APP_KEYS = ("out-dir", "resume", "round-timeout", "workload")
 UNSET_IS_NONE = ("records", "generator_steps", "eval_samples", "probe_epochs", "dataset_budget_epsilon", "steps", "batch",
-                 "prior_epochs")
+                 "prior_epochs", "prior_lr")
 SHARED_KEYS = ("clients", "epsilon", "delta", "seed", "partition", "alpha", "randomness")
 
 

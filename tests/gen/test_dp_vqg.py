@@ -219,3 +219,14 @@ def test_the_command_passes_its_options_and_prints_a_reference_run(tmp_path, mon
         ("pp", "public", "B", "argmin", 400, 3, 32, 1) and math.isinf(cfg.epsilon) and seen["force"]
     out = capsys.readouterr().out
     assert "epsilon inf" in out and "eps0 inf per location" in out and "not DP" in out
+
+
+def test_prior_learning_rate_is_the_profiles_unless_given():
+    from sstq_fl.gen.dp_vqg import prior_config
+
+    assert prior_config(VqgConfig(profile="cpu"), 64).lr == 1e-3
+    assert prior_config(VqgConfig(profile="full"), 1024).lr == 1e-4  # spec §2.5
+    assert prior_config(VqgConfig(profile="cpu", prior_lr=3e-4), 64).lr == 3e-4
+    for bad in (0.0, 1e-7, math.inf, math.nan):
+        with pytest.raises(ValueError, match="prior-lr"):
+            VqgConfig(prior_lr=bad)
