@@ -32,6 +32,7 @@ def _row(d: Path, m: dict[str, Any]) -> dict[str, Any]:
             "epsilon_stage1": m["epsilon_stage1"], "epsilon_stage2": m["epsilon_stage2"],
             "eps0_per_location": m["eps0_per_location"], "labels": m["labels"], "reference": m["reference"] or "dp",
             "downstream_accuracy": m["downstream_accuracy"], "domain_fd": m["domain_fd"],
+            "sample_label_agreement": m.get("sample_label_agreement"), "prior_lr": m.get("prior_lr"),
             "em_nearest_code_prob": m["em_nearest_code_prob"], "token_entropy_bits": m["token_entropy_bits"],
             "codebook_size": _codebook_size(m),
             "record_level_epsilon": m.get("record_level_epsilon"), "dataset_epsilon_cumulative": m.get(
@@ -54,13 +55,14 @@ def _fmt(v: Any, spec: str) -> str:
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    head = ("| run | variant | labels | ε target | ε (ledger) | ε₁ | ε₂ | ε₀ per location | accuracy | domain-FD | "
-            "EM nearest-code prob | token entropy (bits) | wall s |")
-    lines = [head, "|" + "---|" * 13]
+    head = ("| run | variant | labels | ε target | ε (ledger) | ε₁ | ε₂ | ε₀ per location | accuracy | label agreement | "
+            "domain-FD | EM nearest-code prob | token entropy (bits) | wall s |")
+    lines = [head, "|" + "---|" * 14]
     for r in rows:
         lines.append(f"| {r['run']} | {r['variant']} | {r['labels']} | {_fmt(r['target_epsilon'], 'eps')} | "
                      f"{_fmt(r['epsilon'], 'eps')} | {_fmt(r['epsilon_stage1'], 'eps')} | {_fmt(r['epsilon_stage2'], 'eps')} | "
-                     f"{_fmt(r['eps0_per_location'], 'eps')} | {r['downstream_accuracy']:.4f} | {r['domain_fd']:.0f} | "
+                     f"{_fmt(r['eps0_per_location'], 'eps')} | {r['downstream_accuracy']:.4f} | "
+                     f"{_fmt(r['sample_label_agreement'], '.3f')} | {r['domain_fd']:.0f} | "
                      f"{_fmt(r['em_nearest_code_prob'], '.4f')} | {_fmt(r['token_entropy_bits'], '.3f')} | "
                      f"{r['wall_s']:.0f} |")
     return "\n".join(lines) + "\n"
@@ -115,7 +117,8 @@ def main(folder: str, tag: str) -> None:
     if not rows:
         raise SystemExit(f"dp_vqg_table: no {tag}_*/metrics.json under {out}")
     facts = {"profile": tag, "records": rows[0]["records"], "clients": rows[0]["clients"], "δ": 1e-5,
-             "prior epochs": rows[0]["prior_epochs"], "runs": len(rows), "command": "bash benchmarks/dp_vqg_sweep.sh"}
+             "prior epochs": rows[0]["prior_epochs"],
+             "prior lr": rows[0]["prior_lr"], "runs": len(rows), "command": "bash benchmarks/dp_vqg_sweep.sh"}
     atomic_write_json(out / f"sweep_{tag}.json", {"rows": rows, "facts": facts, "meta": run_meta()})
     atomic_write_bytes(out / f"sweep_{tag}.md", _table(rows).encode())
     plot(rows, out / f"sweep_{tag}.png", facts)

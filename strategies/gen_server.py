@@ -8,7 +8,7 @@ record-level DP) and the pipeline goes on.  Discovery, the round timeout (run-co
 ``round-timeout``) and error attribution are the training stack's (:mod:`sstq_fl.flower.plumbing`).
 
 Two ways in: :func:`run_on_flower` (the ``flower-workload`` backend: a Flower simulation of its
-own) and :func:`serve_workload` (``flwr run .`` with ``workload="dp-mepf"`` or ``"dp-vqg"``: the federation the
+own) and :func:`serve_workload` (``flwr run .`` with a DP generative ``workload``: the federation the
 ServerApp runs in, attached with :func:`sstq_fl.gen.runner.attached_pool`).
 """
 
@@ -97,8 +97,8 @@ def run_on_flower(pipeline: Callable[[ClientPool], dict[str, Any]], data: Worklo
 
 
 def serve_workload(grid: Grid, rc: dict[str, Any]) -> dict[str, Any]:
-    """``flwr run .`` with ``workload="dp-mepf"`` or ``"dp-vqg"``: run that DP generative pipeline on this
-    federation (its clients are this run's SuperNodes), writing to ``out-dir``."""
+    """``flwr run .`` with ``workload="dp-mepf"``, ``"dp-vqg"`` or ``"straightdp"``: run that DP generative
+    pipeline on this federation (its clients are this run's SuperNodes), writing to ``out-dir``."""
     from sstq_fl.flower.run_config import out_dir, workload_from_run_config, workload_of
 
     (cfg, run), out, timeout = workload_from_run_config(rc), out_dir(rc), round_timeout(rc, WORKLOAD_TIMEOUT_S)

@@ -17,13 +17,16 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-WORKLOADS = ("train", "dp-mepf", "dp-vqg")
+WORKLOADS = ("train", "dp-mepf", "dp-vqg", "straightdp")
 # a DP generative workload: (module, config class, run function, run-config key prefix)
 GEN_WORKLOADS = {"dp-mepf": ("sstq_fl.gen.dp_mepf", "MepfConfig", "run_dp_mepf", "mepf-"),
-                 "dp-vqg": ("sstq_fl.gen.dp_vqg", "VqgConfig", "run_dp_vqg", "vqg-")}
+                 "dp-vqg": ("sstq_fl.gen.dp_vqg", "VqgConfig", "run_dp_vqg", "vqg-"),
+                 "straightdp": ("sstq_fl.gen.straightdp.pipeline", "StraightConfig", "run_straightdp", "sdp-")}
 APP_KEYS = ("out-dir", "resume", "round-timeout", "workload")
 UNSET_IS_NONE = ("records", "generator_steps", "eval_samples", "probe_epochs", "dataset_budget_epsilon", "steps", "batch",
-                 "prior_epochs", "prior_lr")
+                 "prior_epochs", "prior_lr", "public_records", "pretrain_steps", "distill_steps", "sgd_steps",
+                 "multiplicity", "q", "tau", "t0")
+NEGATIVE_IS_NONE = ("beta",)  # 0 is a value here (uniform THA clipping); -1 marks "unset"
 SHARED_KEYS = ("clients", "epsilon", "delta", "seed", "partition", "alpha", "randomness")
 
 
@@ -87,7 +90,7 @@ def _unset_defaults(kw: dict[str, Any], known: dict[str, Any]) -> dict[str, Any]
     for name, value in list(kw.items()):
         if isinstance(value, str) and "tuple" in str(known[name].type):
             kw[name] = tuple(int(m) for m in value.split(","))
-        elif name in UNSET_IS_NONE and not value:
+        elif (name in UNSET_IS_NONE and not value) or (name in NEGATIVE_IS_NONE and value < 0):
             kw[name] = None
         elif name == "cache_dir" and value == "":
             del kw[name]

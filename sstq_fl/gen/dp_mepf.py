@@ -269,24 +269,46 @@ def _grid_detail(cfg: MepfConfig) -> str:
 
 
 def _evaluate(cfg: MepfConfig, data: WorkloadData, gen: Any, split: Any, out: Path) -> dict[str, Any]:
-    from .evaluation import domain_fd, downstream_accuracy, inception_fid, save_sample_grid, train_evaluator
+    from .evaluation import inception_fid
     from .mepf import sample
 
-    n = cfg.resolved("eval_samples")
-    x, y = sample(gen, n, seed=cfg.seed + 1, device=cfg.device)
-    save_sample_grid(x, y, out / "samples.png", pipeline=PIPELINE, epsilon=0.0 if cfg.public_only else cfg.epsilon,
-                     detail=_grid_detail(cfg))
-    acc = downstream_accuracy(x, y, split.test_x, split.test_y, epochs=cfg.resolved("probe_epochs"), seed=cfg.seed)
-    ev = train_evaluator(split.train_x, split.train_y, epochs=cfg.evaluator_epochs, seed=0,
-                         cache_path=Path(cfg.cache_dir) / "evaluator-mnist.pt")
-    real = balanced_subset(split.test_y, n, cfg.seed)
-    m = len(real)
-    fd = domain_fd(ev, split.test_x[real], split.test_y[real], x[:m], y[:m])
-    res = {"downstream_accuracy": acc, "domain_fd": fd["domain_fd"], "domain_fd_detail": fd,
-           "membership_audit": membership_audit(data, ev, x, split)}
+    x, y = sample(gen, cfg.resolved("eval_samples"), seed=cfg.seed + 1, device=cfg.device)
+    res = evaluate_samples(x, y, data, split, out, SampleGrid(PIPELINE, 0.0 if cfg.public_only else cfg.epsilon,
+                                                              _grid_detail(cfg)),
+                           cfg.resolved("probe_epochs"), cfg.evaluator_epochs, cfg.cache_dir, cfg.seed)
     if cfg.inception_weights:
         res["inception_fid"] = inception_fid(cfg.inception_weights, split.test_x, x)
     return res
+
+
+@dataclass(frozen=True)
+class SampleGrid:
+    """What a sample grid's title says produced it: the pipeline, its ε and a detail line."""
+
+    pipeline: str
+    epsilon: float
+    detail: str
+
+
+def evaluate_samples(x: torch.Tensor, y: torch.Tensor, data: WorkloadData, split: Any, out: Path, grid: SampleGrid,
+                     probe_epochs: int, evaluator_epochs: int, cache_dir: str, seed: int) -> dict[str, Any]:
+    """The DP generative pipelines' offline evaluation (§1.4) of labelled samples ``(x, y)``: the sample grid
+    (``out/samples.png``), the LeNet-5 probe's accuracy on real ``priv_test``, domain-FD against a class-balanced
+    real subset of the same size, the membership audit, and ``sample_label_agreement``: the share of samples that
+    the evaluator CNN (trained on real ``priv_train``) assigns to the class they were drawn for (0.1 is chance)."""
+    from .evaluation import domain_fd, downstream_accuracy, save_sample_grid, train_evaluator
+
+    save_sample_grid(x, y, out / "samples.png", pipeline=grid.pipeline, epsilon=grid.epsilon, detail=grid.detail)
+    acc = downstream_accuracy(x, y, split.test_x, split.test_y, epochs=probe_epochs, seed=seed)
+    ev = train_evaluator(split.train_x, split.train_y, epochs=evaluator_epochs, seed=0,
+                         cache_path=Path(cache_dir) / "evaluator-mnist.pt")
+    real = balanced_subset(split.test_y, len(y), seed)
+    m = len(real)
+    fd = domain_fd(ev, split.test_x[real], split.test_y[real], x[:m], y[:m])
+    _, pred = ev.features_and_predictions(x, "samples")
+    return {"downstream_accuracy": acc, "domain_fd": fd["domain_fd"], "domain_fd_detail": fd,
+            "sample_label_agreement": float(np.mean(pred == np.asarray(y))),
+            "membership_audit": membership_audit(data, ev, x, split)}
 
 
 def balanced_subset(labels: np.ndarray, n: int, seed: int) -> np.ndarray:

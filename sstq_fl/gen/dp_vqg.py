@@ -66,8 +66,16 @@ from ..privacy.dataset_ledger import DatasetLedger
 from ..privacy.events import GaussianEvent, NonPrivateEvent, PoissonSampledEvent, PrivacyEvent, PublicDataEvent
 from ..privacy.ledger import Budget, PrivacyLedger
 from ..progress import PhaseClock, progress
-from .dp_mepf import balanced_subset, membership_audit, run_in
-from .runner import ClientPool, DPRunner, WorkloadData, check_dp_target, deterministic_kernels, run_workload
+from .dp_mepf import SampleGrid, evaluate_samples, run_in
+from .runner import (
+    NONPRIVATE_SUMS,
+    ClientPool,
+    DPRunner,
+    WorkloadData,
+    check_dp_target,
+    deterministic_kernels,
+    run_workload,
+)
 from .vqg.mechanism import (
     LABELS,
     MODES,
@@ -96,7 +104,6 @@ CLIP = 1.0  # C, the per-example clip of Stage I (spec §2.2 [R])
 LR = 1e-3  # Adam on the noisy gradient (spec §2.2)
 NUM_CLASSES = 10
 REFERENCES = ("", "argmin")
-NONPRIVATE_SUMS = "non-private reference: sums released without noise"
 # the prior's peak learning rate: the spec's 1e-4 (§2.5) is for ~60k steps (120 epochs of 60k records); at the CPU
 # profile's 50-2,000 steps it barely moves the prior off uniform (measured: evaluator agreement 0.10 at 510 steps,
 # 0.98 at 1e-3 and 1,700 steps, see the closing note of issue 13), so the CPU profile uses 1e-3 [R]
@@ -288,7 +295,7 @@ def _round(run: DPRunner, cfg: VqgConfig, model: VQTokenizer, q: float, sigma: f
     conf: dict[str, Any] = {"model": "vqg-tokenizer", "profile": cfg.profile, "device": cfg.device}
     if sigma is not None:
         return run.dpsgd_round("stage1-tokenizer", "dpsgd.clipped_sum", params, conf, q, CLIP, sigma)
-    sums = run.non_private_sum("stage1-tokenizer", "vqg.sampled_clipped_sum", params,
+    sums = run.non_private_sum("stage1-tokenizer", "dpsgd.sampled_clipped_sum", params,
                                {**conf, "q": q, "clip": CLIP, "step": step}, CLIP)
     return {k: v / (q * run.n_decl) for k, v in sums.items()}
 
@@ -430,22 +437,9 @@ def _grid_detail(cfg: VqgConfig) -> str:
 
 def _evaluate(cfg: VqgConfig, data: WorkloadData, x: torch.Tensor, y: torch.Tensor, split: Any, out: Path
               ) -> dict[str, Any]:
-    """DP-MEPF's offline evaluation (§1.4) of the samples: grid, probe accuracy, domain-FD, membership audit, and the
-    share of samples that the evaluator CNN (trained on real ``priv_train``) assigns to the class they were drawn
-    for (``sample_label_agreement``: does the class-conditional prior follow its label; 0.1 is chance)."""
-    from .evaluation import domain_fd, downstream_accuracy, save_sample_grid, train_evaluator
-
-    save_sample_grid(x, y, out / "samples.png", pipeline=PIPELINE, epsilon=cfg.epsilon, detail=_grid_detail(cfg))
-    acc = downstream_accuracy(x, y, split.test_x, split.test_y, epochs=cfg.resolved("probe_epochs"), seed=cfg.seed)
-    ev = train_evaluator(split.train_x, split.train_y, epochs=cfg.evaluator_epochs, seed=0,
-                         cache_path=Path(cfg.cache_dir) / "evaluator-mnist.pt")
-    real = balanced_subset(split.test_y, len(y), cfg.seed)
-    m = len(real)
-    fd = domain_fd(ev, split.test_x[real], split.test_y[real], x[:m], y[:m])
-    _, pred = ev.features_and_predictions(x, "samples")
-    return {"downstream_accuracy": acc, "domain_fd": fd["domain_fd"], "domain_fd_detail": fd,
-            "sample_label_agreement": float(np.mean(pred == y.numpy())),
-            "membership_audit": membership_audit(data, ev, x, split)}
+    """DP-MEPF's offline evaluation (§1.4, :func:`~sstq_fl.gen.dp_mepf.evaluate_samples`) of the samples."""
+    return evaluate_samples(x, y, data, split, out, SampleGrid(PIPELINE, cfg.epsilon, _grid_detail(cfg)),
+                            cfg.resolved("probe_epochs"), cfg.evaluator_epochs, cfg.cache_dir, cfg.seed)
 
 
 # ----------------------------------------------------------------------------- the run

@@ -64,6 +64,7 @@ log = logging.getLogger("sstq_fl.gen")
 
 Arrays = dict[str, np.ndarray]
 Scalar = int | float | str | bool
+NONPRIVATE_SUMS = "non-private reference: sums released without noise"  # what non_private_sum records
 
 
 # ----------------------------------------------------------------------------- client data
@@ -426,7 +427,7 @@ class DPRunner:
         from ..privacy.events import NonPrivateEvent
 
         outs = self._map(task, payload, {**config, "bound": bound}, 0)
-        self._record(NonPrivateEvent("non-private reference: sums released without noise"), stage,
+        self._record(NonPrivateEvent(NONPRIVATE_SUMS), stage,
                      {"contribution_bound": bound, "std": 0.0, "q": None, "count": 1, "eps0": None}, outs)
         return _sum_outputs(outs)
 

@@ -52,31 +52,37 @@ def build_model(config: dict[str, Scalar]) -> nn.Module:
     return model
 
 
-def _example_loss(model: nn.Module) -> Callable[..., torch.Tensor]:
+def _example_loss(model: nn.Module, buffers: dict[str, torch.Tensor] | None = None) -> Callable[..., torch.Tensor]:
     """The loss of one example: ``model(x, y[, noise])`` itself when the model sets
     ``returns_loss = True`` (e.g. a VQ-VAE's reconstruction loss, or a flow-matching loss
-    averaged over the example's own noise draws), else cross-entropy of ``model(x)``."""
+    averaged over the example's own noise draws), else cross-entropy of ``model(x)``.
+    ``buffers`` (broadcast frozen state, e.g. a frozen caption table) enter the call but are not
+    differentiated."""
     returns_loss = bool(getattr(model, "returns_loss", False))
+    frozen = dict(buffers or {})
 
     def loss(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, *noise: torch.Tensor) -> torch.Tensor:
+        state = {**frozen, **params}
         if returns_loss:
             args = (x[None], y[None], *(n[None] for n in noise))
-            return functional_call(model, params, args).reshape(())  # type: ignore[no-any-return]
-        return torch.nn.functional.cross_entropy(functional_call(model, params, (x[None],)), y[None])
+            return functional_call(model, state, args).reshape(())  # type: ignore[no-any-return]
+        return torch.nn.functional.cross_entropy(functional_call(model, state, (x[None],)), y[None])
 
     return loss
 
 
 def per_example_clipped_sum(model: nn.Module, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
-                            clip: float, noise: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                            clip: float, noise: torch.Tensor | None = None,
+                            buffers: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """``Σ_i clip_C(∇ℓ(θ; x_i, y_i[, ξ_i]))`` over the given examples (``vmap(grad)``, Abadi et al. 2016).
 
     ``noise`` (``[n, ...]``) holds each example's own random draws (e.g. StraightDP's noise
-    multiplicity: M draws of (t, ξ) averaged inside ℓ **before** the single clip)."""
+    multiplicity: M draws of (t, ξ) averaged inside ℓ **before** the single clip); ``buffers``
+    are frozen state that the loss reads but nobody differentiates (nor clips)."""
     if x.shape[0] == 0:
         return {k: torch.zeros_like(v) for k, v in params.items()}
     extra = () if noise is None else (noise,)
-    g = vmap(grad(_example_loss(model)), in_dims=(None, 0, 0, *(0 for _ in extra)))(params, x, y, *extra)
+    g = vmap(grad(_example_loss(model, buffers)), in_dims=(None, 0, 0, *(0 for _ in extra)))(params, x, y, *extra)
     norms = torch.sqrt(sum(v.reshape(v.shape[0], -1).pow(2).sum(1) for v in g.values()))  # type: ignore[arg-type]
     scale = (clip / (norms + 1e-12)).clamp(max=1.0)
     return {k: (v * scale.view(-1, *([1] * (v.ndim - 1)))).sum(0) for k, v in g.items()}
@@ -89,17 +95,31 @@ def dpsgd_clipped_sum(ctx: ClientContext, payload: Arrays, config: dict[str, Sca
     vector when nothing was sampled, never a count (spec §1.3).
 
     A model with ``draw_noise(n, generator) -> Tensor`` gets each example's random draws from the
-    client's own ``generator("poisson")`` (non-protective: they are part of the clipped loss)."""
+    client's own ``generator("poisson")`` (non-protective: they are part of the clipped loss).  Payload
+    entries that name the model's buffers (frozen broadcast state) are read, not differentiated; the
+    reply holds one summed gradient per parameter."""
     model = build_model(config).to(ctx.device)
-    params = {k: torch.as_tensor(v, device=ctx.device) for k, v in payload.items()}
+    frozen = {name for name, _ in model.named_buffers()}
+    params = {k: torch.as_tensor(v, device=ctx.device) for k, v in payload.items() if k not in frozen}
+    buffers = {k: torch.as_tensor(v, device=ctx.device) for k, v in payload.items() if k in frozen}
     take = ctx.uniform("poisson", len(ctx.y)) < float(config["q"])
     g = ctx.generator("poisson")
     x = torch.as_tensor(ctx.x[take], device=ctx.device)
     y = torch.as_tensor(ctx.y[take], device=ctx.device)
     draw = getattr(model, "draw_noise", None)
     noise = draw(len(y), g).to(ctx.device) if draw is not None and len(y) else None
-    sums = per_example_clipped_sum(model, params, x, y, float(config["clip"]), noise)
+    sums = per_example_clipped_sum(model, params, x, y, float(config["clip"]), noise, buffers)
     return {k: v.detach().cpu().double().numpy() for k, v in sums.items()}
+
+
+@register_client_task("dpsgd.sampled_clipped_sum")
+def sampled_clipped_sum(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]) -> Arrays:
+    """``dpsgd.clipped_sum`` as in round ``config["step"]``: the same Poisson coins and clipped per-example gradient
+    sum a DP-SGD round of that number computes, for a pipeline's ``ε = ∞`` reference, whose server adds no noise
+    (:meth:`~sstq_fl.gen.runner.DPRunner.non_private_sum`, recorded as non-private); naming the round keeps
+    reproducible runs sampling afresh each step."""
+    step = ClientContext(ctx.cid, ctx.x, ctx.y, ctx.seed, int(config["step"]), ctx.device, ctx.randomness)
+    return dpsgd_clipped_sum(step, payload, config)
 
 
 # ----------------------------------------------------------------------------- additive statistics
@@ -167,5 +187,6 @@ def mepf_class_sums(ctx: ClientContext, payload: Arrays, config: dict[str, Scala
 
 # ----------------------------------------------------------------------------- pipelines' own tasks
 # Imported last (they build on the models and tasks above) so that every client process that loads the
-# built-in tasks also registers DP-VQG's ("vqg.tokens", "vqg.sampled_clipped_sum", model "vqg-tokenizer").
+# built-in tasks also registers DP-VQG's ("vqg.tokens", model "vqg-tokenizer").
+from .straightdp import tasks as _straightdp_tasks  # noqa: E402, F401  (StraightDP's tasks and "straightdp-flow")
 from .vqg import tasks as _vqg_tasks  # noqa: E402, F401

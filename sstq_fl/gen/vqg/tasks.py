@@ -15,11 +15,9 @@
   only the rows ``(tokens [n, HW], label [n])``.  The uniforms (``n·HW·K`` of them) are drawn in
   chunks of records so memory stays bounded (:func:`chunk_records`).  ``ε₀ = ∞`` is the
   non-private reference (argmin tokens, true labels: **not DP**).
-* ``vqg.sampled_clipped_sum`` — FP-VQG's Stage I at ``ε = ∞`` (the non-private reference): exactly
-  the client side of a DP-SGD round (``dpsgd.clipped_sum``: Poisson sampling at rate ``q``,
-  per-example gradients clipped to ``C``, their sum), with the round named by ``config["step"]``
-  so that reproducible runs sample afresh each step; the server adds no noise
-  (:meth:`~sstq_fl.gen.runner.DPRunner.non_private_sum`, recorded as non-private).
+
+FP-VQG's Stage I at ``ε = ∞`` (the non-private reference) uses the shared ``dpsgd.sampled_clipped_sum``
+(:mod:`sstq_fl.gen.tasks`).
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ import torch
 from torch import nn
 
 from ..runner import Arrays, ClientContext, Scalar, register_client_task
-from ..tasks import dpsgd_clipped_sum
 from . import tokenizer as vqt  # a module import: tokenizer -> gen.tasks -> this module may be a cycle
 from .mechanism import argmin_tokens, release_tokens, rr_labels
 
@@ -115,11 +112,3 @@ def vqg_tokens(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]) -
         raise ValueError(f"chunk must be at least 1 record, got {chunk}")
     tokens = em_token_maps(ctx, model, float(config["eps0"]), chunk)
     return {"tokens": tokens, "labels": released_labels(ctx, float(config["eps_y"]), labels)}
-
-
-@register_client_task("vqg.sampled_clipped_sum")
-def sampled_clipped_sum(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]) -> Arrays:
-    """``dpsgd.clipped_sum`` as in round ``config["step"]`` (the ``ε = ∞`` Stage I reference; module docstring):
-    the same Poisson coins and clipped per-example gradient sum a DP-SGD round of that number computes."""
-    step = ClientContext(ctx.cid, ctx.x, ctx.y, ctx.seed, int(config["step"]), ctx.device, ctx.randomness)
-    return dpsgd_clipped_sum(step, payload, config)
