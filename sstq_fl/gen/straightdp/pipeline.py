@@ -247,8 +247,10 @@ def flow_config(cfg: StraightConfig, t_min: float = 0.0, t_max: float = 1.0) -> 
 
 
 def _pretrain_key(cfg: StraightConfig, public_x: np.ndarray) -> str:
+    """The pretraining cache's key: the backbone, every pretraining setting, the seed and the public images."""
     h = hashlib.sha256(repr((flow_config(cfg), cfg.resolved("pretrain_steps"), cfg.resolved("pretrain_batch"),
-                             cfg.resolved("pretrain_lr"), cfg.seed, public_x.shape)).encode())
+                             cfg.resolved("pretrain_lr"), cfg.resolved("pretrain_ema"), cfg.seed,
+                             public_x.shape)).encode())
     h.update(np.ascontiguousarray(public_x[:: max(1, len(public_x) // 512)]).tobytes())
     return h.hexdigest()[:20]
 
