@@ -41,7 +41,7 @@ ONE_MINUS_T_MIN = 1e-4
 DEFAULT_TS = tuple(float(t) for t in np.round(np.linspace(0.05, 0.95, 19), 10))
 """Default time grid for the calibration curves."""
 TAU_RANGE = (0.05, 0.95)
-"""``calibrate_tau`` clamps τ to this interval."""
+"""``tau_from_curve`` clamps τ to this interval."""
 
 
 # ----------------------------------------------------------------------------------------------- input checks
@@ -356,24 +356,7 @@ def t0_from_curve(ts: Any, cosines: Any, tol: float = 0.02) -> float:
     return float(t[j])
 
 
-def calibrate_tau(
-    field: AnalyticField,
-    public_z: Any,
-    public_y: Any,
-    ts: Sequence[float] = DEFAULT_TS,
-    n_probe: int = 256,
-    seed: int = 0,
-) -> float:
-    """τ from PUBLIC data only: :func:`tau_from_curve` of :func:`field_agreement` (seeded ``torch.Generator``).
-
-    ``field`` must be the analytic field of the public mixture (e.g. ``moments.public_mixture``), ``public_z`` the
-    flattened public records and ``public_y`` their labels.
-    """
-    curve = field_agreement(field, public_z, public_y, ts, n_probe, torch.Generator().manual_seed(int(seed)))
-    return tau_from_curve(ts, curve)
-
-
-def calibrate_t0(
+def calibrate_times(
     field: AnalyticField,
     public_z: Any,
     public_y: Any,
@@ -381,8 +364,12 @@ def calibrate_t0(
     n_probe: int = 256,
     seed: int = 0,
     tol: float = 0.02,
-) -> float:
-    """t₀ from PUBLIC data only: :func:`t0_from_curve` of :func:`field_agreement` (seeded), same inputs as
-    :func:`calibrate_tau`."""
+) -> tuple[float, float, np.ndarray]:
+    """``(τ, t₀, cosines)`` from PUBLIC data only: :func:`tau_from_curve` and :func:`t0_from_curve` of one
+    :func:`field_agreement` curve over ``ts`` (seeded ``torch.Generator``).
+
+    ``field`` must be the analytic field of the public mixture (e.g. ``moments.public_mixture``), ``public_z`` the
+    flattened public records and ``public_y`` their labels.
+    """
     curve = field_agreement(field, public_z, public_y, ts, n_probe, torch.Generator().manual_seed(int(seed)))
-    return t0_from_curve(ts, curve, tol)
+    return tau_from_curve(ts, curve), t0_from_curve(ts, curve, tol), curve

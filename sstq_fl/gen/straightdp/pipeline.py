@@ -231,10 +231,9 @@ def public_calibration(cfg: StraightConfig, public_x: np.ndarray, public_y: np.n
     basis, mean = public_pca(flat, cfg.resolved("pca"))
     r_f = float(norm_quantile(flat, basis, mean, 0.99))
     public_field = fld.AnalyticField(public_mixture(flat, public_y, basis, mean, r_f, cfg.resolved("rank"), FLOOR))
-    cos = fld.field_agreement(public_field, flat, public_y, fld.DEFAULT_TS, 256, torch.Generator().manual_seed(cfg.seed))
+    tau, t0, cos = fld.calibrate_times(public_field, flat, public_y, seed=cfg.seed)
     curve = {"t": list(fld.DEFAULT_TS), "cosine": [float(c) for c in cos]}
-    tau = cfg.tau if cfg.tau is not None else fld.tau_from_curve(fld.DEFAULT_TS, cos)
-    t0 = cfg.t0 if cfg.t0 is not None else fld.t0_from_curve(fld.DEFAULT_TS, cos)
+    tau, t0 = (cfg.tau if cfg.tau is not None else tau), (cfg.t0 if cfg.t0 is not None else t0)
     return PublicCalibration(basis, mean, r_f, float(tau), float(t0), curve, public_field, public_x, public_y)
 
 

@@ -223,8 +223,7 @@ def test_tau_and_t0_rules_on_synthetic_curves():
 def test_calibration_is_deterministic_public_only_and_in_range():
     z, y, field = _public()
     ts = [0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.95]
-    tau = fd.calibrate_tau(field, z, y, ts=ts, n_probe=48, seed=7)
-    t0 = fd.calibrate_t0(field, z, y, ts=ts, n_probe=48, seed=7)
+    tau, t0, curve = fd.calibrate_times(field, z, y, ts=ts, n_probe=48, seed=7)
     assert fd.TAU_RANGE[0] <= tau <= fd.TAU_RANGE[1] and t0 in ts
-    assert tau == fd.calibrate_tau(field, z, y, ts=ts, n_probe=48, seed=7)
-    assert t0 == fd.calibrate_t0(field, z, y, ts=ts, n_probe=48, seed=7)
+    again = fd.calibrate_times(field, z, y, ts=ts, n_probe=48, seed=7)
+    assert (tau, t0) == again[:2] and np.array_equal(curve, again[2])
