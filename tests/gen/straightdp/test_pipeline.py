@@ -163,8 +163,9 @@ def test_smoke_run_one_poisson_event_per_round_and_t_at_least_tau(tmp_path, monk
 
 
 @needs_data
-@pytest.mark.parametrize("method,port", [("sgd", ""), ("moments", ""), ("moments", "guidance"),
-                                         ("moments+sgd", "guidance")])
+@pytest.mark.parametrize("method,port", [("sgd", ""), ("moments", "guidance"),
+                                         pytest.param("moments", "", marks=pytest.mark.slow),
+                                         pytest.param("moments+sgd", "guidance", marks=pytest.mark.slow)])
 def test_every_row_runs_and_replays(tmp_path, method, port):
     m = run_straightdp(_tiny(tmp_path, method=method, port=port), tmp_path / "run")
     assert m["epsilon"] <= 3.0 and m["method"] == method
