@@ -397,11 +397,11 @@ def _run(cfg: MepfConfig, out: Path) -> dict[str, Any]:
     sigma = clock("calibration", lambda: None if math.isinf(cfg.epsilon) or cfg.public_only else calibrate_sigma(cfg))
     book = dataset_ledger(cfg, data, sigma)  # refuses here, before the release, when over the data set's budget
     rel, info = clock("release", lambda: release_statistics(cfg, data, fx, sigma))
+    privacy = info["runner"].finish(out, cfg.delta, book)  # transcript and data-set ledger before any output
     stats = public_statistics(fx, public_x, public_y, cfg.moments) if cfg.public_only else rel
     means, probs = class_means(stats["counts"], stats["sums"])
     gen, losses = clock("generator", lambda: _train_generator(cfg, fx, means, probs))
     evals = clock("evaluation", lambda: _evaluate(cfg, data, gen, split, out))
-    privacy = info["runner"].finish(out, cfg.delta, book)
     metrics = {**privacy, "downstream_accuracy": evals["downstream_accuracy"], "domain_fd": evals["domain_fd"],
                "domain_fd_note": "domain-FD, not comparable to Inception FID", "records": data.n_decl,
                "clients": cfg.clients, "wall_s": time.perf_counter() - t0, "timings_s": clock.seconds, "sigma": sigma,

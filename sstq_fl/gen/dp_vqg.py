@@ -482,9 +482,9 @@ def _run(cfg: VqgConfig, out: Path) -> dict[str, Any]:
     run.charge_public("em-diagnostics", "EM peakedness measured on public Fashion-MNIST through the released tokenizer")
     prior, losses = clock("prior", lambda: train_prior_on_release(cfg, rows, model.cfg.codebook_size))
     run.charge_public("stage3-prior", "MaskGIT prior trained on the released tokens and labels only (post-processing)")
+    privacy = run.finish(out, cfg.delta, book)  # transcript and data-set ledger before any sample is written
     x, y = clock("sampling", lambda: generate(cfg, prior, model, cfg.resolved("eval_samples")))
     evals = clock("evaluation", lambda: _evaluate(cfg, data, x, y, split, out))
-    privacy = run.finish(out, cfg.delta, book)
     metrics = _metrics(cfg, data, s, privacy, diag, evals, losses, res["dropped"])
     metrics = finite_json({**metrics, "wall_s": time.perf_counter() - t0, "timings_s": clock.seconds})
     atomic_write_json(out / "metrics.json", metrics)

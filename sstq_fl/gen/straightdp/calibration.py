@@ -93,6 +93,7 @@ class ThaPlan:
 
     @property
     def multipliers(self) -> tuple[float, ...]:
+        """``σ_k = s/C_k`` (all 0 for a non-private plan, ``s = 0``)."""
         return tuple(self.noise_std / c for c in self.clips)
 
     def events(self, q: float) -> Plan:

@@ -403,6 +403,16 @@ class MMDiTBlock(nn.Module):
 # ----------------------------------------------------------------------------------------------- the model
 
 
+def to_model_space(x: Any) -> Any:
+    """Images in [0, 1] (the records as stored) → StraightDP's pixel scale [−1, 1] (spec §1.1 [R]): 2x − 1."""
+    return 2 * x - 1
+
+
+def to_pixels(x: Any) -> Any:
+    """The inverse of :func:`to_model_space`: (x + 1)/2 (samples back to [0, 1] for evaluation; not clamped)."""
+    return (x + 1) / 2
+
+
 def interpolate(xi: Tensor, z: Tensor, t: Tensor) -> Tensor:
     """The straight path x_t = (1 − t)·ξ + t·z (t = 0 noise, t = 1 data), t ``[n]`` broadcast over ``[n, ...]``."""
     tb = t.reshape(-1, *([1] * (z.ndim - 1)))
@@ -527,8 +537,9 @@ class FlowModel(nn.Module):
         return torch.cat([t, flag, xi], dim=-1).to(self._device())
 
     def forward(self, x: Tensor, y: Tensor, noise: Tensor) -> Tensor:
-        """Per-example loss ``[n]``: (1/M)·Σ_m mean_pixels ‖v_θ(x_t, t_m, c_m) − (x − ξ_m)‖²,
-        x_t = (1 − t_m)ξ_m + t_m·x, c_m = null caption where flag_m = 1 (spec §3.1).  **The multiplicity average
+        """Per-example loss ``[n]``: (1/M)·Σ_m mean_pixels ‖v_θ(x_t, t_m, c_m) − (z − ξ_m)‖², z = 2x − 1 (images ``x`` in
+        [0, 1] as stored, the flow in [−1, 1]: :func:`to_model_space`),
+        x_t = (1 − t_m)ξ_m + t_m·z, c_m = null caption where flag_m = 1 (spec §3.1).  **The multiplicity average
         over the M (t, ξ) draws is inside the per-example loss, before any clipping** (spec §3.4: average over M
         draws, then clip once)."""
         n = x.shape[0]
@@ -538,7 +549,7 @@ class FlowModel(nn.Module):
         m = noise.shape[1]
         noise = noise.to(x.dtype)
         t, xi = noise[..., 0].reshape(n * m), noise[..., 2:].reshape(n * m, 1, SIDE, SIDE)
-        z = x.reshape(n, 1, PIXELS).expand(n, m, PIXELS).reshape(n * m, 1, SIDE, SIDE)
+        z = to_model_space(x).reshape(n, 1, PIXELS).expand(n, m, PIXELS).reshape(n * m, 1, SIDE, SIDE)
         yy = y.long().reshape(n, 1).expand(n, m).reshape(n * m)
         labels = torch.where(noise[..., 1].reshape(n * m) > 0.5, torch.full_like(yy, self.cfg.null_label), yy)
         v = self._run(interpolate(xi, z, t), t, labels)
@@ -613,7 +624,8 @@ def sample(model: FlowModel, labels: Tensor, steps: int | None = None, cfg_scale
     """Images ``[n, 1, 28, 28]`` for ``labels`` ``[n]`` (``classes`` = null: unconditional) by Euler steps of the
     guided field (:func:`guided_velocity`) from t0 to 1, starting at ``x0`` or, at t0 = 0, ξ ~ N(0, I) from
     ``generator`` (default seed 0).  ``steps``/``cfg_scale`` default to the model's config (10 or 25, w = 1.5).
-    Runs in eval mode without gradients (mode restored); the result is not clamped to [0, 1]."""
+    Runs in eval mode without gradients (mode restored); the result is in the flow's scale [−1, 1]
+    (:func:`to_pixels` maps it back), not clamped."""
     cfg = model.cfg
     steps, w = cfg.sample_steps if steps is None else steps, cfg.cfg_scale if cfg_scale is None else cfg_scale
     if steps < 1 or batch_size < 1 or not 0.0 <= t0 < 1.0 or not math.isfinite(w):

@@ -3,6 +3,8 @@ flow field of the released Gaussian mixture, and DP-SGD flow matching, on one ``
 
 Flow convention (spec §3.1; Lipman et al. 2023, Liu et al. 2023): ``x_t = (1−t)ξ + t·z`` with **t = 0 the noise
 end**, target ``v = z − ξ``, Euler sampling from 0 to 1 with classifier-free guidance ``v_u + 1.5(v_c − v_u)``.
+Pixels are scaled to [−1, 1] (spec §1.1 [R]: ``z = 2x − 1``) everywhere StraightDP computes (features, moments,
+field, flow), and samples are mapped back to [0, 1] for the evaluation.
 
 0. **Public side** (§3.8.6: every calibration constant from public data only): the PCA basis ``P`` (``p`` rows)
    and mean ``m_pub`` of public Fashion-MNIST, the feature bound ``R_f`` (a public norm quantile), ``τ`` (the
@@ -35,7 +37,7 @@ import io
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,7 @@ from ..runner import (
     run_workload,
 )
 from . import calibration as cal
+from .flow import to_model_space, to_pixels
 
 log = logging.getLogger("sstq_fl.gen")
 PIPELINE = "straightdp"
@@ -227,7 +230,7 @@ def public_calibration(cfg: StraightConfig, public_x: np.ndarray, public_y: np.n
     from . import field as fld
     from .moments import norm_quantile, public_mixture, public_pca
 
-    flat = public_x.reshape(len(public_x), -1).astype(np.float64)
+    flat = to_model_space(public_x.reshape(len(public_x), -1).astype(np.float64))  # [−1, 1], as the clients
     basis, mean = public_pca(flat, cfg.resolved("pca"))
     r_f = float(norm_quantile(flat, basis, mean, 0.99))
     public_field = fld.AnalyticField(public_mixture(flat, public_y, basis, mean, r_f, cfg.resolved("rank"), FLOOR))
@@ -247,9 +250,10 @@ def flow_config(cfg: StraightConfig, t_min: float = 0.0, t_max: float = 1.0) -> 
 
 def _pretrain_key(cfg: StraightConfig, public_x: np.ndarray) -> str:
     """The pretraining cache's key: the backbone, every pretraining setting, the seed and the public images."""
-    h = hashlib.sha256(repr((flow_config(cfg), cfg.resolved("pretrain_steps"), cfg.resolved("pretrain_batch"),
-                             cfg.resolved("pretrain_lr"), cfg.resolved("pretrain_ema"), cfg.seed,
-                             public_x.shape)).encode())
+    settings = (replace(flow_config(cfg), multiplicity=1), cfg.resolved("pretrain_steps"),
+                cfg.resolved("pretrain_batch"), cfg.resolved("pretrain_lr"), cfg.resolved("pretrain_ema"), cfg.seed,
+                public_x.shape)
+    h = hashlib.sha256(repr(settings).encode())
     h.update(np.ascontiguousarray(public_x[:: max(1, len(public_x) // 512)]).tobytes())
     return h.hexdigest()[:20]
 
@@ -266,8 +270,9 @@ def pretrained_flow(cfg: StraightConfig, public_x: np.ndarray, public_y: np.ndar
         log.info("%s: public pretraining reused from %s", PIPELINE, path)
         return model.to(cfg.device)
     steps = cfg.resolved("pretrain_steps")
-    with progress(steps, f"{PIPELINE} public pretraining") as bar:
-        trained, _ = pretrain(torch.as_tensor(public_x), torch.as_tensor(public_y), flow_config(cfg), steps,
+    with progress(steps, f"{PIPELINE} public pretraining") as bar:  # one (t, ξ) draw per image: batch = images
+        trained, _ = pretrain(torch.as_tensor(public_x), torch.as_tensor(public_y),
+                              replace(flow_config(cfg), multiplicity=1), steps,
                               cfg.resolved("pretrain_batch"), lr=cfg.resolved("pretrain_lr"),
                               ema=cfg.resolved("pretrain_ema"), seed=cfg.seed, device=cfg.device,
                               progress=lambda s, n, loss: bar.update(s, loss=loss))
@@ -303,7 +308,8 @@ def calibrate(cfg: StraightConfig, n_decl: int, pub: PublicCalibration, model: A
     steps = cfg.resolved("sgd_steps") if cfg.uses_sgd else 0
     if not cfg.private:
         plan = [(NonPrivateEvent(NONPRIVATE_SUMS), n) for n in (cal.MOMENT_RELEASES * cfg.uses_moments, steps) if n]
-        return Setup(q, None, None, None, plan, None)
+        tha = tha_setup(cfg, pub, model, [], q, steps) if cfg.tha else None
+        return Setup(q, None, None, tha, plan, None)
     eps_m = moments_budget(cfg) if cfg.uses_moments else None
     sigma1 = cal.calibrate_moments(eps_m, cfg.delta) if eps_m is not None else None
     prefix = cal.moment_plan(sigma1) if sigma1 is not None else []
@@ -381,11 +387,16 @@ def tha_setup(cfg: StraightConfig, pub: PublicCalibration, model: Any, prefix: l
     """THA's plan: buckets on ``[τ, 1]`` (``[0, 1]`` without moments), ``γ`` = the public median per-sample gradient
     norm, and ``β`` (given, or the public proxy's choice among :data:`BETAS`): the plan maximising the mean over
     buckets of ``E[min(‖g‖, C_k)]/s`` on public gradients, the clipped signal per unit of the shared noise std.
-    ``β = 0`` (uniform) is among the candidates, so the choice is never worse than uniform on the proxy."""
-    lo = pub.tau if cfg.uses_moments else 0.0
-    edges = cal.bucket_edges(lo, THA_BUCKETS)
+    ``β = 0`` (uniform) is among the candidates, so the choice is never worse than uniform on the proxy.  At
+    ``ε = ∞`` the same buckets and clips (β given, else 0) without noise (``s = 0``)."""
+    edges = cal.bucket_edges(pub.tau if cfg.uses_moments else 0.0, THA_BUCKETS)
     norms = public_grad_norms(model, cfg, pub, edges)
     gamma = float(np.median(np.concatenate(norms)))
+    if not cfg.private:
+        beta = cfg.beta or 0.0
+        clips = cal.clip_profile(pub.field.posterior_variance_trace, edges, beta, cfg.clip, gamma)
+        return cal.ThaPlan(tuple(map(float, edges)), tuple(cal.bucket_steps(steps, THA_BUCKETS)),
+                           tuple(map(float, clips)), 0.0, beta)
     best: tuple[float, cal.ThaPlan] | None = None
     for beta in (BETAS if cfg.beta is None else (cfg.beta,)):
         clips = cal.clip_profile(pub.field.posterior_variance_trace, edges, beta, cfg.clip, gamma)
@@ -450,7 +461,7 @@ def distill_batch(model: Any, analytic: Any, mixture: Any, pub: PublicCalibratio
     target = analytic.velocity(x, t, labels)
     own = model.velocity(x.view(n, 1, 28, 28), t, labels).reshape(n, -1)
     idx = torch.as_tensor(np_rng.integers(0, len(pub.replay_y), size=n))
-    zp = torch.as_tensor(pub.replay_x[idx], device=dev).reshape(n, -1)
+    zp = to_model_space(torch.as_tensor(pub.replay_x[idx], device=dev).reshape(n, -1))
     tp = (pub.tau + (1 - pub.tau) * torch.rand(n, generator=gen)).to(dev)
     xp, xi = _fm_pair(zp, tp, gen)
     lp = _null(torch.as_tensor(pub.replay_y[idx]), model.cfg.p_uncond, gen, null).to(dev)
@@ -487,7 +498,8 @@ def sgd_round_plan(cfg: StraightConfig, setup: Setup, pub: PublicCalibration, st
     if setup.tha is None:
         return lo, 1.0, cfg.clip, setup.sigma_sgd
     k = setup.tha.bucket_of(step)
-    return setup.tha.edges[k], setup.tha.edges[k + 1], setup.tha.clips[k], setup.tha.multipliers[k]
+    sigma = setup.tha.multipliers[k] if cfg.private else None
+    return setup.tha.edges[k], setup.tha.edges[k + 1], setup.tha.clips[k], sigma
 
 
 def _sgd_step(run: DPRunner, cfg: StraightConfig, model: Any, setup: Setup, pub: PublicCalibration, step: int
@@ -568,14 +580,14 @@ def generate(cfg: StraightConfig, model: Any, mixture: Any, pub: PublicCalibrati
     gen = torch.Generator().manual_seed(cfg.seed + 3)
     if not cfg.uses_flow:
         z = mixture.sample(y.numpy(), np.random.default_rng(cfg.seed + 3))
-        return torch.as_tensor(z, dtype=torch.float32).view(n, 1, 28, 28).clamp(0, 1), y
+        return to_pixels(torch.as_tensor(z, dtype=torch.float32).view(n, 1, 28, 28)).clamp(0, 1), y
     steps = cfg.resolved("euler_steps")
     if cfg.resolved_port == "guidance":
         x0 = guidance_start(mixture, pub.t0, y, gen).float().view(n, 1, 28, 28)
         x = sample(model, y, steps, CFG_SCALE, gen, t0=pub.t0, x0=x0)
     else:
         x = sample(model, y, steps, CFG_SCALE, gen)
-    return x.cpu().clamp(0, 1), y
+    return to_pixels(x.cpu()).clamp(0, 1), y
 
 
 def run_straightdp(cfg: StraightConfig, out: str | Path, force: bool = False) -> dict[str, Any]:
@@ -603,19 +615,19 @@ def _run(cfg: StraightConfig, out: Path) -> dict[str, Any]:
     t0, clock = time.perf_counter(), PhaseClock(PIPELINE)
     deterministic_kernels(cfg.device, cfg.randomness)
     public_x, public_y = _public(cfg)
-    split = load_private_split(cfg.data_path or None)
     data = WorkloadData("mnist-subset", cfg.clients, cfg.partition, cfg.alpha, cfg.seed, cfg.resolved("records"),
                         cfg.data_path)
     pub = clock("public_calibration", lambda: public_calibration(cfg, public_x, public_y))
     model = clock("public_pretraining", lambda: pretrained_flow(cfg, public_x, public_y)) if cfg.uses_flow else None
     setup = clock("calibration", lambda: calibrate(cfg, data.n_decl, pub, model))
-    book = dataset_ledger(cfg, data, setup)  # refuses here, before any private record is read
+    book = dataset_ledger(cfg, data, setup)  # refuses here, before any private computation
     res = clock("clients", lambda: run_clients(cfg, data, setup, pub, model))
+    privacy = res["runner"].finish(out, cfg.delta, book)  # transcript and data-set ledger before any output
     x, y = clock("sampling", lambda: generate(cfg, res["model"], res["mixture"], pub, cfg.resolved("eval_samples")))
     grid = SampleGrid(PIPELINE, cfg.epsilon, _grid_detail(cfg))
+    split = load_private_split(cfg.data_path or None)  # priv_test, for the offline evaluation only
     evals = clock("evaluation", lambda: evaluate_samples(x, y, data, split, out, grid, cfg.resolved("probe_epochs"),
                                                          cfg.evaluator_epochs, cfg.cache_dir, cfg.seed))
-    privacy = res["runner"].finish(out, cfg.delta, book)
     metrics = _metrics(cfg, data, setup, pub, privacy, evals, res)
     metrics = finite_json({**metrics, "wall_s": time.perf_counter() - t0, "timings_s": clock.seconds})
     atomic_write_json(out / "metrics.json", metrics)

@@ -23,16 +23,18 @@ from __future__ import annotations
 import numpy as np
 
 from ..runner import Arrays, ClientContext, Scalar, register_client_task
-from . import flow as _flow  # noqa: F401  (registers the DP-SGD model "straightdp-flow")
+from . import flow  # a module import (flow -> gen.tasks -> this module is a cycle); registers "straightdp-flow"
 from .moments import features, second_moment_sum
 
 
 def client_features(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]) -> np.ndarray:
-    """``f_i = clip_{R_f}(P(z_i − m_pub))`` of this client's records with the broadcast public ``P``, ``m_pub``."""
+    """``f_i = clip_{R_f}(P(z_i − m_pub))`` of this client's records, ``z_i = 2x_i − 1`` (StraightDP's [−1, 1] pixels,
+    spec §1.1), with the broadcast public ``P``, ``m_pub``."""
     p, m_pub = np.asarray(payload["P"], dtype=np.float64), np.asarray(payload["m_pub"], dtype=np.float64)
     if p.ndim != 2 or m_pub.shape != (p.shape[1],):
         raise ValueError(f"payload: P must be [p, D] and m_pub [D]; got {p.shape}, {m_pub.shape}")
-    return features(ctx.x.reshape(len(ctx.x), -1).astype(np.float64), p, m_pub, float(config["r_f"]))
+    z = flow.to_model_space(ctx.x.reshape(len(ctx.x), -1).astype(np.float64))
+    return features(z, p, m_pub, float(config["r_f"]))
 
 
 def _clip_rows(rows: np.ndarray, bound: float) -> np.ndarray:

@@ -12,6 +12,7 @@ import torch
 from sstq_fl.cli import main as cli
 from sstq_fl.gen.runner import DPRunner, InProcessPool, WorkloadData, synthetic_records
 from sstq_fl.gen.straightdp import calibration as cal
+from sstq_fl.gen.straightdp.flow import to_model_space
 from sstq_fl.gen.straightdp.moments import exact_moments, features, norm_quantile, postprocess, public_pca
 from sstq_fl.gen.straightdp.pipeline import PublicCalibration, Setup, StraightConfig, release_moments, run_straightdp
 from sstq_fl.privacy.events import GaussianEvent, NonPrivateEvent, PoissonSampledEvent
@@ -33,7 +34,7 @@ def _lines(run: Path) -> list[dict]:
 # ----------------------------------------------------------------------------- Stage 1 on synthetic data
 def _public(p: int = 12) -> PublicCalibration:
     x, y = synthetic_records(300, seed=7)
-    flat = x.reshape(len(x), -1).astype(np.float64)
+    flat = to_model_space(x.reshape(len(x), -1).astype(np.float64))  # StraightDP's [−1, 1] pixels
     basis, mean = public_pca(flat, p)
     r_f = norm_quantile(flat, basis, mean, 0.99)
     return PublicCalibration(basis, mean, r_f, 0.35, 0.2, {}, None, x, y)
@@ -63,7 +64,7 @@ def test_noiseless_release_is_the_exact_moments_over_n_decl():
     run, mix, _ = _release(None, data, pub)
     assert all(isinstance(e.event, NonPrivateEvent) for e in run.ledger.entries)
     xs, ys = zip(*(data.client_records(c) for c in range(3)), strict=True)
-    f = features(np.concatenate(xs).reshape(90, -1).astype(np.float64), pub.basis, pub.mean, pub.r_f)
+    f = features(to_model_space(np.concatenate(xs).reshape(90, -1).astype(np.float64)), pub.basis, pub.mean, pub.r_f)
     ref, _ = postprocess(exact_moments(f, np.concatenate(ys), data.n_decl, pub.r_f), pub.basis, pub.mean, 8, 1e-2)
     assert np.allclose(mix.mu, ref.mu) and np.allclose(mix.covariance(), ref.covariance())
 
@@ -86,7 +87,7 @@ def test_a_missing_record_never_changes_the_normaliser(monkeypatch):
         monkeypatch.setattr(data.__class__, "client_records", full)
         return out
 
-    x0 = data.client_records(0)[0][:1].reshape(1, -1).astype(np.float64)
+    x0 = to_model_space(data.client_records(0)[0][:1].reshape(1, -1).astype(np.float64))
     f0 = features(x0, pub.basis, pub.mean, pub.r_f)
     assert np.allclose(total(False) - total(True), np.outer(f0[0], f0[0]) / data.n_decl)
 
@@ -184,6 +185,29 @@ def test_flower_engine_gives_the_inprocess_numbers(tmp_path):
     assert a["downstream_accuracy"] == pytest.approx(b["downstream_accuracy"], abs=1e-9)
     assert a["domain_fd"] == pytest.approx(b["domain_fd"], rel=1e-6)
     assert cli(["privacy", "replay", str(tmp_path / "b" / "transcript.jsonl")]) == 0
+
+
+@needs_data
+@pytest.mark.parametrize("epsilon", [pytest.param(3.0, marks=pytest.mark.slow), math.inf])
+def test_tha_rounds_use_the_bucket_clips_and_one_noise_std(tmp_path, monkeypatch, epsilon):
+    seen = []
+    orig = DPRunner._record
+
+    def spy(self, event, stage, meta, outs, count=1):
+        if stage == "stage2-dpsgd":
+            seen.append(meta)
+        return orig(self, event, stage, meta, outs, count)
+
+    monkeypatch.setattr(DPRunner, "_record", spy)
+    m = run_straightdp(_tiny(tmp_path, epsilon=epsilon, tha=True, beta=0.5, sgd_steps=4), tmp_path / "run")
+    tha = m["tha"]
+    assert tha is not None and tha["beta"] == 0.5 and tha["steps"] == [1, 1, 1, 1] and tha["edges"][0] == m["tau"]
+    assert [s["contribution_bound"] for s in seen] == pytest.approx(tha["clips"])
+    if math.isfinite(epsilon):  # σ_k C_k = s in every bucket, and the whole plan meets ε
+        assert [s["std"] for s in seen] == pytest.approx([tha["noise_std"]] * 4) and m["epsilon"] <= epsilon
+    else:
+        assert all(s["std"] == 0.0 for s in seen) and m["epsilon"] is None
+    assert cli(["privacy", "replay", str(tmp_path / "run" / "transcript.jsonl")]) == 0
 
 
 @needs_data
