@@ -61,10 +61,10 @@ import torch
 
 from .. import rng
 from ..io import atomic_write_json, finite_json, run_meta
-from ..privacy.calibrate import calibrate_noise_multiplier
+from ..privacy.calibrate import calibrate_noise_multiplier, plan_epsilon
 from ..privacy.dataset_ledger import DatasetLedger
 from ..privacy.events import GaussianEvent, NonPrivateEvent, PoissonSampledEvent, PrivacyEvent, PublicDataEvent
-from ..privacy.ledger import Budget, PrivacyLedger
+from ..privacy.ledger import Budget
 from ..progress import PhaseClock, progress
 from .dp_mepf import SampleGrid, evaluate_samples, run_in
 from .runner import (
@@ -265,13 +265,6 @@ def dataset_ledger(cfg: VqgConfig, data: WorkloadData, plan: Plan) -> DatasetLed
     book.check_plan(private_plan(plan), RELATION, cfg.delta, cfg.dataset_budget_epsilon)
     return book
 
-
-def stage_epsilon(plan: Plan, delta: float) -> float:
-    """The ledger's ε at ``delta`` for ``plan`` alone (``inf`` for a non-private one; ``0`` for an empty one)."""
-    led = PrivacyLedger(RELATION)
-    for ev, n in plan:
-        led.record(ev, n)
-    return led.epsilon(delta) if plan else 0.0
 
 
 # ----------------------------------------------------------------------------- Stage I
@@ -500,7 +493,7 @@ def _metrics(cfg: VqgConfig, data: WorkloadData, s: dict[str, Any], privacy: dic
             "sample_label_agreement": evals["sample_label_agreement"], "prior_lr": cfg.prior_peak_lr,
             "domain_fd_note": "domain-FD, not comparable to Inception FID", "records": data.n_decl,
             "clients": cfg.clients, "epsilon_stage1": b.eps1 if math.isfinite(cfg.epsilon) else None,
-            "epsilon_stage1_certified": stage_epsilon(s["stage1"], cfg.delta), "epsilon_stage2": b.eps2,
+            "epsilon_stage1_certified": plan_epsilon(s["stage1"], cfg.delta, RELATION), "epsilon_stage2": b.eps2,
             "epsilon_stage2_certified": b.certified_epsilon, "eps0_per_location": b.eps0, "eps_y": b.eps_y,
             "em_nearest_code_prob": diag["em_nearest_code_prob"], "token_entropy_bits": diag["token_entropy_bits"],
             "em_diagnostics": diag, "record_level_epsilon": record_level(b, cfg.delta), "labels": cfg.labels,

@@ -17,6 +17,15 @@ from .ledger import AccountingLimitError, PrivacyLedger
 PlanFn = Callable[[float], Sequence[tuple[PrivacyEvent, int]]]
 
 
+def plan_epsilon(plan: Sequence[tuple[PrivacyEvent, int]], delta: float, relation: str) -> float:
+    """The ledger's ε at ``delta`` of ``plan`` alone (``inf`` for a non-private one, ``0`` for an empty one): what a
+    pipeline reports as one stage's certified ε."""
+    led = PrivacyLedger(relation)
+    for ev, n in plan:
+        led.record(ev, n)
+    return led.epsilon(delta) if plan else 0.0
+
+
 def _epsilon(plan: Sequence[tuple[PrivacyEvent, int]], delta: float, relation: str, interval: float) -> float:
     """ε of ``plan`` at ``delta``; ``inf`` where the ledger refuses it as too large to account."""
     led = PrivacyLedger(relation, interval)

@@ -46,9 +46,10 @@ import torch
 
 from ... import rng
 from ...io import atomic_write_bytes, atomic_write_json, finite_json, run_meta
+from ...privacy.calibrate import plan_epsilon
 from ...privacy.dataset_ledger import DatasetLedger
 from ...privacy.events import NonPrivateEvent, PublicDataEvent
-from ...privacy.ledger import Budget, PrivacyLedger
+from ...privacy.ledger import Budget
 from ...progress import PhaseClock, progress
 from ..dp_mepf import SampleGrid, evaluate_samples, run_in
 from ..runner import (
@@ -337,13 +338,6 @@ def dataset_ledger(cfg: StraightConfig, data: WorkloadData, setup: Setup) -> Dat
     book.check_plan(setup.plan, RELATION, cfg.delta, cfg.dataset_budget_epsilon)
     return book
 
-
-def stage_epsilon(plan: list[tuple[Any, int]], delta: float) -> float:
-    """The ledger's ε at ``delta`` of ``plan`` alone (0 for an empty plan)."""
-    led = PrivacyLedger(RELATION)
-    for ev, n in plan:
-        led.record(ev, n)
-    return led.epsilon(delta) if plan else 0.0
 
 
 # ----------------------------------------------------------------------------- THA (optional)
@@ -651,7 +645,7 @@ def _metrics(cfg: StraightConfig, data: WorkloadData, setup: Setup, pub: PublicC
             "domain_fd_note": "domain-FD, not comparable to Inception FID",
             "sample_label_agreement": evals["sample_label_agreement"], "records": data.n_decl,
             "clients": cfg.clients, "epsilon_moments": setup.epsilon_moments,
-            "epsilon_moments_certified": stage_epsilon(cal.moment_plan(setup.sigma_moments), cfg.delta)
+            "epsilon_moments_certified": plan_epsilon(cal.moment_plan(setup.sigma_moments), cfg.delta, RELATION)
             if setup.sigma_moments is not None else None, "sigma_moments": setup.sigma_moments,
             "sigma_sgd": setup.sigma_sgd, "q": setup.q, "clip": cfg.clip, "tau": pub.tau, "t0": pub.t0,
             "r_f": pub.r_f, "pca_dim": int(pub.basis.shape[0]), "rank": cfg.resolved("rank"),
