@@ -191,7 +191,8 @@ def _run_config(args: argparse.Namespace, encoder: str) -> Any:
                      seed=args.seed, batch=args.batch, clip=args.clip, lr=args.lr, server_cap=args.server_cap,
                      partition=args.partition, alpha=args.alpha, sampling_rate=args.sampling_rate, delta=args.delta,
                      budget_epsilon=args.budget_epsilon, engine=args.engine, data_dir=args.data_dir, dim=args.dim,
-                     n=args.n, randomness=args.randomness, diagnostics=args.diagnostics)
+                     n=args.n, lsq_noise=args.lsq_noise, lsq_theta_scale=args.lsq_theta_scale,
+                     randomness=args.randomness, diagnostics=args.diagnostics)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -671,6 +672,9 @@ def _training_args(r: argparse.ArgumentParser) -> None:
                                                       "cifar10 needs it)")
     r.add_argument("--dim", type=positive_int, default=100, help="lsq: dimension")
     r.add_argument("--n", type=positive_int, default=4000, help="lsq: samples")
+    r.add_argument("--lsq-noise", type=float, default=0.1, help="lsq: standard deviation of the label noise")
+    r.add_argument("--lsq-theta-scale", type=float, default=None,
+                   help="lsq: theta_true ~ N(0, s^2 I) (default 1/sqrt(dim), norm about 1; 1 is the paper's E2 regime)")
     _resume_force_args(r)
     _randomness_arg(r)
     r.add_argument("--diagnostics", action="store_true",

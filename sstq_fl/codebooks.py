@@ -108,20 +108,85 @@ def flat_kkt_residual(c: np.ndarray, eps: float, tol: float = 1e-9) -> float:
 # ---------------------------------------------------------------- metric-aware channel
 
 
-def ma_transition(c: torch.Tensor | np.ndarray, eps: float) -> torch.Tensor:
+def paper_scale(eps: float) -> float:
+    """The spec's Laplace scale ``2 D_B / ε = 4/ε`` (normalised, ``B = 1``): the density ratio of two
+    centres ``2`` apart is ``e^{ε/2}`` and the truncation's normaliser at most another ``e^{ε/2}``, so the
+    channel is ε-LDP for every codebook, but its exact worst ratio is far below ``e^ε``."""
+    return 4.0 / eps
+
+
+def ma_transition(c: torch.Tensor | np.ndarray, eps: float, scale: float | None = None) -> torch.Tensor:
     """Exact channel ``P[i | k]`` of the metric-aware variant (normalised, ``B = 1``).
 
-    ``T ~`` Laplace centred at ``c_k`` with scale ``2 D_B / ε = 4/ε`` truncated to
-    ``[-1, 1]``; ``Z`` = index of the cell ``[b_{i-1}, b_i]`` holding ``T`` with
+    ``T ~`` Laplace centred at ``c_k`` with scale ``scale`` (default :func:`paper_scale`, ``4/ε``)
+    truncated to ``[-1, 1]``; ``Z`` = index of the cell ``[b_{i-1}, b_i]`` holding ``T`` with
     ``b_i = (c_i + c_{i+1})/2`` (nearest codeword; ties to the smaller index).  Computed
-    from closed-form Laplace CDF differences in float64.
+    from closed-form Laplace CDF differences in float64 (differentiable in ``c``).
     """
     c = torch.as_tensor(c, dtype=torch.float64)
-    scale = 4.0 / eps
-    bounds = torch.cat([c.new_tensor([-1.0]), 0.5 * (c[1:] + c[:-1]), c.new_tensor([1.0])])
+    scale = paper_scale(eps) if scale is None else scale
+    bounds = _cell_bounds(c)
     g = _trunc_laplace_mass(bounds[None, :], c[:, None], scale)  # [k, M+1]
     p = (g[:, 1:] - g[:, :-1]) / g[:, -1:]
     return p.clamp_min(0.0)
+
+
+def _cell_bounds(c: torch.Tensor) -> torch.Tensor:
+    """``(-1, (c_1+c_2)/2, …, (c_{M-1}+c_M)/2, 1)``: the nearest-codeword cells' edges."""
+    return torch.cat([c.new_tensor([-1.0]), 0.5 * (c[1:] + c[:-1]), c.new_tensor([1.0])])
+
+
+def ma_log_transition(c: np.ndarray, scale: float) -> np.ndarray:
+    """``log P[i | k]`` of the channel with Laplace ``scale``, in log space (no underflow).
+
+    The unnormalised mass of ``[l, h]`` under ``e^{-|u-μ|/s}`` is
+    ``s e^{-(l-μ)/s}(1 - e^{-(h-l)/s})`` right of ``μ``, the mirror image left of it, and
+    ``s (2 - e^{-(μ-l)/s} - e^{-(h-μ)/s})`` across it; an empty cell (tied codewords) gets ``-∞``.
+    """
+    c = np.asarray(c, dtype=np.float64)
+    b = _cell_bounds(torch.from_numpy(c)).numpy()
+    lo, hi, mu = b[None, :-1], b[None, 1:], c[:, None]
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):  # the branches np.where discards
+        width = np.log(-np.expm1(-(hi - lo) / scale))
+        right = -(lo - mu) / scale + width
+        left = -(mu - hi) / scale + width
+        across = np.log(np.maximum(2 - np.exp(-(mu - lo) / scale) - np.exp(-(hi - mu) / scale), 0.0))
+    logm = np.where(lo >= mu, right, np.where(hi <= mu, left, across))
+    total = np.log(2 - np.exp(-(mu - -1.0) / scale) - np.exp(-(1.0 - mu) / scale))  # the whole of [-1, 1]
+    return logm - total
+
+
+def ma_worst_log_ratio(c: np.ndarray, scale: float) -> float:
+    """``max_{i,k,k'} log(P[i|k] / P[i|k'])`` of the exact channel: its pure-LDP ε (replace-one)."""
+    lp = ma_log_transition(c, scale)
+    live = np.isfinite(lp).all(0)  # outputs that some label can produce (all can, or none)
+    return float((lp[:, live].max(0) - lp[:, live].min(0)).max())
+
+
+def calibrated_scale(c: np.ndarray, eps: float, rtol: float = 1e-14) -> float:
+    """The Laplace scale whose exact channel has worst log-ratio ``ε`` (bisection in ``log s``).
+
+    The worst ratio decreases in the scale (it is ``D/s`` for a codebook constant ``D`` whenever the
+    worst pair is two codewords outside the output's cell); :func:`paper_scale` ``4/ε`` is always
+    private, and the result is the upper end of the final bracket for the target ``ε(1 − 1e-12)``
+    (a margin for the float64 rounding of the matrix built from it), so its worst log-ratio is
+    ``≤ ε`` and within ``1e-12 + rtol`` of it.
+    Above ``EXP_SAFE`` (ε > 700: the channel is the identity to float64 precision at either scale) the
+    paper's scale is returned.
+    """
+    hi = paper_scale(eps)
+    if eps > 700.0:
+        return hi
+    lo, target = hi / 2, eps * (1 - 1e-12)
+    while ma_worst_log_ratio(c, lo) <= target:
+        hi, lo = lo, lo / 2
+    while hi - lo > rtol * hi:
+        mid = math.sqrt(lo * hi)
+        if ma_worst_log_ratio(c, mid) <= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def _trunc_laplace_mass(t: torch.Tensor, mu: torch.Tensor, s: float) -> torch.Tensor:
@@ -155,14 +220,14 @@ def law_density(law: str, y: torch.Tensor, level: float) -> torch.Tensor:
 
 
 def ma_expected_error(c: torch.Tensor, eps: float, law: str = "uniform", level: float = 2.35,
-                      n_per: int = 6) -> torch.Tensor:
+                      n_per: int = 6, scale: float | None = None) -> torch.Tensor:
     """Exact ``E[(Y − c_Z)²]`` for ``Y`` ~ ``law`` under stochastic rounding + the MA channel.
 
     On ``[c_k, c_{k+1}]`` rounding gives ``V = k+1`` w.p. ``θ = (y − c_k)/Δ_k``; the integral
     over each interval uses Gauss–Legendre nodes (exact for the uniform law, whose integrand
-    is a cubic polynomial).
+    is a cubic polynomial).  ``scale``: the channel's Laplace scale (default :func:`paper_scale`).
     """
-    p = ma_transition(c, eps)  # [M, M]
+    p = ma_transition(c, eps, scale)  # [M, M]
     t, w = (torch.as_tensor(a, dtype=torch.float64) for a in _law_nodes(law, n_per))
     lo, hi = c[:-1], c[1:]
     gap = hi - lo
@@ -176,14 +241,28 @@ def ma_expected_error(c: torch.Tensor, eps: float, law: str = "uniform", level: 
     return (integrand * w[None, :]).sum(1).mul(gap).sum()
 
 
+def ma_gain(c: torch.Tensor, p: torch.Tensor, law: str = "uniform", level: float = 2.35, n_per: int = 6) -> float:
+    """Least-squares slope ``κ = ∫ y m(y) f(y) dy / ∫ y² f(y) dy`` of the channel's mean response
+    ``m(y) = E[c_Z | y]`` (stochastic rounding makes it linear between codewords: ``(1−θ)(Pc)_k + θ(Pc)_{k+1}``)
+    under the public surrogate law ``f``; ``B c_Z / κ`` removes identity decoding's first-order shrinkage."""
+    c, p = torch.as_tensor(c, dtype=torch.float64), torch.as_tensor(p, dtype=torch.float64)
+    mean = p @ c
+    t, w = (torch.as_tensor(a, dtype=torch.float64) for a in _law_nodes(law, n_per))
+    gap = (c[1:] - c[:-1])[:, None]
+    y = c[:-1, None] + gap * t[None, :]
+    my = (1 - t) * mean[:-1, None] + t * mean[1:, None]
+    dens = law_density(law, y, level) * w[None, :] * gap
+    return float((y * my * dens).sum() / (y * y * dens).sum())
+
+
 def _symmetric_from_logits(z: torch.Tensor, m: int) -> torch.Tensor:
     w = torch.softmax(z, 0)  # m//2 weights: m//2 - 1 left gaps and half the middle gap
     left = -1.0 + torch.cumsum(torch.cat([w.new_zeros(1), w[:-1]]), 0)  # c_1..c_{m/2}
     return torch.cat([left, -left.flip(0)])
 
 
-@lru_cache(maxsize=64)
-def _metric_aware_cached(eps: float, m: int, law: str, level: float) -> tuple[float, ...]:
+def _optimize_metric_aware(eps: float, m: int, law: str, level: float, scale: float) -> np.ndarray:
+    """L-BFGS over symmetric codebooks of :func:`ma_expected_error` for a fixed channel scale."""
     half = m // 2
     start = np.full(half, 2.0 / (m - 1))
     start[-1] = 1.0 / (m - 1)
@@ -193,21 +272,37 @@ def _metric_aware_cached(eps: float, m: int, law: str, level: float) -> tuple[fl
 
     def closure() -> torch.Tensor:
         opt.zero_grad()
-        loss = ma_expected_error(_symmetric_from_logits(z, m), eps, law, level)
+        loss = ma_expected_error(_symmetric_from_logits(z, m), eps, law, level, scale=scale)
         loss.backward()
         return loss
 
     opt.step(closure)
     with torch.no_grad():
-        c = _symmetric_from_logits(z, m).numpy()
+        return _symmetric_from_logits(z, m).numpy()
+
+
+@lru_cache(maxsize=64)
+def _metric_aware_cached(eps: float, m: int, law: str, level: float, scale: str) -> tuple[float, ...]:
+    """``scale='paper'``: optimise for the ``4/ε`` channel.  ``'exact'``: alternate optimising the codebook
+    for a scale and recalibrating the scale for the codebook (:func:`calibrated_scale`), from the paper's
+    scale, three rounds (the scale then moves by < 1e-3 relative; the pair used by an encoder is always
+    recalibrated for the final codebook, so privacy never depends on this fixed point)."""
+    s = paper_scale(eps)
+    c = _optimize_metric_aware(eps, m, law, level, s)
+    for _ in range(3 if scale == "exact" else 0):
+        s = calibrated_scale(c, eps)
+        c = _optimize_metric_aware(eps, m, law, level, s)
     return tuple(float(v) for v in c)
 
 
-def metric_aware(eps: float, m: int, law: str = "uniform", level: float = 2.35) -> np.ndarray:
-    """Codebook minimising the MA channel's exact error under a public ``law`` (cached)."""
+def metric_aware(eps: float, m: int, law: str = "uniform", level: float = 2.35, scale: str = "paper") -> np.ndarray:
+    """Codebook minimising the MA channel's exact error under a public ``law`` (cached), for the
+    channel at the paper's scale or at the calibrated one (``scale='exact'``)."""
     _check(eps, m)
     if m % 2:
         raise ValueError(f"metric-aware codebooks need an even M, got {m}")
+    if scale not in ("paper", "exact"):
+        raise ValueError(f"metric-aware channel scale must be 'paper' or 'exact', got {scale!r}")
     if m == 2:
         return np.array([-1.0, 1.0])
-    return np.array(_metric_aware_cached(float(eps), m, law, float(level)))
+    return np.array(_metric_aware_cached(float(eps), m, law, float(level), scale))

@@ -12,8 +12,17 @@ Exact MSE: ``Σ_j ‖Q_j‖² E[ŝ_j²] − ‖x‖²`` with
 ``E[ŝ_j² | V] = B² (c_V²/(p−q) + q Σ_l c_l²/(p−q)²)``.
 
 ``sstq-ma`` (§2.2, metric-aware): ``Z`` is the nearest codeword to ``T ~`` Laplace(``c_V``,
-``4B/ε``) truncated to ``[-B, B]``, sampled exactly from the closed-form transition matrix;
-identity decoding ``ŝ_J = B c_Z`` (biased, bounded variance).
+``σB``) truncated to ``[-B, B]``, sampled exactly from the closed-form transition matrix;
+identity decoding ``ŝ_J = B c_Z`` (biased, bounded variance).  ``scale=paper`` takes the spec's
+``σ = 4/ε`` (twice the Laplace mechanism's ``2/ε`` for the range ``2B``, so that the truncation's
+normaliser is covered too); its exact worst ratio is only ``e^{0.42ε}``–``e^{0.5ε}`` (b = 2…8).
+``scale=exact`` (default) calibrates ``σ`` by bisection so the exact channel's worst ratio is
+``e^ε`` (:func:`~sstq_fl.codebooks.calibrated_scale`; ``σ ≈ 0.42–0.5 × 4/ε``), with the
+codebook optimised for that channel; less noise, so less shrinkage from identity decoding.
+``decode=gain`` decodes ``B c_Z/κ`` with ``κ`` the least-squares slope of ``E[c_Z | y]`` under the
+public surrogate law (:func:`~sstq_fl.codebooks.ma_gain`, public): the shrinkage (``κ ≈ 0.5`` at
+ε = 3) is removed to first order, at ``1/κ²`` the variance; still declared biased (``E[c_Z | y]`` is
+not exactly linear), and ``mse`` is exact for either decoder.
 
 Both are pure ε-LDP per message (replace-one): the label channel's likelihood ratio is at
 most ``e^ε`` and ``J`` is independent of the data.  Any finite ε is accepted: the flat
@@ -161,20 +170,31 @@ class SSTQMetricAware(_SSTQ):
         **_SSTQ.params,
         "codebook": Param(str, "metric", "codebook optimized for this channel, or uniform", ("metric", "uniform")),
         "law": Param(str, "uniform", "public surrogate law of a coefficient for the codebook", ("uniform", "kashin")),
+        "scale": Param(str, "exact", "Laplace scale: calibrated to the exact e^eps ratio, or the paper's 4B/eps",
+                       ("exact", "paper")),
+        "decode": Param(str, "identity", "identity (B c_Z, the paper's) or gain (B c_Z / kappa, first-order unshrunk)",
+                        ("identity", "gain")),
     }
     unbiased = False
     summary = "Kashin + 1 subsampled coefficient + stochastic quantizer + truncated-Laplace channel"
 
     def __init__(self, *args: Any, **kw: Any):
         super().__init__(*args, **kw)
-        self.P = codebooks.ma_transition(self.code.cpu(), self.epsilon).to(self.device)
+        code = self.code.cpu().numpy()
+        exact = self.cfg["scale"] == "exact"
+        self.laplace_scale = codebooks.calibrated_scale(code, self.epsilon) if exact else codebooks.paper_scale(self.epsilon)
+        self.P = torch.from_numpy(np.exp(codebooks.ma_log_transition(code, self.laplace_scale))).to(self.device)
+        self.gain = 1.0
+        if self.cfg["decode"] == "gain":
+            self.gain = codebooks.ma_gain(self.code.cpu(), self.P.cpu(), self.cfg["law"], self.kashin_cfg.level)
+        self.values = self.code / self.gain  # decoded value of label i, normalised
         cum = torch.cumsum(self.P, 1)
         self.cum = (cum / cum[:, -1:]).contiguous()
 
     def _codebook(self) -> np.ndarray:
         m = 1 << self.cfg["b"]
         if self.cfg["codebook"] == "metric":
-            return codebooks.metric_aware(self.epsilon, m, self.cfg["law"], self.kashin_cfg.level)
+            return codebooks.metric_aware(self.epsilon, m, self.cfg["law"], self.kashin_cfg.level, self.cfg["scale"])
         return codebooks.uniform(m)
 
     def _channel(self, v: torch.Tensor, seeds: np.ndarray) -> torch.Tensor:
@@ -183,16 +203,23 @@ class SSTQMetricAware(_SSTQ):
         return z.clamp_max(self.M - 1)
 
     def _value(self, z: torch.Tensor) -> torch.Tensor:
-        return self.bound * self.code[z]
+        return self.bound * self.values[z]
 
     def label_channel(self) -> torch.Tensor:
         return self.P.cpu()
 
+    def channel_epsilon(self) -> float:
+        """The label channel's exact worst log-ratio (``= ε`` for ``scale=exact``, about ``ε/2`` for ``paper``)."""
+        return codebooks.ma_worst_log_ratio(self.code.cpu().numpy(), self.laplace_scale)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "laplace_scale_normalised": self.laplace_scale, "decode_gain": self.gain}
+
     def mse(self, x: torch.Tensor) -> torch.Tensor:
         s = self._full_coefficients(x)
         k, w0, w1 = self.rounding_moments(s)
-        c, p = self.code, self.P
-        ez = w0 * (p[k] @ c) + w1 * (p[k + 1] @ c)  # E[c_Z | s_j]
+        c, p = self.values, self.P
+        ez = w0 * (p[k] @ c) + w1 * (p[k + 1] @ c)  # E[v_Z | s_j]
         ez2 = w0 * (p[k] @ c**2) + w1 * (p[k + 1] @ c**2)
         rows = self.frame.row_sq_norms().to(s.device)
         second = self.bound**2 * (ez2 * rows).sum(1)

@@ -78,6 +78,8 @@ class RunConfig:
     data_dir: str | None = None
     dim: int = 100
     n: int = 4000
+    lsq_noise: float = 0.1
+    lsq_theta_scale: float | None = None
     randomness: str = "reproducible"
     diagnostics: bool = False
 
@@ -98,6 +100,11 @@ class RunConfig:
             raise ValueError(f"sampling rate must be in (0, 1], got {self.sampling_rate}")
         if self.partition not in ("iid", "dirichlet"):
             raise ValueError(f"partition must be iid or dirichlet, got {self.partition!r}")
+
+    def task_kwargs(self) -> dict[str, Any]:
+        """The task's own parameters (:func:`~sstq_fl.fl.tasks.make_task`)."""
+        return {"data_dir": self.data_dir, "dim": self.dim, "n": self.n, "noise": self.lsq_noise,
+                "theta_scale": self.lsq_theta_scale}
         if self.engine not in ("vectorized", "flower"):
             raise ValueError(f"engine must be 'vectorized' or 'flower', got {self.engine!r}")
 
@@ -179,7 +186,7 @@ class ClientData:
 
     def __init__(self, cfg: RunConfig, task: Task | None = None):
         self.cfg = cfg
-        self.task = task or make_task(cfg.task, cfg.seed, data_dir=cfg.data_dir, dim=cfg.dim, n=cfg.n)
+        self.task = task or make_task(cfg.task, cfg.seed, **cfg.task_kwargs())
         y, n_rec = self.task.data.y_train, self.task.data.x_train.shape[0]
         self.shards = (iid_shards(n_rec, cfg.clients, cfg.seed) if cfg.partition == "iid"
                        else dirichlet_shards(y.numpy(), cfg.clients, cfg.alpha, cfg.seed))
@@ -204,7 +211,7 @@ class Trainer:
         encoder spec or missing data, ``BudgetExceededError`` if the plan exceeds the budget."""
         self.cfg, self.publish_train_loss = cfg, publish_train_loss
         self.setup_s: float | None = None  # the untimed warm-up of ``train`` (None: no warm-up ran)
-        self.task = task or make_task(cfg.task, cfg.seed, data_dir=cfg.data_dir, dim=cfg.dim, n=cfg.n)
+        self.task = task or make_task(cfg.task, cfg.seed, **cfg.task_kwargs())
         self.enc = make_encoder(cfg.encoder, self.task.dim, cfg.epsilon, radius=cfg.clip, seed=cfg.seed)
         self.clients = ClientData(cfg, self.task)
         self.ledger = PrivacyLedger("replace_one", notes={"threat_model": "identified: the server sees each client's "
@@ -430,7 +437,7 @@ def trainers(base: RunConfig, specs: list[str]) -> dict[str, Trainer]:
     or written: a bad spec, missing data or an exceeded budget fails here, naming the spec."""
     from dataclasses import replace
 
-    task = make_task(base.task, base.seed, data_dir=base.data_dir, dim=base.dim, n=base.n)
+    task = make_task(base.task, base.seed, **base.task_kwargs())
     out: dict[str, Trainer] = {}
     for spec in specs:
         try:

@@ -90,12 +90,20 @@ class MLPTask(Task):
 
 
 class LeastSquaresTask(Task):
-    """E2: ``L(θ) = (1/2n)‖Aθ − b‖²`` with Gaussian ``A``; metric ``‖θ − θ*‖²``."""
+    """E2: ``L(θ) = (1/2n)‖Aθ − b‖²`` with ``A_ij ~ N(0, 1)``, ``b = Aθ_true + σ ξ``; metric ``‖θ − θ*‖²``
+    (``θ*`` the least-squares fit).  ``θ_true ~ N(0, s² I)``: the default ``s = 1/√d`` keeps
+    ``‖θ_true‖ ≈ 1`` at every ``d`` (clean training converges), ``s = 1`` is the paper's regime, where
+    ``‖θ₀ − θ*‖² ≈ d`` grows with ``d`` and clean is still far from ``θ*`` after 100 clipped steps."""
 
-    def __init__(self, dim: int, n: int, seed: int, noise: float = 0.1):
+    def __init__(self, dim: int, n: int, seed: int, noise: float = 0.1, theta_scale: float | None = None):
+        if not (noise >= 0 and math.isfinite(noise)):
+            raise ValueError(f"lsq noise must be a finite number >= 0, got {noise}")
+        if theta_scale is not None and not (theta_scale > 0 and math.isfinite(theta_scale)):
+            raise ValueError(f"lsq theta scale must be positive and finite, got {theta_scale}")
         s = np.array([rng.derive_seed(seed, 0x15A)], np.uint64)
         a = torch.from_numpy(rng.normal(s, "lsq-A", n * dim)[0].reshape(n, dim))
-        theta_true = torch.from_numpy(rng.normal(s, "lsq-theta", dim)[0]) / math.sqrt(dim)
+        scale = 1 / math.sqrt(dim) if theta_scale is None else theta_scale
+        theta_true = torch.from_numpy(rng.normal(s, "lsq-theta", dim)[0]) * scale
         b = a @ theta_true + noise * torch.from_numpy(rng.normal(s, "lsq-noise", n)[0])
         self.name, self.dim = "lsq", dim
         self.data = Dataset(a, b, a, b)
@@ -127,7 +135,8 @@ def make_task(name: str, seed: int = 0, **kw: Any) -> Task:
             raise ValueError("task cifar10 needs --data-dir pointing at the extracted cifar-10-batches-py folder")
         return MLPTask("cifar10", _tensors(*load_cifar10(kw["data_dir"])))
     if name == "lsq":
-        return LeastSquaresTask(int(kw.get("dim", 100)), int(kw.get("n", 4000)), seed)
+        return LeastSquaresTask(int(kw.get("dim", 100)), int(kw.get("n", 4000)), seed,
+                                noise=float(kw.get("noise", 0.1)), theta_scale=kw.get("theta_scale"))
     raise ValueError(f"unknown task {name!r}; choose fmnist, cifar10 or lsq")
 
 

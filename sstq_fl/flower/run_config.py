@@ -61,6 +61,7 @@ def config_from_run_config(rc: dict[str, Any]) -> tuple[Any, Path, bool]:
             raise ValueError(f"unknown key {key!r} in the Flower run config (known: {sorted(known)} + {list(APP_KEYS)})")
     kw["budget_epsilon"] = kw.get("budget_epsilon") or None
     kw["data_dir"] = kw.get("data_dir") or None
+    kw["lsq_theta_scale"] = kw.get("lsq_theta_scale") or None  # TOML has no null: 0 means the default
     kw["engine"] = "flower"
     return RunConfig(**kw), out_dir(rc), bool(rc.get("resume", False))
 

@@ -48,7 +48,7 @@ def sstq_output_law(enc, x: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("eps", EPS)
 @pytest.mark.parametrize("spec", ["sstq-flat:b=2", "sstq-flat:b=3,codebook=optimized", "sstq-ma:b=3",
-                                  "sstq-ma:b=2,codebook=uniform", "sstq-flat:b=2,frame=haar"])
+                                  "sstq-ma:b=2,codebook=uniform", "sstq-ma:b=3,scale=paper", "sstq-flat:b=2,frame=haar"])
 def test_sstq_exact_likelihood_ratio(spec, eps):
     enc = make_encoder(spec, 6, eps, radius=R)
     law = sstq_output_law(enc, adversarial(enc, 6))
@@ -61,6 +61,27 @@ def test_flat_channel_is_tight(eps):
     enc = make_encoder("sstq-flat:b=2", 6, eps, radius=R)
     ch = enc.label_channel()
     assert (ch[:, None, :] / ch[None, :, :]).max() == pytest.approx(math.exp(eps), rel=1e-12)
+
+
+@pytest.mark.parametrize("eps", [0.5, 3.0, 10.0])
+@pytest.mark.parametrize("spec", ["sstq-ma:b=2", "sstq-ma:b=4", "sstq-ma:b=8", "sstq-ma:b=4,codebook=uniform",
+                                  "sstq-ma:b=4,law=kashin"])
+def test_metric_aware_channel_is_tight_at_exact_scale(spec, eps):
+    """``scale=exact``: the exact channel's worst ratio is ``e^ε`` to 1e-9 (neither looser nor over)."""
+    ch = make_encoder(spec, 6, eps, radius=R).label_channel()
+    worst = math.log(float((ch[:, None, :] / ch[None, :, :]).max()))
+    assert worst == pytest.approx(eps, rel=1e-9) and worst <= eps * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("b", [2, 4, 8])
+def test_metric_aware_paper_scale_wastes_budget(b):
+    """The spec's ``4B/ε`` scale uses only 0.41–0.5 of ε (issue 15): the test fails if the paper
+    scale is silently replaced, or if the exact scale is not smaller than the paper's."""
+    paper = make_encoder(f"sstq-ma:b={b},scale=paper", 6, 3.0, radius=R)
+    exact = make_encoder(f"sstq-ma:b={b}", 6, 3.0, radius=R)
+    assert 0.41 * 3.0 < paper.channel_epsilon() < 0.5 * 3.0
+    assert exact.channel_epsilon() == pytest.approx(3.0, rel=1e-9)
+    assert 0.41 < exact.laplace_scale / paper.laplace_scale < 0.5
 
 
 @pytest.mark.parametrize("eps", EPS)

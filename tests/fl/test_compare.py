@@ -33,3 +33,17 @@ def test_run_command_reports_and_validates(tmp_path, capsys):
     assert "positive integer" in capsys.readouterr().err and not (tmp_path / "x").exists()
     assert main(["run", "--task", "lsq", "--lr", "0", "--out", str(tmp_path / "x")]) == 2
     assert "positive" in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
+def test_lsq_paper_regime_options(tmp_path):
+    """``--lsq-theta-scale 1`` puts ‖θ₀ − θ*‖² near d (the paper's E2), the default near 1; a bad value
+    is one line and exit 2."""
+    from sstq_fl.fl.tasks import make_task
+
+    paper = make_task("lsq", 0, dim=64, n=400, noise=1.0, theta_scale=1.0)
+    ours = make_task("lsq", 0, dim=64, n=400)
+    assert 40 < float((paper.theta_star**2).sum()) < 90 and 0.5 < float((ours.theta_star**2).sum()) < 1.6
+    out = tmp_path / "p"
+    assert main(["run", "--task", "lsq", "--dim", "8", "--n", "100", "--clients", "5", "--rounds", "2", "--encoder",
+                 "clean", "--lsq-theta-scale", "1", "--lsq-noise", "1", "--out", str(out)]) == 0
+    assert main(["run", "--task", "lsq", "--lsq-noise", "-1", "--out", str(tmp_path / "x")]) == 2
