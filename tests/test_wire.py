@@ -11,8 +11,8 @@ from sstq_fl.encoders import WireError, make_encoder
 
 from .conftest import unit_rows
 
-SPECS = ["clean", "vqsgd", "sqkr", "sqkr:coin=public", "privunit", "sstq-flat:b=4", "sstq-flat:b=8,codebook=optimized",
-         "sstq-ma:b=3"]
+SPECS = ["clean", "vqsgd", "sqkr", "sqkr:coin=public", "privunit", "privunit-mrc", "sstq-flat:b=4",
+         "sstq-flat:b=8,codebook=optimized", "sstq-ma:b=3"]
 D = 25450
 
 
@@ -30,7 +30,7 @@ def encoded():
 @pytest.mark.parametrize("spec", SPECS)
 def test_round_trip_and_exact_payload_bits(encoded, spec):
     enc, msgs, blobs = encoded[spec]
-    expected = {"clean": 32 * D, "privunit": 32 * D, "vqsgd": 16, "sqkr": 68, "sqkr:coin=public": 4,
+    expected = {"clean": 32 * D, "privunit": 32 * D, "privunit-mrc": 32, "vqsgd": 16, "sqkr": 68, "sqkr:coin=public": 4,
                 "sstq-flat:b=4": 20, "sstq-flat:b=8,codebook=optimized": 24, "sstq-ma:b=3": 19}[spec]
     assert enc.payload_bits() == expected
     for blob in blobs:

@@ -22,7 +22,7 @@ from sstq_fl.encoders import make_encoder
 
 from .conftest import unit_rows
 
-SPECS = ["sqkr", "vqsgd", "sstq-flat:b=4", "sstq-ma:b=3", "sqkr:coin=public", "clean", "privunit"]
+SPECS = ["sqkr", "vqsgd", "sstq-flat:b=4", "sstq-ma:b=3", "sqkr:coin=public", "clean", "privunit", "privunit-mrc"]
 D = 10
 T = 5
 _ENC: dict[str, object] = {}

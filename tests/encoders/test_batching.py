@@ -9,7 +9,8 @@ from sstq_fl.encoders import make_encoder
 from ..conftest import unit_rows
 
 
-@pytest.mark.parametrize("spec", ["clean", "vqsgd", "sqkr", "sqkr:coin=public", "privunit", "sstq-flat",
+@pytest.mark.parametrize("spec", ["clean", "vqsgd", "sqkr", "sqkr:coin=public", "privunit", "privunit-mrc",
+                                  "privunit-mrc:coin=public", "sstq-flat",
                                   "sstq-flat:codebook=optimized", "sstq-ma", "sstq-flat:kashin=ap,iters=50"])
 def test_batch_equals_one_at_a_time(spec):
     d = 3000

@@ -11,7 +11,7 @@ from sstq_fl.encoders import make_encoder, parse_spec
 
 from ..conftest import unit_rows
 
-ALL = ["clean", "vqsgd", "sqkr", "privunit", "sstq-flat", "sstq-ma"]
+ALL = ["clean", "vqsgd", "sqkr", "privunit", "privunit-mrc", "sstq-flat", "sstq-ma"]
 
 
 @pytest.mark.parametrize("spec", [s for s in ALL if s != "clean"])
