@@ -69,7 +69,8 @@ def cmd_encoders(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     for name, cls in sorted(registry().items()):
         rows.append({
-            "name": name, "summary": cls.summary, "unbiased": cls.unbiased, "private": cls.private,
+            "name": name, "summary": cls.summary, "unbiased": cls.unbiased,
+            "unbiased_unless_clipped": cls.unbiased_unless_clipped, "private": cls.private,
             "bits": cls.bits_formula,
             "params": {k: {"type": p.type.__name__, "default": p.default, "doc": p.doc,
                            **({"choices": list(p.choices)} if p.choices else {})} for k, p in cls.params.items()},
@@ -79,7 +80,8 @@ def cmd_encoders(args: argparse.Namespace) -> int:
         _print_json(rows)
         return 0
     for r in rows:
-        print(f"{r['name']:10s} bits = {r['bits']:40s} {'unbiased' if r['unbiased'] else 'biased'}"
+        bias = "unbiased" if r["unbiased"] else "unbiased unless clipped" if r["unbiased_unless_clipped"] else "biased"
+        print(f"{r['name']:10s} bits = {r['bits']:40s} {bias}"
               f"{'' if r['private'] else ', NOT private'}  — {r['summary']}")
         for k, p in r["params"].items():
             ch = f" {{{'|'.join(map(str, p['choices']))}}}" if "choices" in p else ""
@@ -120,6 +122,18 @@ def cmd_kashin(args: argparse.Namespace) -> int:
 
     res = kashin_levels(args.dim, args.out, args.rho)
     _table(res["rows"], ["setting", "input", "achieved_level", "public_bound", "within_bound", "s_per_vector"])
+    return 0
+
+
+def cmd_kashin_search(args: argparse.Namespace) -> int:
+    """The frame's worst Kashin level: adversarial search with dual certificates (issue 15)."""
+    from .bench.kashin import kashin_search_report
+
+    res = kashin_search_report(args.dims, args.out, args.rho, args.seed)
+    for r in res["by_dim"]:
+        print(f"d={r['d']}: worst level found {r['worst']['certified_lower_bound']:.4f} (certified lower bound); "
+              f"default public level {r['default_linf_level']}")
+    print(f"wrote {args.out} and its .png")
     return 0
 
 
@@ -577,6 +591,12 @@ def _fwht_kashin_ledger_parsers(bs: Any) -> None:
     k.add_argument("--rho", type=float, default=2.5, help="frame redundancy N/d")
     k.add_argument("--out", default="results/kashin.json", help="result JSON")
     k.set_defaults(fn=cmd_kashin)
+    ks = bs.add_parser("kashin-search", help="the frame's worst Kashin level: adversarial search, dual certificates")
+    ks.add_argument("--dims", type=positive_ints, default="100,25450", help="comma-separated dimensions d")
+    ks.add_argument("--rho", type=float, default=2.5, help="frame redundancy N/d")
+    ks.add_argument("--seed", type=int, default=0, help="public frame seed (the encoders' run seed)")
+    ks.add_argument("--out", default="results/kashin_search.json", help="result JSON (the plot goes next to it)")
+    ks.set_defaults(fn=cmd_kashin_search)
     lb = bs.add_parser("ledger", help="ledger speed (10k subsampled-Gaussian steps) and reference values")
     lb.add_argument("--steps", type=positive_int, default=10_000, help="subsampled-Gaussian steps recorded")
     lb.add_argument("--out", default="results/ledger.json", help="result JSON")

@@ -1,8 +1,14 @@
+import math
+
+import numpy as np
 import pytest
 import torch
 
+from sstq_fl.bench.kashin import certified_level, flat_vector, natural_inputs, sphere_search, walsh_flats
+from sstq_fl.bench.mse import test_vector as e1_vector
+from sstq_fl.encoders import make_encoder
 from sstq_fl.frames import make_frame
-from sstq_fl.kashin import KashinConfig, achieved_level, adversarial_inputs, kashin
+from sstq_fl.kashin import LINF_LEVEL, KashinConfig, achieved_level, adversarial_inputs, dual_bound, kashin, linf_min
 
 from .conftest import unit_rows
 
@@ -10,7 +16,7 @@ from .conftest import unit_rows
 @pytest.mark.parametrize("kind,d", [("hadamard", 10), ("hadamard", 300), ("hadamard", 3000), ("haar", 200)])
 def test_reconstruction_and_public_bound_on_adversarial_inputs(kind, d):
     fr = make_frame(kind, d, seed=1)
-    cfg = KashinConfig()
+    cfg = KashinConfig(method="lv")
     for name, x in adversarial_inputs(fr, 6).items():
         res = kashin(fr, x, cfg)
         rec = fr.synth_(res.coeffs.clone())
@@ -21,7 +27,7 @@ def test_reconstruction_and_public_bound_on_adversarial_inputs(kind, d):
 
 
 def test_level_bound_formula():
-    cfg = KashinConfig(eta=0.5, delta=0.7, fold_tol=0.01)
+    cfg = KashinConfig(method="lv", eta=0.5, delta=0.7, fold_tol=0.01)
     assert cfg.level == pytest.approx(1 / (0.5 * 0.7**0.5) + 0.01)
 
 
@@ -29,28 +35,30 @@ def test_gathered_coefficients_equal_full_and_batch_independent():
     fr = make_frame("hadamard", 500, seed=2)
     x = unit_rows(7, 500, seed=3).float()
     idx = torch.randint(0, fr.N, (7, 3))
-    full = kashin(fr, x, KashinConfig()).coeffs
-    part = kashin(fr, x, KashinConfig(), idx).coeffs
-    assert torch.equal(full.gather(1, idx), part)
-    for i in range(7):
-        alone = kashin(fr, x[i : i + 1], KashinConfig(), idx[i : i + 1]).coeffs
-        assert torch.equal(alone[0], part[i])
+    for cfg in (KashinConfig(method="lv"), KashinConfig()):
+        full = kashin(fr, x, cfg).coeffs
+        part = kashin(fr, x, cfg, idx).coeffs
+        assert torch.equal(full.gather(1, idx), part)
+        for i in range(7):
+            alone = kashin(fr, x[i : i + 1], cfg, idx[i : i + 1]).coeffs
+            assert torch.equal(alone[0], part[i])
 
 
 def test_zero_vector_and_scaling():
     fr = make_frame("hadamard", 40, seed=0)
     x = torch.zeros(2, 40, dtype=torch.float64)
     x[1] = unit_rows(1, 40)[0] * 3.0
-    res = kashin(fr, x, KashinConfig())
-    assert torch.equal(res.coeffs[0], torch.zeros(fr.N, dtype=torch.float64))
-    unit = kashin(fr, x[1:] / 3.0, KashinConfig()).coeffs
-    assert torch.allclose(res.coeffs[1:], 3.0 * unit, atol=1e-12)
+    for cfg in (KashinConfig(method="lv"), KashinConfig()):
+        res = kashin(fr, x, cfg)
+        assert torch.equal(res.coeffs[0], torch.zeros(fr.N, dtype=torch.float64))
+        unit = kashin(fr, x[1:] / 3.0, cfg).coeffs
+        assert torch.allclose(res.coeffs[1:], 3.0 * unit, atol=1e-12)
 
 
 def test_alternating_projections_reach_a_lower_level():
     fr = make_frame("hadamard", 300, seed=1)
     x = adversarial_inputs(fr, 4)["frame_row"]
-    lv = achieved_level(fr, x, KashinConfig())
+    lv = achieved_level(fr, x, KashinConfig(method="lv"))
     ap_cfg = KashinConfig(method="ap", ap_level=1.8, ap_iters=400)
     res = kashin(fr, x, ap_cfg)
     assert torch.allclose(fr.synth_(res.coeffs.clone()), x, atol=1e-9)
@@ -61,7 +69,7 @@ def test_alternating_projections_reach_a_lower_level():
 def test_contraction_failure_is_detected():
     fr = make_frame("hadamard", 300, seed=1)
     x = adversarial_inputs(fr, 2)["frame_row"]
-    res = kashin(fr, x, KashinConfig(eta=0.3, delta=1.0, max_passes=8))
+    res = kashin(fr, x, KashinConfig(method="lv", eta=0.3, delta=1.0, max_passes=8))
     assert (res.contraction_failures > 0).all() and not res.converged.any()
     assert torch.allclose(fr.synth_(res.coeffs.clone()), x, atol=1e-9)  # still exact
 
@@ -81,7 +89,130 @@ def test_pure_torch_kernel_path_matches(monkeypatch):
 
     fr = make_frame("hadamard", 3000, seed=4)
     x = unit_rows(5, 3000, seed=1).float()
-    ref = kashin(fr, x, KashinConfig()).coeffs
+    cfgs = (KashinConfig(method="lv"), KashinConfig())
+    refs = [kashin(fr, x, cfg).coeffs for cfg in cfgs]
     monkeypatch.setattr(fw, "default_kernel", lambda device: "torch")
-    got = kashin(fr, x, KashinConfig()).coeffs
-    assert torch.allclose(got, ref, atol=1e-4)
+    for cfg, ref in zip(cfgs, refs, strict=True):
+        assert torch.allclose(kashin(fr, x, cfg).coeffs, ref, atol=1e-4)
+
+
+# ------------------------------------------------------------------ linf (default) and linf_min
+
+
+@pytest.mark.parametrize("d", [100, 3000])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_linf_exact_and_within_public_level(d, dtype):
+    """Gaussian inputs, the E1 vector and frame rows: exact, within K = 1.9, no clipping needed."""
+    fr = make_frame("hadamard", d, seed=0)
+    cfg = KashinConfig()
+    assert cfg.method == "linf" and cfg.level == LINF_LEVEL == 1.9
+    for name, x in natural_inputs(fr, 4).items():
+        x = x.to(dtype)
+        res = kashin(fr, x, cfg)
+        tol = 1e-10 if dtype == torch.float64 else 2e-5
+        assert torch.allclose(fr.synth_(res.coeffs.clone()), x, atol=tol * float(x.abs().max())), name
+        lvl = res.coeffs.double().abs().amax(1) / torch.linalg.vector_norm(x.double(), dim=1)
+        assert (lvl <= cfg.level).all() and res.converged.all(), (name, lvl)
+
+
+def test_linf_batch_independence_with_hard_rows():
+    """A row's coefficients and iteration count do not depend on the rest of the batch."""
+    fr = make_frame("hadamard", 100, seed=0)
+    x = torch.cat([fr.rows(torch.tensor([3, 77])), unit_rows(4, 100, seed=9), e1_vector(100, 0.2)[None]]).float()
+    res = kashin(fr, x, KashinConfig())
+    assert res.passes.max() > res.passes.min()  # rows leave the batch at different iterations
+    for i in range(x.shape[0]):
+        alone = kashin(fr, x[i : i + 1], KashinConfig())
+        assert torch.equal(alone.coeffs[0], res.coeffs[i]) and alone.passes[0] == res.passes[i]
+
+
+def test_linf_min_brackets_the_lp_value():
+    """Dual certificate ≤ LP optimum ≤ primal level; the fast method's level is above both."""
+    from scipy.optimize import linprog
+
+    fr = make_frame("hadamard", 40, seed=3)
+    x = torch.cat([fr.rows(torch.tensor([5])), unit_rows(2, 40, seed=4)])
+    r = linf_min(fr, x, iters=2000, gap=1e-4)
+    q = fr.rows(torch.arange(fr.N)).numpy()
+    n = fr.N
+    for i in range(x.shape[0]):
+        u = (x[i] / x[i].norm()).numpy()
+        a_ub = np.block([[np.eye(n), -np.ones((n, 1))], [-np.eye(n), -np.ones((n, 1))]])
+        lp = linprog(np.r_[np.zeros(n), 1.0], A_ub=a_ub, b_ub=np.zeros(2 * n), A_eq=np.c_[q.T, np.zeros(40)],
+                     b_eq=np.sqrt(n) * u, bounds=[(None, None)] * (n + 1), method="highs")
+        assert r.lower[i] <= lp.fun + 1e-9 <= r.level[i] + 2e-9 and r.level[i] - r.lower[i] < 1e-3 * lp.fun
+        assert float(dual_bound(fr, x[i : i + 1], torch.randn(1, 40, dtype=torch.float64))[0]) <= lp.fun + 1e-9
+    assert torch.allclose(fr.synth_(r.coeffs.clone()), x / x.norm(dim=1, keepdim=True), atol=1e-10)
+    fast = achieved_level(fr, x, KashinConfig())
+    assert (fast >= r.lower - 1e-9).all()
+
+
+def test_walsh_flat_certifies_a_worst_level_that_every_method_clips():
+    """A 3-flat of Walsh indices in S gives an input needing level √8 exactly (> 1.9 and > 2.352)."""
+    fr = make_frame("hadamard", 100, seed=0)
+    flats = walsh_flats(fr, restarts=20)
+    assert flats[0].size >= 8
+    y = flat_vector(fr, flats[0])
+    cert = float(certified_level(fr, y)[0])
+    assert cert == pytest.approx(math.sqrt(flats[0].size), rel=1e-9)
+    for cfg in (KashinConfig(), KashinConfig(method="lv")):
+        res = kashin(fr, y, cfg)
+        assert float(res.coeffs.abs().max()) >= cert - 1e-9 > cfg.level  # weak duality: no method does better
+        assert not res.converged.all()
+    best, _ = sphere_search(fr, torch.randn(4, 100, dtype=torch.float64, generator=torch.Generator().manual_seed(0)), 100)
+    assert (best > 2.0).all()  # random starts find inputs needing more than the default level too
+
+
+@pytest.mark.parametrize("spec,covers", [("sstq-flat:b=3", True), ("sstq-flat:b=3,kashin=lv", True),
+                                         ("sstq-flat:b=3,kashin=ap,level=1.75", False),
+                                         ("sstq-flat:b=3,kashin=ap,level=1.9", True),
+                                         ("sstq-flat:b=3,kashin=linf,level=1.8", False), ("sqkr", True),
+                                         ("sqkr:kashin=ap,level=1.7", False)])
+def test_kashin_encoders_declare_unbiased_unless_clipped(spec, covers):
+    """No Kashin configuration is unbiased on every input (Walsh flats), so none declares ``unbiased``;
+    whether its level covers the natural input classes (frame rows) is per configuration."""
+    enc = make_encoder(spec, 50, 2.0)
+    assert enc.unbiased is False and enc.unbiased_unless_clipped is True
+    assert enc.kashin_cfg.covers_natural_inputs is covers
+
+
+def test_walsh_flat_input_is_clipped_and_mse_declares_the_bias():
+    """Attack-style check of the declaration: on a Walsh-flat input every Kashin method clips, the
+    decoded mean misses x (biased), and ``mse`` (bias included) matches the measured error; on a
+    Gaussian input nothing is clipped."""
+    enc = make_encoder("sstq-flat:b=3", 100, 2.0, radius=1.0)
+    y = flat_vector(enc.frame, walsh_flats(enc.frame, restarts=20)[0])
+    n = 20000
+    msgs = enc.encode(y.repeat(n, 1), np.arange(n))
+    assert msgs.stats["clipped"] > 0
+    est = enc.decode(msgs)
+    err = ((est - y) ** 2).sum(1)
+    assert abs(float(err.mean()) - float(enc.mse(y)[0])) <= 4 * float(err.std()) / math.sqrt(n)
+    exact_mean = enc.frame.synth_(enc._full_coefficients(y).clone())
+    assert float(torch.linalg.vector_norm(exact_mean - y)) > 0.05  # the clipping bias is real
+    g = torch.from_numpy(np.random.default_rng(1).standard_normal((8, 100)))
+    assert enc.encode(g / g.norm(dim=1, keepdim=True), np.arange(8)).stats["clipped"] == 0
+
+
+def test_kashin_search_report_small(tmp_path):
+    from sstq_fl.bench.kashin import kashin_search_report
+
+    out = tmp_path / "ks.json"
+    res = kashin_search_report([40], str(out), starts=8, sphere_iters=50, dr_iters=200, flat_restarts=20)
+    r = res["by_dim"][0]
+    assert out.exists() and (tmp_path / "ks.png").exists()
+    for v in r["natural_inputs"].values():
+        assert all(lo <= up + 1e-9 for lo, up in zip(v["min_level_lower"], v["min_level_upper"], strict=True))
+    w = r["worst"]
+    assert w["certified_lower_bound"] <= w["input_bracket"]["min_level_upper"][0] + 1e-9
+    assert w["certified_lower_bound"] >= r["flats"]["certified_level"] - 1e-9
+
+
+def test_linf_below_reachable_level_falls_back_exactly_and_no_worse_than_lv():
+    fr = make_frame("hadamard", 100, seed=0)
+    x = fr.rows(torch.tensor([1, 2]))  # needs 1.745 at d = 100
+    cfg = KashinConfig(linf_level=1.6, linf_iters=40)
+    res = kashin(fr, x, cfg)
+    assert not res.converged.any() and not cfg.covers_natural_inputs
+    assert torch.allclose(fr.synth_(res.coeffs.clone()), x, atol=1e-10)
+    assert (achieved_level(fr, x, cfg) <= achieved_level(fr, x, KashinConfig(method="lv")) + 1e-9).all()

@@ -25,7 +25,8 @@ from ..encoders import make_encoder, parse_spec, registry
 from ..io import atomic_write_json, run_meta
 from ..progress import progress
 
-E1_ENCODERS = ["vqsgd", "sqkr", "privunit", "sstq-flat:codebook=uniform", "sstq-flat:codebook=optimized", "sstq-ma"]
+E1_ENCODERS = ["vqsgd", "sqkr", "privunit", "privunit-mrc", "sstq-flat:codebook=uniform", "sstq-flat:codebook=optimized",
+               "sstq-ma", "sstq-ma:scale=paper", "sstq-ma:decode=gain"]
 
 
 def with_bits(label: str, bits: int) -> str:

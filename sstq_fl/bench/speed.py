@@ -130,9 +130,11 @@ def _time_kernel(x: torch.Tensor, name: str, reps: int) -> float:
 
 
 KASHIN_SETTINGS = {
-    "lv-fast (eta=0.6, delta=1.0)": KashinConfig(eta=0.6, delta=1.0),
-    "lv-default (eta=0.55, delta=0.9)": KashinConfig(),
-    "lv-spec (eta=0.5, delta=0.7)": KashinConfig(eta=0.5, delta=0.7),
+    "linf-default (level=1.9, 300 iters)": KashinConfig(),
+    "linf (level=1.8, 300 iters)": KashinConfig(linf_level=1.8),
+    "lv-fast (eta=0.6, delta=1.0)": KashinConfig(method="lv", eta=0.6, delta=1.0),
+    "lv-default (eta=0.55, delta=0.9)": KashinConfig(method="lv"),
+    "lv-spec (eta=0.5, delta=0.7)": KashinConfig(method="lv", eta=0.5, delta=0.7),
     "ap (level=1.75, 300 iters)": KashinConfig(method="ap", ap_level=1.75, ap_iters=300),
     "ap (level=1.65, 3000 iters)": KashinConfig(method="ap", ap_level=1.65, ap_iters=3000),
 }
@@ -150,6 +152,7 @@ def kashin_levels(dim: int, out: str, rho: float = 2.5, n_each: int = 4, setting
             lvl = achieved_level(frame, x, cfg)
             rows.append({"setting": name, "input": kind, "achieved_level": float(lvl.max()),
                          "public_bound": cfg.level, "within_bound": bool((lvl <= cfg.level + 1e-5).all()),
+                         "covers_natural_inputs": cfg.covers_natural_inputs,
                          "s_per_vector": (time.perf_counter() - t) / x.shape[0]})
     result = {"d": dim, "N": frame.N, "rho": rho, "units": "||x|| / sqrt(N)", "rows": rows, "meta": run_meta()}
     atomic_write_json(out, result)

@@ -79,13 +79,16 @@ class Messages:
 class Encoder(ABC):
     """Base class of every LDP vector encoder.
 
-    Subclasses declare ``name``, ``params``, ``unbiased`` and ``bits_formula``, and
+    Subclasses declare ``name``, ``params``, ``unbiased`` (for every input) or
+    ``unbiased_unless_clipped`` (for every input whose Kashin coefficients stay within the public
+    bound; clipped coefficients are counted in ``Messages.stats['clipped']``), ``bits_formula``, and
     implement :meth:`layout`, :meth:`_encode` and :meth:`decode`.
     """
 
     name: ClassVar[str] = ""
     params: ClassVar[dict[str, Param]] = {}
-    unbiased: ClassVar[bool] = True
+    unbiased: ClassVar[bool] = True  # E[x̂] = clip(x) for every input
+    unbiased_unless_clipped: ClassVar[bool] = False  # E[x̂] = clip(x) for every input the encoder does not clip
     private: ClassVar[bool] = True
     bits_formula: ClassVar[str] = ""
     summary: ClassVar[str] = ""

@@ -2,10 +2,17 @@
 
 Public inputs: the frame ``(kind, d, N = 2^⌈log2(ρ d)⌉, seed)`` and the Kashin parameters;
 from them the public coefficient bound ``B = K · R`` in scaled units ``s = √N a`` (``K`` the
-Kashin level of :class:`~sstq_fl.kashin.KashinConfig`), i.e. ``|a_j| ≤ K R / √N``.  A
-coefficient that exceeds ``B`` (possible only when the run-time contraction check failed)
-is clipped to ``[-B, B]``; privacy is unaffected, a small bias appears, and the count is
-reported in ``Messages.stats['clipped']``.
+Kashin level of :class:`~sstq_fl.kashin.KashinConfig`: 1.9 for the default ``kashin=linf``), i.e.
+``|a_j| ≤ K R / √N``.  A coefficient that exceeds ``B`` (a row that did not reach ``K``:
+``lv``'s contraction check failed, or ``linf``/``ap`` hit their iteration cap) is clipped to
+``[-B, B]``; privacy is unaffected, a bias appears, and the count is reported in
+``Messages.stats['clipped']``.  No configuration avoids clipping on every input: the
+randomized partial Hadamard frame contains Walsh flats, sparse inputs that certifiably need level
+``√(2^k)`` (≥ 3.02 at d = 100, ≥ 5.66 at d = 25,450; :mod:`sstq_fl.bench.kashin`), above every
+practical ``K``, ``lv``'s 2.352 included.  So the unbiased Kashin encoders declare
+``unbiased_unless_clipped`` (exactly unbiased on every input they do not clip: no clipping on
+Gaussian inputs, the E1 vector or frame rows at the default level), not ``unbiased``; their
+``mse`` includes the clipping bias.
 
 Server side, contributions are accumulated as a dense ``N``-vector in scaled units and the
 frame synthesis is applied once per round (:meth:`_finish`).
@@ -20,18 +27,19 @@ from typing import Any, ClassVar
 import torch
 
 from ..frames import Frame, make_frame
-from ..kashin import KashinConfig, kashin
+from ..kashin import LINF_LEVEL, METHODS, KashinConfig, kashin
 from .base import Encoder, Param
 
 FRAME_PARAMS: dict[str, Param] = {
     "frame": Param(str, "hadamard", "public frame: randomized partial Hadamard or dense Haar", ("hadamard", "haar")),
     "rho": Param(float, 2.5, "frame redundancy: N = 2^ceil(log2(rho d))"),
-    "kashin": Param(str, "lv", "Kashin method: lv (fast) or ap (alternating projections, lower level)", ("lv", "ap")),
+    "kashin": Param(str, "linf", "Kashin method: linf (level-targeted, default), lv (Lyubarskii-Vershynin) or ap "
+                    "(alternating projections)", METHODS),
     "eta": Param(float, 0.55, "LV truncation ratio eta"),
     "delta": Param(float, 0.9, "LV uncertainty parameter delta"),
     "passes": Param(int, 40, "maximum LV passes"),
-    "level": Param(float, 1.75, "target level for kashin=ap (units of R/sqrt(N))"),
-    "iters": Param(int, 300, "alternating-projection iterations for kashin=ap"),
+    "level": Param(float, LINF_LEVEL, "public level for kashin=linf, target level for kashin=ap (units of R/sqrt(N))"),
+    "iters": Param(int, 300, "iteration cap for kashin=linf and kashin=ap"),
 }
 
 
@@ -47,7 +55,8 @@ class FramedEncoder(Encoder):
         super().__init__(*args, **kw)
         c = self.cfg
         self.kashin_cfg = KashinConfig(method=c["kashin"], eta=c["eta"], delta=c["delta"], max_passes=c["passes"],
-                                       ap_level=c["level"], ap_iters=c["iters"])
+                                       ap_level=c["level"], ap_iters=c["iters"], linf_level=c["level"],
+                                       linf_iters=c["iters"])
         self.frame = cached_frame(c["frame"], self.dim, c["rho"], self.seed, str(self.device))
         self.N = self.frame.N
         self.log2n = int(math.log2(self.N)) if self.N & (self.N - 1) == 0 else math.ceil(math.log2(self.N))

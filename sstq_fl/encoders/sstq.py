@@ -5,8 +5,8 @@ Client: clip ``x`` to the ``R``-ball; Kashin representation ``s`` (``|s_j| ≤ B
 ``Γ`` (``c_1 = -1 ≤ … ≤ c_M = 1``, ``Σ c_i = 0``, ``M = 2^b``) to a label ``V`` with
 ``E[c_V] = s_J/B``; privatize ``V`` into ``Z`` and send ``(J, Z)``: ``log2 N + b`` bits.
 
-``sstq-flat`` (§2.1, unbiased): flat ``M``-ary randomized response, ``Z = V`` w.p.
-``p = e^ε/(e^ε+M−1)``, else uniform over the other labels (``q = 1/(e^ε+M−1)``).  Server:
+``sstq-flat`` (§2.1, unbiased on every input whose coefficients are not clipped): flat ``M``-ary
+randomized response, ``Z = V`` w.p. ``p = e^ε/(e^ε+M−1)``, else uniform over the other labels (``q = 1/(e^ε+M−1)``).  Server:
 ``ŝ_J = B c_Z/(p−q)`` and ``x̂ = √N ŝ_J Q_J`` (``= d ŷ_J u_J`` in the spec's scaling).
 Exact MSE: ``Σ_j ‖Q_j‖² E[ŝ_j²] − ‖x‖²`` with
 ``E[ŝ_j² | V] = B² (c_V²/(p−q) + q Σ_l c_l²/(p−q)²)``.
@@ -115,13 +115,15 @@ class _SSTQ(FramedEncoder):
 
 @register_encoder("sstq-flat")
 class SSTQFlat(_SSTQ):
-    """SSTQ with flat randomized response (unbiased); codebook ``uniform`` or ``optimized``."""
+    """SSTQ with flat randomized response (unbiased unless a coefficient is clipped); codebook ``uniform`` or
+    ``optimized``."""
 
     params: ClassVar[dict[str, Param]] = {
         **_SSTQ.params,
         "codebook": Param(str, "uniform", "uniform grid or the privacy-aware optimum (spec 2.1)", ("uniform", "optimized")),
     }
-    unbiased = True
+    unbiased = False  # not for every input: Walsh-flat inputs need more than any practical level (framed.py)
+    unbiased_unless_clipped = True
     summary = "Kashin + 1 subsampled coefficient + stochastic quantizer + flat M-ary RR"
 
     def __init__(self, *args: Any, **kw: Any):
@@ -159,7 +161,8 @@ class SSTQFlat(_SSTQ):
         es2 = self.bound**2 * (cv2 / pq + self.q * float((c**2).sum()) / pq**2)
         rows = self.frame.row_sq_norms().to(s.device)
         xc = self.preprocess(x).double()
-        return (es2 * rows).sum(1) - (xc**2).sum(1)
+        mean = self.frame.synth_(s.clone())  # E x̂ = Qᵀ clip(s)/√N: x itself unless a coefficient was clipped
+        return (es2 * rows).sum(1) - 2 * (mean * xc).sum(1) + (xc**2).sum(1)
 
 
 @register_encoder("sstq-ma")

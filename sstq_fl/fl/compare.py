@@ -11,8 +11,8 @@ from ..progress import progress
 from ..rng import REPRODUCIBLE_WARNING
 from .engine import RunConfig, Trainer, existing_outputs, read_checkpoint, run, trainers
 
-DEFAULT_ENCODERS = ["clean", "privunit", "sqkr", "sstq-flat:b=4", "sstq-flat:b=4,codebook=optimized", "sstq-ma:b=4",
-                    "vqsgd"]
+DEFAULT_ENCODERS = ["clean", "privunit", "privunit-mrc", "sqkr", "sstq-flat:b=4", "sstq-flat:b=4,codebook=optimized",
+                    "sstq-ma:b=4", "sstq-ma:b=4,decode=gain", "vqsgd"]
 
 
 COMPARISON_FILES = ("comparison.json", "comparison.md", "comparison.png")
