@@ -25,8 +25,11 @@ from ..encoders import make_encoder, parse_spec, registry
 from ..io import atomic_write_json, run_meta
 from ..progress import progress
 
-E1_ENCODERS = ["vqsgd", "sqkr", "privunit", "privunit-mrc", "sstq-flat:codebook=uniform", "sstq-flat:codebook=optimized",
-               "sstq-ma", "sstq-ma:scale=paper", "sstq-ma:decode=gain"]
+E1_ENCODERS = ["vqsgd", "sqkr", "sqkr:kashin=lv", "privunit", "privunit-mrc", "sstq-flat:codebook=uniform",
+               "sstq-flat:codebook=uniform,kashin=lv", "sstq-flat:codebook=optimized", "sstq-ma", "sstq-ma:scale=paper",
+               "sstq-ma:decode=gain"]
+"""The E1 set: kashin=lv rows are the previous default Kashin method (level 2.352), kept side by side with the
+new default (linf, 1.9); sstq-ma's calibrated scale beside the paper's scale and the gain decoder."""
 
 
 def with_bits(label: str, bits: int) -> str:
