@@ -14,6 +14,12 @@ CSPRNG for its minibatch and, in the mod, for its encoding coins, and never send
 whichever actor runs it (simulation only).  Only the mechanism's output leaves the client: the
 wire message and ``num-examples`` (the public batch size).
 
+``train.cohort`` messages (simulation, ``clients-per-node`` > 1) make the node a cohort of virtual
+clients: it runs the ones the message names batched, as the in-process engine runs a round
+(:meth:`sstq_fl.fl.engine.ClientData.messages`: each client its own coins, in secure mode its own
+OS-CSPRNG key) and replies with one wire message per virtual client
+(:mod:`sstq_fl.flower.cohort`); a one-shot ``flwr-clientapp`` process (a deployment) refuses them.
+
 ``train.gen`` messages run a registered client task of a DP generative workload
 (:mod:`clients.gen_client`).  ``query`` reports the node's partition
 (:func:`sstq_fl.flower.plumbing.answer_query`); a long-lived process (a simulation actor) warms
@@ -37,7 +43,8 @@ from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordD
 from flwr.clientapp import ClientApp
 
 from sstq_fl.flower import LdpEncodeMod, LdpSettings
-from sstq_fl.flower.mod import WIRE_KEY, wire_array
+from sstq_fl.flower.cohort import COHORT_ACTION, cohort_of, cohort_record, message_key, node_clients
+from sstq_fl.flower.mod import WIRE_KEY, check_server, encoder_for, server_round, wire_array
 from sstq_fl.flower.plumbing import answer_query
 
 from .gen_client import run_task
@@ -79,26 +86,30 @@ def _one_shot_process() -> bool:
     return Path(sys.argv[0]).name == "flwr-clientapp"
 
 
-def _injected_fault(pid: int, t: int) -> str | None:
-    """``SSTQ_FL_FAULTS``: a JSON list of ``{"client": c, "round": t, "kind": "raise" | "garbage" | "sleep:S"}``."""
-    for f in json.loads(os.environ.get("SSTQ_FL_FAULTS", "[]")):
-        if int(f["client"]) == pid and int(f["round"]) == t:
-            return str(f["kind"])
-    return None
+def _injected_faults(clients: list[int], t: int) -> dict[int, str]:
+    """``SSTQ_FL_FAULTS``: a JSON list of ``{"client": c, "round": t, "kind": "raise" | "garbage" | "sleep:S"}``;
+    the faults of ``clients`` in round ``t``, by client."""
+    return {int(f["client"]): str(f["kind"]) for f in json.loads(os.environ.get("SSTQ_FL_FAULTS", "[]"))
+            if int(f["client"]) in clients and int(f["round"]) == t}
 
 
 def fault_injection_mod(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
     """A mod for tests of the server's fault handling (outermost): raise, sleep, or replace the wire
-    message by garbage bytes, for the client and round ``$SSTQ_FL_FAULTS`` names."""
+    message by garbage bytes, for the client and round ``$SSTQ_FL_FAULTS`` names.  On a cohort node
+    a raise or a sleep hits the node (all its clients), garbage that virtual client's message only."""
     conf: Any = msg.content.config_records.get("config", {})
-    fault = _injected_fault(int(context.node_config["partition-id"]), int(conf.get("server-round", -1)))
-    if fault == "raise":
-        raise RuntimeError(f"injected fault: client {context.node_config['partition-id']} raises")
-    if fault and fault.startswith("sleep:"):
-        time.sleep(float(fault.split(":", 1)[1]))
+    cohort = msg.metadata.message_type.endswith(f".{COHORT_ACTION}")
+    clients = cohort_of(msg) if cohort else [int(context.node_config["partition-id"])]
+    faults = _injected_faults(clients, int(conf.get("server-round", -1)))
+    if "raise" in faults.values():
+        raise RuntimeError(f"injected fault: client {min(c for c, f in faults.items() if f == 'raise')} raises")
+    for f in faults.values():
+        if f.startswith("sleep:"):
+            time.sleep(float(f.split(":", 1)[1]))
     reply = call_next(msg, context)
-    if fault == "garbage" and not reply.has_error():
-        reply.content.array_records["arrays"] = ArrayRecord({WIRE_KEY: wire_array(b"\x00garbage")})
+    for c in [c for c, f in faults.items() if f == "garbage"] if not reply.has_error() else []:
+        key = message_key(c) if cohort else WIRE_KEY
+        reply.content.array_records["arrays"][key] = wire_array(b"\x00garbage")
     return reply
 
 
@@ -130,6 +141,38 @@ def train(msg: Message, context: Context) -> Message:
     local = theta.double().numpy() - g[0].double().numpy()
     return Message(RecordDict({"arrays": ArrayRecord({"theta": Array(local)}),
                                "metrics": MetricRecord({"num-examples": cfg.batch})}), reply_to=msg)
+
+
+@app.train(COHORT_ACTION, mods=[fault_injection_mod])
+def cohort(msg: Message, context: Context) -> Message:
+    """A cohort node (simulation): its virtual clients the message names, batched as the in-process engine
+    batches a round (:meth:`sstq_fl.fl.engine.ClientData.messages`): one wire message per client, each
+    encoded with that client's own coins (secure: its own OS-CSPRNG key, drawn here and never sent)."""
+    import torch
+
+    cfg = run_config(msg, context)
+    ids = _cohort_ids(msg, context, cfg)
+    data = _client_data(json.dumps(asdict(cfg), sort_keys=True))
+    content: Any = msg.content
+    theta = torch.from_numpy(np.array(content["arrays"]["theta"].numpy()))
+    enc = encoder_for(cfg.encoder, int(theta.numel()), cfg.epsilon, cfg.clip, cfg.seed)
+    check_server(msg, enc)
+    blobs, _ = data.messages(enc, theta, server_round(msg), np.asarray(ids, dtype=np.int64))
+    return Message(RecordDict({"arrays": cohort_record(ids, blobs),
+                               "metrics": MetricRecord({"num-examples": cfg.batch})}), reply_to=msg)
+
+
+def _cohort_ids(msg: Message, context: Context, cfg: RunConfig) -> list[int]:
+    """The virtual clients a cohort message asks this node for; ``ValueError`` for a deployment (one
+    client per SuperNode) or for clients this node does not host."""
+    if _one_shot_process():
+        raise ValueError("cohort nodes (clients-per-node > 1) are for simulation only: a deployment runs one client "
+                         "per SuperNode")
+    ids, hosted = cohort_of(msg), node_clients(int(context.node_config["partition-id"]), cfg.clients,
+                                               cfg.clients_per_node)
+    if not ids or any(c not in hosted for c in ids) or len(set(ids)) != len(ids):
+        raise ValueError(f"the cohort message asks for clients {ids[:4]}... but this node hosts {hosted}")
+    return ids
 
 
 @app.train("gen")

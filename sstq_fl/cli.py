@@ -206,7 +206,7 @@ def _run_config(args: argparse.Namespace, encoder: str) -> Any:
                      partition=args.partition, alpha=args.alpha, sampling_rate=args.sampling_rate, delta=args.delta,
                      budget_epsilon=args.budget_epsilon, engine=args.engine, data_dir=args.data_dir, dim=args.dim,
                      n=args.n, lsq_noise=args.lsq_noise, lsq_theta_scale=args.lsq_theta_scale,
-                     randomness=args.randomness, diagnostics=args.diagnostics)
+                     randomness=args.randomness, diagnostics=args.diagnostics, clients_per_node=args.clients_per_node)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -678,6 +678,11 @@ def _training_args(r: argparse.ArgumentParser) -> None:
     r.add_argument("--engine", default="vectorized", choices=["vectorized", "flower"],
                    help="vectorized (one process, batched) or flower (Flower simulation on Ray)")
     r.add_argument("--ray-address", default=None, help="flower engine: attach to this Ray cluster (host:port)")
+    r.add_argument("--clients-per-node", type=positive_int, default=1,
+                   help="flower engine (simulation): each simulated node hosts a cohort of this many virtual clients, "
+                        "run batched (one gradient, one encode) with one LDP message and its own coins per client "
+                        "(run-config key clients-per-node; 1: one client per node; a deployment keeps one client "
+                        "per SuperNode)")
     r.add_argument("--seed", type=int, default=0, help="run seed (minibatches, coins, model init, partition)")
     r.add_argument("--batch", type=positive_int, default=64, help="minibatch size per client")
     r.add_argument("--clip", type=float, default=0.1, help="client clip norm C (the encoders' radius)")

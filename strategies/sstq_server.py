@@ -14,6 +14,12 @@ ArrayRecord ``arrays`` (key ``theta``), the round as ``server-round``, the clien
   (:func:`sstq_fl.flower.plumbing.discover`), re-mapped when a SuperNode restarts.
 * The wrapper validates and decodes the wire bytes (invalid replies left out with their reason),
   averages in frame coordinates, caps at ``server-cap`` and charges the run's privacy ledger.
+* Cohort nodes (simulation, ``clients_per_node`` M > 1, ``--clients-per-node`` / run-config key
+  ``clients-per-node``): node ``k`` hosts the virtual clients ``k·M .. k·M + M − 1``; a round sends
+  each node with sampled clients one ``train.cohort`` message naming them, and
+  :class:`sstq_fl.flower.cohort.CohortDecoding` treats each virtual client's wire message as a
+  separate client (validation, reasons, participation, ledger).  A deployment keeps one client
+  per SuperNode.
 * :class:`RunRecorder` is the ``evaluate_fn``: it evaluates ``θ`` and, after each round, records
   the round, checkpoints atomically and rewrites the transcript (``Trainer.complete_round``), so
   the same config and seed give the in-process engine's metrics (tests/fl/test_flower.py).
@@ -42,6 +48,7 @@ from flwr.serverapp.strategy import FedAvgM
 
 from sstq_fl.fl.engine import RoundState, RunConfig, Trainer
 from sstq_fl.flower import LdpDecoding
+from sstq_fl.flower.cohort import COHORT_MESSAGE_TYPE, KEY_COHORT, CohortDecoding, node_count
 from sstq_fl.flower.plumbing import (  # noqa: F401  (re-exported: the names the project's tests and docs use)
     FederationMismatch,
     Interrupted,
@@ -66,7 +73,8 @@ class SstqSampling(FedAvgM):
     config travels in each message (the in-process launcher, whose clients have no run config)."""
 
     def __init__(self, trainer: Trainer, offset: int, timeout: float, send_config: bool = False):
-        n = trainer.cfg.clients
+        self.per_node = trainer.cfg.clients_per_node
+        n = self.parts = node_count(trainer.cfg.clients, self.per_node)  # partitions: one per (cohort) node
         super().__init__(fraction_evaluate=0.0, min_train_nodes=n, min_available_nodes=n,
                          server_learning_rate=trainer.cfg.lr, server_momentum=0.0)
         self.tr, self.offset, self.timeout = trainer, offset, timeout
@@ -89,8 +97,8 @@ class SstqSampling(FedAvgM):
         self._by_node = {n: c for c, n in (value or {}).items()}
 
     def summary(self) -> None:
-        log.info("SstqSampling: %d clients, rounds %d..%d, server lr %s", self.tr.cfg.clients, self.offset + 1,
-                 self.tr.cfg.rounds, self.server_learning_rate)
+        log.info("SstqSampling: %d clients on %d nodes, rounds %d..%d, server lr %s", self.tr.cfg.clients, self.parts,
+                 self.offset + 1, self.tr.cfg.rounds, self.server_learning_rate)
 
     def refresh_nodes(self, grid: Grid) -> set[int]:
         """Connected node ids; re-map partitions whose node left or went silent when new nodes joined.
@@ -102,10 +110,10 @@ class SstqSampling(FedAvgM):
         partition.  With nodes that never change (simulation) this is one ``get_node_ids`` call."""
         assert self.nodes is not None
         live = set(int(n) for n in grid.get_node_ids())
-        missing = {c for c in range(self.tr.cfg.clients) if self.nodes.get(c) not in live} | self.silent
+        missing = {c for c in range(self.parts) if self.nodes.get(c) not in live} | self.silent
         new = live - set(self.nodes.values())
         if missing and new:
-            found = discover(grid, self.tr.cfg.clients, timeout=min(60.0, self.timeout), nodes=sorted(new))
+            found = discover(grid, self.parts, timeout=min(60.0, self.timeout), nodes=sorted(new))
             for c, node in sorted(found.items()):
                 if c in missing or c not in self.nodes:
                     log.warning("partition %d is now served by node %d (was node %s)", c, node, self.nodes.get(c))
@@ -122,20 +130,32 @@ class SstqSampling(FedAvgM):
         if self.current_arrays is None:
             self.current_arrays = arrays
         if self.nodes is None:
-            self.nodes = discover(grid, self.tr.cfg.clients)
+            self.nodes = discover(grid, self.parts)
             live = set(self.nodes.values())
         else:
             live = self.refresh_nodes(grid)
         t = self.offset + server_round
         self.sampled = self.tr.participants(t)
-        targets = sorted(int(c) for c in self.sampled if self.nodes.get(int(c)) in live)
+        targets = sorted(int(c) for c in self.sampled if self.nodes.get(int(c) // self.per_node) in live)
         self.unreachable = sorted(set(int(c) for c in self.sampled) - set(targets))
         config["server-round"] = t
         if self.cfg_json:
             config["run-config"] = self.cfg_json
+        if self.per_node > 1:
+            return self.cohort_messages(t, arrays, config, targets)
         content = RecordDict({"arrays": arrays, "config": config})
         return [Message(content, dst_node_id=self.nodes[c], message_type=MessageType.TRAIN, group_id=str(t))
                 for c in targets]
+
+    def cohort_messages(self, t: int, arrays: ArrayRecord, config: ConfigRecord, targets: list[int]) -> list[Message]:
+        """One ``train.cohort`` message per node with sampled clients, naming them (``cohort-clients``)."""
+        assert self.nodes is not None
+        cohorts: dict[int, list[int]] = {}
+        for c in targets:
+            cohorts.setdefault(c // self.per_node, []).append(c)
+        return [Message(RecordDict({"arrays": arrays, "config": ConfigRecord({**config, KEY_COHORT: ids})}),
+                        dst_node_id=self.nodes[k], message_type=COHORT_MESSAGE_TYPE, group_id=str(t))
+                for k, ids in sorted(cohorts.items())]
 
 
 class RunRecorder:
@@ -186,8 +206,9 @@ def serve(grid: Grid, cfg: RunConfig, out: Path, resume: bool = False, progress:
     if st.round < cfg.rounds:
         wait = timeout or round_timeout()
         inner = SstqSampling(tr, st.round, wait, send_config)
-        ldp = LdpDecoding(inner, cfg.encoder, cfg.epsilon, cfg.clip, frame_seed=cfg.seed, server_cap=cfg.server_cap,
-                          delta=cfg.delta, ledger=tr.ledger, identify=inner.client_of)
+        decoding = CohortDecoding if cfg.clients_per_node > 1 else LdpDecoding
+        ldp = decoding(inner, cfg.encoder, cfg.epsilon, cfg.clip, frame_seed=cfg.seed, server_cap=cfg.server_cap,
+                       delta=cfg.delta, ledger=tr.ledger, identify=inner.client_of)
         ldp.joins = {c: int(n) for c, n in enumerate(st.joins if st.joins is not None else [])}
         record = RunRecorder(tr, st, out, inner, ldp, progress)
         assert st.theta is not None
@@ -216,23 +237,27 @@ def main(grid: Grid, context: Context) -> None:
 
 
 def run_flower(cfg: RunConfig, out: Path, resume: bool = False, progress: bool | None = None,
-               client_cpus: float = 0.5, ray_address: str | None = None, client_gpus: float | None = None
+               client_cpus: float | None = None, ray_address: str | None = None, client_gpus: float | None = None
                ) -> dict[str, Any]:
-    """Run ``cfg`` on Flower's simulation engine (Ray), one SuperNode per client.
+    """Run ``cfg`` on Flower's simulation engine (Ray), one SuperNode per client, or, with
+    ``cfg.clients_per_node`` M > 1, one per cohort of M virtual clients (:mod:`sstq_fl.flower.cohort`).
 
     ``ray_address`` (or ``$SSTQ_FL_RAY_ADDRESS``) attaches to an existing Ray cluster instead
-    of starting a local one.  Clients get ``client_gpus`` GPUs each (default: 0.25 when CUDA is
-    available, else 0), through Flower's client resources.
+    of starting a local one; the nodes run on Ray actors spread over the cluster's workers.  Each
+    node's actor gets ``client_cpus`` CPUs (default 0.5, or 1 for cohort nodes, which compute a
+    batch) and ``client_gpus`` GPUs (default: 0.25 when CUDA is available, else 0), through
+    Flower's client resources.
     """
     return run_flower_many([(cfg, out, resume)], progress, client_cpus, ray_address, client_gpus)[0]
 
 
-def run_flower_many(jobs: list[tuple[RunConfig, Path, bool]], progress: bool | None = None, client_cpus: float = 0.5,
-                    ray_address: str | None = None, client_gpus: float | None = None) -> list[dict[str, Any]]:
+def run_flower_many(jobs: list[tuple[RunConfig, Path, bool]], progress: bool | None = None,
+                    client_cpus: float | None = None, ray_address: str | None = None, client_gpus: float | None = None
+                    ) -> list[dict[str, Any]]:
     """Run several configs (e.g. one per encoder) one after another in **one** Flower simulation.
 
-    The SuperNodes and their Ray actors are started once; each message carries its run's
-    config, so the clients switch encoder with the server.  All jobs need the same ``clients``.
+    The SuperNodes and their Ray actors are started once; each message carries its run's config, so
+    the clients switch encoder with the server.  All jobs need the same ``clients`` and ``clients_per_node``.
 
     One SIGINT (Ctrl-C) stops the simulation within seconds (:func:`~sstq_fl.flower.plumbing.simulate`):
     the round in progress is abandoned, every completed round is in its run's checkpoint, and
@@ -240,8 +265,7 @@ def run_flower_many(jobs: list[tuple[RunConfig, Path, bool]], progress: bool | N
     """
     from clients.sstq_client import app as client_app
 
-    if len({cfg.clients for cfg, _, _ in jobs}) != 1:
-        raise ValueError("run_flower_many: every job must have the same number of clients")
+    nodes, cpus = _simulated_nodes(jobs, client_cpus)
     results: list[dict[str, Any]] = []
     server, stop = ServerApp(), threading.Event()
 
@@ -250,10 +274,20 @@ def run_flower_many(jobs: list[tuple[RunConfig, Path, bool]], progress: bool | N
         for cfg, out, resume in jobs:
             results.append(serve(StoppableGrid(grid, stop), cfg, out, resume, bool(progress), send_config=True))
 
-    simulate(server, client_app, jobs[0][0].clients, backend_config(client_cpus, ray_address, client_gpus), stop)
+    simulate(server, client_app, nodes, backend_config(cpus, ray_address, client_gpus), stop)
     if len(results) < len(jobs):
         if stop.is_set():
             raise KeyboardInterrupt
         raise RuntimeError(f"the Flower run stopped after {len(results)} of {len(jobs)} runs (see the log); "
                            f"resume with --resume from {jobs[len(results)][1]}")
     return results
+
+
+def _simulated_nodes(jobs: list[tuple[RunConfig, Path, bool]], client_cpus: float | None) -> tuple[int, float]:
+    """The simulation's node count (one per client, or per cohort) and CPUs per node's actor (default 0.5,
+    1 for cohort nodes); ``ValueError`` unless every job has the same clients and clients per node."""
+    if len({(cfg.clients, cfg.clients_per_node) for cfg, _, _ in jobs}) != 1:
+        raise ValueError("run_flower_many: every job must have the same number of clients and clients per node")
+    cfg = jobs[0][0]
+    cpus = client_cpus if client_cpus is not None else (1.0 if cfg.clients_per_node > 1 else 0.5)
+    return node_count(cfg.clients, cfg.clients_per_node), cpus

@@ -44,7 +44,7 @@ import torch
 
 from .. import wire
 from ..aggregation import charge_joins, decode_mean
-from ..encoders import make_encoder
+from ..encoders import Encoder, make_encoder
 from ..io import atomic_write_bytes, atomic_write_json, run_meta
 from ..privacy.ldp import ldp_plan_report
 from ..privacy.ledger import Budget, PrivacyLedger, transcript_binding
@@ -82,6 +82,7 @@ class RunConfig:
     lsq_theta_scale: float | None = None
     randomness: str = "reproducible"
     diagnostics: bool = False
+    clients_per_node: int = 1  # flower engine (simulation): virtual clients one simulated node hosts (a cohort)
 
     def __post_init__(self) -> None:
         check_mode(self.randomness)
@@ -100,6 +101,8 @@ class RunConfig:
             raise ValueError(f"sampling rate must be in (0, 1], got {self.sampling_rate}")
         if self.partition not in ("iid", "dirichlet"):
             raise ValueError(f"partition must be iid or dirichlet, got {self.partition!r}")
+        if not 1 <= self.clients_per_node <= self.clients:
+            raise ValueError(f"clients per node must be in 1..clients ({self.clients}), got {self.clients_per_node}")
 
     def task_kwargs(self) -> dict[str, Any]:
         """The task's own parameters (:func:`~sstq_fl.fl.tasks.make_task`)."""
@@ -159,6 +162,7 @@ def read_checkpoint(out: Path, cfg: RunConfig) -> dict[str, Any]:
     if not path.is_file():
         raise ValueError(f"--resume: no checkpoint in {out} (nothing to resume; run without --resume)")
     ck = json.loads(path.read_text())
+    ck["config"] = {"clients_per_node": 1, **ck["config"]}  # a checkpoint from before the field: one client per node
     if ck["config"] != asdict(cfg):
         diff = sorted(k for k in ck["config"] if ck["config"][k] != asdict(cfg).get(k))
         raise ValueError(f"--resume: the checkpoint in {out} was made with a different config ({diff})")
@@ -202,6 +206,23 @@ class ClientData:
         grads[bad] = 0.0
         return grads, int(bad.sum())
 
+    def messages(self, enc: Encoder, theta: torch.Tensor, t: int, ids: np.ndarray) -> tuple[list[bytes], dict[str, float]]:
+        """Round ``t``'s wire messages of clients ``ids``, batched: minibatch, gradient, clip, encode.
+
+        Each client keys its own coins: in secure mode a fresh OS-CSPRNG key per client, drawn here
+        (on the client, or the node hosting it) and never returned; in reproducible mode the
+        ``(seed, t, client)`` seeds.  Also the encoder's data-dependent statistics, only with
+        ``diagnostics`` (reproducible mode).  The one copy of a round's client side: the
+        vectorized engine (:meth:`Trainer.client_messages`) and a Flower cohort node both call it."""
+        cfg = self.cfg
+        if not len(ids):
+            return [], {}
+        keys = client_coins(cfg.randomness, cfg.seed, t, ids)  # secure mode: drawn here, on the client
+        grads, bad = self.gradients(theta, t, ids, keys)
+        msgs = enc.encode(grads, encoder_seeds(cfg.seed, t, ids) if keys is None else keys)
+        stats = {**msgs.stats, "nonfinite_gradients": float(bad)} if cfg.diagnostics else {}
+        return wire.pack(enc, msgs, round=t), stats
+
 
 class Trainer:
     """One run: task, encoder, shards and ledger; ``train`` runs (or resumes) it into a folder."""
@@ -234,14 +255,7 @@ class Trainer:
         the encoder's data-dependent statistics.  A non-finite gradient is replaced by the public
         null input ``0`` (the message is then the encoding of 0, like any other message).
         """
-        cfg = self.cfg
-        if not len(ids):
-            return [], {}
-        keys = client_coins(cfg.randomness, cfg.seed, t, ids)  # secure mode: drawn here, on the client
-        grads, bad = self.clients.gradients(theta, t, ids, keys)
-        msgs = self.enc.encode(grads, encoder_seeds(cfg.seed, t, ids) if keys is None else keys)
-        stats = {**msgs.stats, "nonfinite_gradients": float(bad)} if cfg.diagnostics else {}
-        return wire.pack(self.enc, msgs, round=t), stats
+        return self.clients.messages(self.enc, theta, t, ids)
 
     def run_round(self, st: RoundState) -> dict[str, Any]:
         assert st.theta is not None

@@ -7,6 +7,7 @@ The one place in ``sstq_fl`` that imports Flower (tests/test_backends.py checks 
     app = ClientApp(mods=[LdpEncodeMod("sstq-flat:b=4", epsilon=3.0, radius=1.0)])          # client
     strategy = LdpDecoding(FedAvg(), encoder="sstq-flat:b=4", epsilon=3.0, radius=1.0)     # server
 
+:mod:`.cohort` makes a simulated node host a cohort of virtual clients (one message per client);
 :mod:`.plumbing` holds what the project's own apps share (node discovery, round timeout,
 error attribution, the QUERY handler, the in-process simulation launcher).
 """

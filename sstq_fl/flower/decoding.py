@@ -126,18 +126,17 @@ class LdpDecoding(Strategy):
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         assert self.enc is not None and self.ledger is not None
         replies = list(replies)
-        nodes, blobs, kept, dropped = self._read(replies)
-        order = sorted(range(len(nodes)), key=lambda i: self.identify(nodes[i]))  # a deterministic sum: client order
-        nodes, blobs, kept = [nodes[i] for i in order], [blobs[i] for i in order], [kept[i] for i in order]
+        clients, blobs, kept, dropped = self._collect(replies)
+        order = sorted(range(len(clients)), key=lambda i: clients[i])  # a deterministic sum: client order
+        clients, blobs, kept = [clients[i] for i in order], [blobs[i] for i in order], [kept[i] for i in order]
         got = decode_mean(self.enc, blobs, self._round, self.server_cap, _dtype(self._global))
-        dropped += [{"client": self.identify(nodes[i]), "reason": why} for i, why in got.rejected]
-        for n in nodes:  # every message a client sent is charged, valid or not
-            c = self.identify(n)
+        dropped += [{"client": clients[i], "reason": why} for i, why in got.rejected]
+        for c in clients:  # every message a client sent is charged, valid or not
             self.joins[c] = self.joins.get(c, 0) + 1
         charge_joins(self.ledger, self.enc, list(self.joins.values()))
-        ok = set(range(len(nodes))) - {i for i, _ in got.rejected}
-        self.last = {"round": self._round, "clients": len(self._sent), "dropped": dropped,
-                     "senders": [self.identify(nodes[i]) for i in sorted(ok)],
+        ok = set(range(len(clients))) - {i for i, _ in got.rejected}
+        self.last = {"round": self._round, "clients": self.asked_clients(), "dropped": dropped,
+                     "senders": [clients[i] for i in sorted(ok)],
                      "silent": sorted(self.identify(n) for n in self._silent),
                      "bits_per_client": self.enc.payload_bits() if blobs else 0, "bytes_per_client": got.bytes_per_message}
         for d in dropped:
@@ -146,8 +145,18 @@ class LdpDecoding(Strategy):
             return None, None
         return self._inner(server_round, got.mean, [kept[i] for i in sorted(ok)])
 
+    def asked_clients(self) -> int:
+        """How many clients this round's messages asked for (one per message)."""
+        return len(self._sent)
+
+    def _collect(self, replies: list[Message]) -> tuple[list[int], list[bytes], list[Message], list[dict[str, Any]]]:
+        """The replies' clients (as ``identify`` names them) and wire messages; the others, with why they
+        are left out."""
+        nodes, blobs, kept, dropped = self._read(replies)
+        return [self.identify(n) for n in nodes], blobs, kept, dropped
+
     def _read(self, replies: list[Message]) -> tuple[list[int], list[bytes], list[Message], list[dict[str, Any]]]:
-        """The replies' senders and wire messages; the others, with why they are left out."""
+        """The replies' senders (node ids) and wire messages; the others, with why they are left out."""
         asked = {int(m.metadata.dst_node_id) for m in self._sent}
         nodes, blobs, kept, dropped, replied = [], [], [], [], set()
         self._silent = set()
@@ -181,7 +190,8 @@ class LdpDecoding(Strategy):
         assert self.ledger is not None
         theta = flatten(self._global) - mean.double().numpy()
         key = str(getattr(self.strategy, "weighted_by_key", "num-examples"))
-        content = RecordDict({wire_blob(kept[0])[0]: unflatten(theta, self._global), "metrics": _metrics(kept, key)})
+        arrays_key = next(iter(kept[0].content.array_records))  # the ArrayRecord's key in the clients' replies
+        content = RecordDict({arrays_key: unflatten(theta, self._global), "metrics": _metrics(kept, key)})
         arrays, metrics = self.strategy.aggregate_train(server_round, [Message(content, dst_node_id=0,
                                                                                message_type=MessageType.TRAIN)])
         metrics = MetricRecord() if metrics is None else metrics

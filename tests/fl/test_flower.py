@@ -67,3 +67,99 @@ def test_a_client_that_times_out_is_left_out_and_the_run_goes_on(tmp_path, monke
     assert [d["client"] for d in r2["dropped"]] == [2] and "timeout" in r2["dropped"][0]["reason"]
     assert len(res["rounds"]) == 3 and np.isfinite(res["final"]["distance_to_optimum"])
     assert res["randomness"]["mode"] == "secure" and all("encode_stats" not in r for r in res["rounds"])
+
+
+COHORT = dict(task="lsq", dim=20, n=800, clients=40, batch=20, clip=1.0, lr=0.5, rounds=2, encoder="sstq-flat:b=4")
+
+
+def test_cohort_nodes_give_the_in_process_engines_rounds(tmp_path):
+    """40 virtual clients on 4 simulated nodes of 10 (one batched gradient and encode per node, one
+    message per client): reproducible mode gives the in-process engine's per-round metrics; secure
+    mode (each virtual client keys its own coins inside its node) runs in the same simulation."""
+    from strategies.sstq_server import run_flower_many
+
+    ref = run(RunConfig(**COHORT), tmp_path / "v", progress=False)
+    flw, sec = run_flower_many([(RunConfig(engine="flower", clients_per_node=10, **COHORT), tmp_path / "f", False),
+                                (RunConfig(engine="flower", clients_per_node=10, **{**COHORT, "randomness": "secure"}),
+                                 tmp_path / "s", False)])
+    assert same_rounds(flw["rounds"], ref["rounds"], rel=1e-6)
+    assert all(r["clients"] == 40 and r["dropped"] == [] for r in flw["rounds"] + sec["rounds"])
+    assert flw["final"]["epsilon_total"] == pytest.approx(ref["final"]["epsilon_total"])
+    assert sec["randomness"]["mode"] == "secure" and np.isfinite(sec["final"]["distance_to_optimum"])
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stop_own_cluster(temp_dir: str, port: int) -> None:
+    """Stop only this test's Ray processes (its temp dir or port in their command line), never others'."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import time
+
+    mine = re.compile(rf"{re.escape(temp_dir)}|:{port}( |$)")
+
+    def pids() -> list[int]:
+        out = subprocess.run(["pgrep", "-af", "ray"], capture_output=True, text=True).stdout.splitlines()
+        return [int(line.split()[0]) for line in out if mine.search(line) and int(line.split()[0]) != os.getpid()]
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids():
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        time.sleep(3)
+    assert not pids(), f"ray processes left behind: {pids()}"
+
+
+def _start_head_and_worker(port: int, temp_dir: str) -> None:
+    """``ray start --head`` then ``ray start --address`` (a worker node) on loopback, one CPU each."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe, env = str(Path(sys.executable).with_name("ray")), {**os.environ, "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
+    common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats"]
+    subprocess.run([exe, "start", "--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp_dir}",
+                    *common], check=True, capture_output=True, env=env, timeout=180)
+    subprocess.run([exe, "start", f"--address=127.0.0.1:{port}", *common], check=True, capture_output=True, env=env,
+                   timeout=180)
+
+
+@pytest.mark.slow
+def test_cohort_nodes_spread_over_a_ray_cluster_with_a_head_and_a_worker(tmp_path):
+    """``ray start --head`` and ``ray start --address`` (a worker node) on loopback, one CPU each; the run
+    attaches with ``ray_address``: its cohort nodes' actors run on both Ray nodes, and the rounds are the
+    in-process engine's.  Only this cluster's processes are stopped (other tests' clusters live on)."""
+    import shutil
+    import tempfile
+
+    import ray
+
+    from strategies.sstq_server import run_flower
+
+    # a short temp dir: Ray's socket paths under it must fit AF_UNIX's 107 bytes
+    port, temp = _free_port(), tempfile.mkdtemp(prefix="rc", dir="/tmp")
+    try:
+        _start_head_and_worker(port, temp)
+        cfg = RunConfig(engine="flower", clients_per_node=10, **COHORT)
+        res = run_flower(cfg, tmp_path / "cluster", ray_address=f"127.0.0.1:{port}", client_cpus=1.0)
+        assert same_rounds(res["rounds"], run(RunConfig(**COHORT), tmp_path / "v", progress=False)["rounds"], rel=1e-6)
+        ray.init(address=f"127.0.0.1:{port}", logging_level="ERROR")
+        try:
+            actors = [a for a in ray._private.state.actors().values() if "ClientAppActor" in str(a.get("ActorClassName"))]
+            assert len(ray.nodes()) == 2 and len({a["Address"]["NodeID"] for a in actors}) == 2
+        finally:
+            ray.shutdown()
+    finally:
+        _stop_own_cluster(temp, port)
+        shutil.rmtree(temp, ignore_errors=True)

@@ -1,0 +1,131 @@
+"""Cohort nodes: one simulated Flower node hosts a cohort of ``M`` virtual clients.
+
+With ``clients-per-node M`` (simulation only) node ``k`` hosts the virtual clients
+``k·M .. k·M + M − 1``.  The server sends each node with sampled clients **one** ``train.cohort``
+message naming them (:data:`KEY_COHORT`); the node runs them the way the in-process engine runs a
+round (one batched per-client gradient, one batched encode, each client with its own coins: in
+secure mode its own OS-CSPRNG key) and replies with one wire message per virtual client, each
+its own ``Array`` under :func:`message_key` in one ArrayRecord.  :class:`CohortDecoding` then
+treats each message as a separate client: validated and rejected with its reason one by one,
+and charged to that client in the ledger.  A deployment keeps one client per SuperNode (the
+ClientApp refuses a cohort in a one-shot ``flwr-clientapp`` process).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from flwr.app import ArrayRecord, Message, MessageType
+
+from .decoding import LdpDecoding
+from .mod import WIRE_KEY, WIRE_STYPE, wire_array
+from .plumbing import error_reason, node_unavailable, sender
+
+COHORT_ACTION = "cohort"
+COHORT_MESSAGE_TYPE = f"{MessageType.TRAIN}.{COHORT_ACTION}"
+KEY_COHORT = "cohort-clients"  # the train config's list of the virtual clients a node runs this round
+
+
+def node_count(clients: int, per_node: int) -> int:
+    """How many simulated nodes host ``clients`` virtual clients, ``per_node`` each (the last maybe fewer)."""
+    return -(-clients // per_node)
+
+
+def node_clients(node: int, clients: int, per_node: int) -> range:
+    """The virtual clients node (partition) ``node`` hosts."""
+    return range(node * per_node, min(clients, (node + 1) * per_node))
+
+
+def message_key(client: int) -> str:
+    """The ArrayRecord key of virtual client ``client``'s wire message in its node's reply."""
+    return f"{WIRE_KEY}:{client}"
+
+
+def cohort_record(ids: Sequence[int], blobs: Sequence[bytes]) -> ArrayRecord:
+    """A cohort reply's ArrayRecord: each virtual client's wire message as its own raw-bytes ``Array``."""
+    return ArrayRecord({message_key(int(c)): wire_array(b) for c, b in zip(ids, blobs)})
+
+
+def cohort_of(msg: Message) -> list[int]:
+    """The virtual clients a ``train.cohort`` message asks for (``ValueError`` if it names none)."""
+    for conf in msg.content.config_records.values():
+        if KEY_COHORT in conf:
+            return [int(c) for c in conf[KEY_COHORT]]  # type: ignore[union-attr]
+    raise ValueError(f"the cohort message has no {KEY_COHORT!r} in its ConfigRecord")
+
+
+def cohort_blobs(reply: Message, clients: Sequence[int]) -> dict[int, bytes]:
+    """A cohort reply's wire messages by virtual client; ``ValueError`` naming what is wrong when its
+    structure is not one ArrayRecord of raw wire messages of (some of) the asked ``clients``."""
+    recs = reply.content.array_records
+    if len(recs) != 1:
+        raise ValueError(f"reply holds {len(recs)} ArrayRecords, not one record of LDP messages")
+    rec = next(iter(recs.values()))
+    keys = {message_key(c): c for c in clients}
+    unasked = [k for k in rec.keys() if k not in keys]
+    if unasked:
+        raise ValueError(f"reply holds {len(unasked)} messages for clients this round did not ask ({unasked[0]!r}, ...)")
+    out: dict[int, bytes] = {}
+    for k, arr in rec.items():
+        if arr.stype != WIRE_STYPE or not isinstance(arr.data, bytes):
+            raise ValueError(f"{k!r} is not an LDP message")
+        out[keys[k]] = arr.data
+    return out
+
+
+class CohortDecoding(LdpDecoding):
+    """:class:`LdpDecoding` for cohort nodes: a node's reply holds one wire message per virtual client,
+    and every virtual client is a client of its own (validation, reasons, ledger, participation).
+
+    ``identify`` maps a node id to its partition (cohort index): what ``silent`` reports and what a
+    reply from a node this round did not ask is attributed to."""
+
+    def asked_clients(self) -> int:
+        """How many virtual clients this round's messages asked for."""
+        return sum(len(cohort_of(m)) for m in self._sent)
+
+    def _collect(self, replies: list[Message]) -> tuple[list[int], list[bytes], list[Message], list[dict[str, Any]]]:
+        """Each asked virtual client's wire message; the others, with why they are left out."""
+        asked = {int(m.metadata.dst_node_id): cohort_of(m) for m in self._sent}
+        clients: list[int] = []
+        blobs: list[bytes] = []
+        kept: list[Message] = []
+        dropped: list[dict[str, Any]] = []
+        replied: set[int] = set()
+        self._silent = set()
+        for r in replies:
+            node = sender(r, self._sent)
+            if node_unavailable(r):
+                self._silent.add(node)
+            got, why = self._unpack(r, node, asked, replied)
+            replied.add(node)
+            whose = asked.get(node, [self.identify(node) if node >= 0 else node])
+            if got is None:
+                dropped += [{"client": c, "reason": why} for c in whose]
+                continue
+            for c in whose:
+                if c in got:
+                    clients.append(c)
+                    blobs.append(got[c])
+                    kept.append(r)
+                else:
+                    dropped.append({"client": c, "reason": "its node's reply holds no message for it"})
+        for n in sorted(set(asked) - replied, key=self.identify):
+            self._silent.add(n)
+            dropped += [{"client": c, "reason": "no reply before the round timeout"} for c in asked[n]]
+        return clients, blobs, kept, dropped
+
+    def _unpack(self, r: Message, node: int, asked: dict[int, list[int]], replied: set[int]
+                ) -> tuple[dict[int, bytes] | None, str | None]:
+        """One node's reply: its messages by virtual client, or why the whole reply is left out."""
+        if r.has_error():
+            return None, error_reason(r)
+        if node not in asked:
+            return None, f"reply from node {node}, which this round did not ask"
+        if node in replied:
+            return None, "second reply from the same node in one round (replay) ignored"
+        try:
+            return cohort_blobs(r, asked[node]), None
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            return None, f"malformed reply: {str(exc)[:200]}"
