@@ -7,4 +7,5 @@ cd "$(dirname "$0")/.."
 .venv/bin/sstq-fl compare --task fmnist --clients 100 --rounds 100 --batch 64 --clip 0.1 --lr 0.2 --epsilon 3 \
   --out benchmarks/results/e3 --force \
   --encoders "clean privunit privunit-mrc sqkr sqkr:kashin=lv sstq-flat:b=4 sstq-flat:b=4,kashin=lv \
-    sstq-flat:b=4,codebook=optimized sstq-ma:b=4 sstq-ma:b=4,scale=paper sstq-ma:b=4,decode=gain vqsgd"
+    sstq-flat:b=4,codebook=optimized sstq-ma:b=4 sstq-ma:b=4,scale=paper sstq-ma:b=4,decode=identity \
+    sstq-ma:b=4,scale=paper,decode=identity vqsgd"

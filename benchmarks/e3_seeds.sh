@@ -8,6 +8,6 @@ OUT=benchmarks/results/e3_seeds
 for s in ${SEEDS:-1 2 3 4}; do
   .venv/bin/sstq-fl compare --task fmnist --clients 100 --rounds 100 --batch 64 --clip 0.1 --lr 0.2 --epsilon 3 \
     --seed "$s" --out "$OUT/seed$s" --force \
-    --encoders "privunit privunit-mrc sstq-flat:b=4 sstq-ma:b=4 sstq-ma:b=4,decode=gain"
+    --encoders "privunit privunit-mrc sstq-flat:b=4 sstq-ma:b=4 sstq-ma:b=4,decode=identity"
 done
 .venv/bin/python benchmarks/e3_seeds_table.py benchmarks/results/e3 "$OUT"

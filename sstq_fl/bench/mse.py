@@ -27,9 +27,10 @@ from ..progress import progress
 
 E1_ENCODERS = ["vqsgd", "sqkr", "sqkr:kashin=lv", "privunit", "privunit-mrc", "sstq-flat:codebook=uniform",
                "sstq-flat:codebook=uniform,kashin=lv", "sstq-flat:codebook=optimized", "sstq-ma", "sstq-ma:scale=paper",
-               "sstq-ma:decode=gain"]
+               "sstq-ma:decode=identity", "sstq-ma:scale=paper,decode=identity"]
 """The E1 set: kashin=lv rows are the previous default Kashin method (level 2.352), kept side by side with the
-new default (linf, 1.9); sstq-ma's calibrated scale beside the paper's scale and the gain decoder."""
+new default (linf, 1.9); sstq-ma's calibrated scale beside the paper's, with the default gain decoder and the
+paper's identity decoder (``scale=paper,decode=identity`` is the paper's encoder)."""
 
 
 def with_bits(label: str, bits: int) -> str:

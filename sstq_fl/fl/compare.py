@@ -12,7 +12,7 @@ from ..rng import REPRODUCIBLE_WARNING
 from .engine import RunConfig, Trainer, existing_outputs, read_checkpoint, run, trainers
 
 DEFAULT_ENCODERS = ["clean", "privunit", "privunit-mrc", "sqkr", "sstq-flat:b=4", "sstq-flat:b=4,codebook=optimized",
-                    "sstq-ma:b=4", "sstq-ma:b=4,decode=gain", "vqsgd"]
+                    "sstq-ma:b=4", "sstq-ma:b=4,decode=identity", "vqsgd"]
 
 
 COMPARISON_FILES = ("comparison.json", "comparison.md", "comparison.png")

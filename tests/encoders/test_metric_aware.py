@@ -12,8 +12,8 @@ from ..conftest import unit_rows
 from .test_statistics import D, R, encode_many
 
 
-@pytest.mark.parametrize("spec", ["sstq-ma:b=3,scale=paper", "sstq-ma:b=4,decode=gain",
-                                  "sstq-ma:b=3,decode=gain,scale=paper"])
+@pytest.mark.parametrize("spec", ["sstq-ma:b=3,scale=paper,decode=identity", "sstq-ma:b=4,decode=identity",
+                                  "sstq-ma:b=3,scale=paper"])
 def test_declared_mse_matches_measured(spec):
     """``mse`` is exact for either scale and either decoder (bias included)."""
     x = unit_rows(1, D, seed=6, norm=0.6 * R)[0]

@@ -53,7 +53,7 @@ def test_declared_mse_matches_measured(spec):
 
 def test_metric_aware_is_biased_but_bounded():
     x = unit_rows(1, D, seed=7, norm=R)[0]
-    enc, est = encode_many("sstq-ma:b=4", x, 20000)
+    enc, est = encode_many("sstq-ma:b=4,decode=identity", x, 20000)
     bias = float(torch.linalg.vector_norm(est.mean(0) - x))
     assert bias > 0.05 * R and bias <= R + 1e-9  # shrinkage toward 0, never beyond ‖x‖
 
