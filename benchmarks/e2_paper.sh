@@ -9,7 +9,7 @@ OUT=benchmarks/results/e2_paper
 for d in 100 200 500; do
   for b in 4 8; do
     .venv/bin/sstq-fl compare --task lsq --dim "$d" --n 4000 --clients 200 --batch 20 --clip 1 --lr 0.5 \
-      --rounds 100 --epsilon 3 --lsq-theta-scale 1 --lsq-noise 45 --out "$OUT/d${d}_b${b}" \
+      --rounds 100 --epsilon 3 --lsq-theta-scale 1 --lsq-noise 45 --out "$OUT/d${d}_b${b}" --force \
       --encoders "clean sqkr sstq-flat:b=$b sstq-flat:b=$b,codebook=optimized sstq-ma:b=$b sstq-ma:b=$b,decode=identity vqsgd privunit privunit-mrc"
   done
 done
