@@ -30,12 +30,10 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
 from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,7 +41,15 @@ from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordD
 from flwr.clientapp import ClientApp
 
 from sstq_fl.flower import LdpEncodeMod, LdpSettings
-from sstq_fl.flower.cohort import COHORT_ACTION, cohort_of, cohort_record, message_key, node_clients
+from sstq_fl.flower.cohort import (
+    COHORT_ACTION,
+    cohort_of,
+    cohort_record,
+    deployment_process,
+    message_key,
+    node_clients,
+    refuse_in_deployment,
+)
 from sstq_fl.flower.mod import WIRE_KEY, check_server, encoder_for, server_round, wire_array
 from sstq_fl.flower.plumbing import answer_query
 
@@ -81,11 +87,6 @@ def _client_data(cfg_json: str) -> ClientData:
     return ClientData(RunConfig(**json.loads(cfg_json)))
 
 
-def _one_shot_process() -> bool:
-    """True in a ``flwr-clientapp`` process (deployment runtime): it handles one message and exits."""
-    return Path(sys.argv[0]).name == "flwr-clientapp"
-
-
 def _injected_faults(clients: list[int], t: int) -> dict[int, str]:
     """``SSTQ_FL_FAULTS``: a JSON list of ``{"client": c, "round": t, "kind": "raise" | "garbage" | "sleep:S"}``;
     the faults of ``clients`` in round ``t``, by client."""
@@ -118,7 +119,7 @@ app = ClientApp()
 
 @app.query()
 def query(msg: Message, context: Context) -> Message:
-    if not _one_shot_process():  # warm a long-lived process up for its train messages
+    if not deployment_process():  # a flwr-clientapp handles one message; warm a long-lived process up
         import torch  # noqa: F401
 
         import sstq_fl.fl.engine  # noqa: F401
@@ -165,9 +166,7 @@ def cohort(msg: Message, context: Context) -> Message:
 def _cohort_ids(msg: Message, context: Context, cfg: RunConfig) -> list[int]:
     """The virtual clients a cohort message asks this node for; ``ValueError`` for a deployment (one
     client per SuperNode) or for clients this node does not host."""
-    if _one_shot_process():
-        raise ValueError("cohort nodes (clients-per-node > 1) are for simulation only: a deployment runs one client "
-                         "per SuperNode")
+    refuse_in_deployment(cfg.clients_per_node)
     ids, hosted = cohort_of(msg), node_clients(int(context.node_config["partition-id"]), cfg.clients,
                                                cfg.clients_per_node)
     if not ids or any(c not in hosted for c in ids) or len(set(ids)) != len(ids):

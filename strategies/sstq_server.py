@@ -48,7 +48,7 @@ from flwr.serverapp.strategy import FedAvgM
 
 from sstq_fl.fl.engine import RoundState, RunConfig, Trainer
 from sstq_fl.flower import LdpDecoding
-from sstq_fl.flower.cohort import COHORT_MESSAGE_TYPE, KEY_COHORT, CohortDecoding, node_count
+from sstq_fl.flower.cohort import COHORT_MESSAGE_TYPE, KEY_COHORT, CohortDecoding, node_count, refuse_in_deployment
 from sstq_fl.flower.plumbing import (  # noqa: F401  (re-exported: the names the project's tests and docs use)
     FederationMismatch,
     Interrupted,
@@ -232,6 +232,7 @@ def main(grid: Grid, context: Context) -> None:
         serve_workload(grid, rc)
         return
     cfg, out, resume = config_from_run_config(rc)
+    refuse_in_deployment(cfg.clients_per_node)
     final = serve(grid, cfg, out, resume, deployment=True, timeout=round_timeout(rc))["final"]
     log.info("sstq-fl run finished: %s → %s", json.dumps(final, default=str), out / "metrics.json")
 

@@ -7,13 +7,16 @@ round (one batched per-client gradient, one batched encode, each client with its
 secure mode its own OS-CSPRNG key) and replies with one wire message per virtual client, each
 its own ``Array`` under :func:`message_key` in one ArrayRecord.  :class:`CohortDecoding` then
 treats each message as a separate client: validated and rejected with its reason one by one,
-and charged to that client in the ledger.  A deployment keeps one client per SuperNode (the
-ClientApp refuses a cohort in a one-shot ``flwr-clientapp`` process).
+and charged to that client in the ledger.  A deployment keeps one client per SuperNode: the
+ServerApp refuses ``clients-per-node > 1`` up front in a ``flwr-serverapp`` process, and the ClientApp
+refuses a cohort message in a one-shot ``flwr-clientapp`` process (:func:`refuse_in_deployment`).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from flwr.app import ArrayRecord, Message, MessageType
@@ -25,6 +28,24 @@ from .plumbing import error_reason, node_unavailable, sender
 COHORT_ACTION = "cohort"
 COHORT_MESSAGE_TYPE = f"{MessageType.TRAIN}.{COHORT_ACTION}"
 KEY_COHORT = "cohort-clients"  # the train config's list of the virtual clients a node runs this round
+
+
+DEPLOYMENT_PROCESSES = ("flwr-clientapp", "flwr-serverapp")
+"""The deployment runtime's app processes (Flower itself tells them by ``sys.argv[0]``); the simulation
+runtime runs apps in Ray actors or ``flwr-simulation``, ``sstq-fl run`` in its own process."""
+
+
+def deployment_process() -> bool:
+    """True in a deployment runtime's app process: a ``flwr-clientapp`` handles one message and exits, a
+    ``flwr-serverapp`` serves one run against real SuperNodes."""
+    return Path(sys.argv[0]).name in DEPLOYMENT_PROCESSES
+
+
+def refuse_in_deployment(per_node: int) -> None:
+    """``ValueError`` when cohorts (``per_node > 1``) are asked for in a deployment process."""
+    if per_node > 1 and deployment_process():
+        raise ValueError(f"clients-per-node = {per_node}: cohort nodes are for simulation only; a deployment runs "
+                         "one client per SuperNode (set clients-per-node = 1)")
 
 
 def node_count(clients: int, per_node: int) -> int:

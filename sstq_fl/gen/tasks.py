@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from ..privacy.clipping import clip_rows
 from .mepf import FeatureExtractor
 from .runner import Arrays, ClientContext, Scalar, register_client_task
 
@@ -129,7 +130,7 @@ def class_pixel_sums(ctx: ClientContext, payload: Arrays, config: dict[str, Scal
     each record contributes ``(e_y, clip_R(x)⊗e_y)`` of norm ≤ ``bound``."""
     r = float(np.sqrt(float(config["bound"]) ** 2 - 1.0))
     x = ctx.x.reshape(len(ctx.x), -1).astype(np.float64)
-    x = x * np.minimum(1.0, r / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12))
+    x = clip_rows(x, r)
     counts = np.bincount(ctx.y, minlength=10).astype(np.float64)
     sums = np.zeros((10, x.shape[1]))
     np.add.at(sums, ctx.y, x)

@@ -71,6 +71,28 @@ def test_a_cohort_node_sends_the_in_process_engines_messages_one_per_virtual_cli
         cohort(_msg(cfg, [10, 25], 101, theta), _context(1))  # client 25 lives on node 2
 
 
+def test_a_deployment_serverapp_refuses_cohorts_before_sending_anything(monkeypatch, tmp_path):
+    from strategies.sstq_server import main
+
+    rc = {"task": "lsq", "dim": 12, "clients": 40, "clients-per-node": 10, "out-dir": str(tmp_path)}
+    monkeypatch.setattr("sys.argv", ["/venv/bin/flwr-serverapp"])
+    with pytest.raises(ValueError, match="clients-per-node = 10: cohort nodes are for simulation only"):
+        main(object(), Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=rc))  # no grid call
+    assert not (tmp_path / "metrics.json").exists()
+
+
+def test_a_deployment_clientapp_refuses_a_cohort_message_a_simulated_node_runs_it(run_identity, monkeypatch):
+    from clients.sstq_client import cohort
+
+    cfg = RunConfig(randomness="reproducible", **CFG)
+    theta = Trainer(cfg).task.init_params(0).numpy()
+    monkeypatch.setattr("sys.argv", ["/venv/bin/flwr-clientapp"])
+    with pytest.raises(ValueError, match="cohort nodes are for simulation only"):
+        cohort(_msg(cfg, [10], 101, theta), _context(1))
+    monkeypatch.setattr("sys.argv", ["/venv/bin/flwr-simulation"])
+    assert list(cohort(_msg(cfg, [10], 101, theta), _context(1)).content.array_records["arrays"]) == [message_key(10)]
+
+
 class _Sent(FedAvg):
     """An inner strategy whose round is the given cohort messages."""
 

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from ...privacy.clipping import clip_rows
+
 ORTHONORMAL_ATOL = 1e-6
 """Tolerance on ``max |PPᵀ − I|`` / ``max |WᵀW − I|`` for a basis to count as orthonormal."""
 
@@ -141,10 +143,7 @@ def norm_quantile(public_x: np.ndarray, P: np.ndarray, m_pub: np.ndarray, q: flo
 def features(x: np.ndarray, P: np.ndarray, m_pub: np.ndarray, r_f: float) -> np.ndarray:
     """Per-record features ``f(z) = clip_{R_f}(P(z − m_pub))`` with ``clip_R(v) = v·min(1, R/‖v‖)`` (spec §3.2)."""
     r = _positive(r_f, "r_f")
-    v = _project(x, P, m_pub)
-    norms = np.linalg.norm(v, axis=1, keepdims=True)
-    scale = np.minimum(1.0, r / np.where(norms > 0, norms, 1.0))
-    return v * scale
+    return clip_rows(_project(x, P, m_pub), r)
 
 
 # ----------------------------------------------------------------------------------------------- client side

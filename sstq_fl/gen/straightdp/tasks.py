@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...privacy.clipping import clip_rows
 from ..runner import Arrays, ClientContext, Scalar, register_client_task
 from . import flow  # a module import (flow -> gen.tasks -> this module is a cycle); registers "straightdp-flow"
 from .moments import features, second_moment_sum
@@ -37,13 +38,6 @@ def client_features(ctx: ClientContext, payload: Arrays, config: dict[str, Scala
     return features(z, p, m_pub, float(config["r_f"]))
 
 
-def _clip_rows(rows: np.ndarray, bound: float) -> np.ndarray:
-    """Each row scaled to ℓ2 norm at most ``bound``."""
-    norms = np.linalg.norm(rows.reshape(len(rows), -1), axis=1)
-    scale = np.minimum(1.0, bound / np.maximum(norms, 1e-300))
-    return rows * scale.reshape(-1, *([1] * (rows.ndim - 1)))
-
-
 @register_client_task("straightdp.class_moments")
 def class_moments(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]) -> Arrays:
     """``{"counts": [Y], "sums_w": [Y, p]}``: Σ over own records of ``(e_y, f/(2R_f))``, each record's joint
@@ -51,7 +45,7 @@ def class_moments(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]
     f = client_features(ctx, payload, config)
     classes, r_f = int(config.get("classes", 10)), float(config["r_f"])
     joint = np.concatenate([np.eye(classes)[ctx.y], f / (2 * r_f)], axis=1)
-    joint = _clip_rows(joint, float(config["bound"]))
+    joint = clip_rows(joint, float(config["bound"]))
     sums = np.zeros((classes, joint.shape[1]))
     np.add.at(sums, ctx.y, joint)
     return {"counts": sums[:, :classes].sum(0), "sums_w": sums[:, classes:]}
