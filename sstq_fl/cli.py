@@ -30,6 +30,17 @@ def positive_ints(s: str) -> list[int]:
     return out
 
 
+def resource_amount(s: str) -> float:
+    """argparse type for a Ray resource per actor (CPUs, GPUs; fractions share one): a finite number ≥ 0."""
+    try:
+        v = float(s)
+    except ValueError:
+        v = -1.0
+    if not 0.0 <= v < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number ≥ 0, got {s!r}")
+    return v
+
+
 class _HelpFormatter(argparse.HelpFormatter):
     """Every option's help ends with its default, unless the text gives it or there is none to show."""
 
@@ -198,8 +209,10 @@ def _run_config(args: argparse.Namespace, encoder: str) -> Any:
 
     from .fl.engine import RunConfig
 
-    if args.ray_address:  # where the flower engine's Ray cluster is (not part of the run's identity)
-        os.environ["SSTQ_FL_RAY_ADDRESS"] = args.ray_address
+    for env, value in (("SSTQ_FL_RAY_ADDRESS", args.ray_address), ("SSTQ_FL_CLIENT_CPUS", args.client_cpus),
+                       ("SSTQ_FL_CLIENT_GPUS", args.client_gpus)):
+        if value is not None:  # where the flower engine runs (not part of the run's identity)
+            os.environ[env] = str(value)
 
     return RunConfig(task=args.task, encoder=encoder, clients=args.clients, rounds=args.rounds, epsilon=args.epsilon,
                      seed=args.seed, batch=args.batch, clip=args.clip, lr=args.lr, server_cap=args.server_cap,
@@ -678,6 +691,12 @@ def _training_args(r: argparse.ArgumentParser) -> None:
     r.add_argument("--engine", default="vectorized", choices=["vectorized", "flower"],
                    help="vectorized (one process, batched) or flower (Flower simulation on Ray)")
     r.add_argument("--ray-address", default=None, help="flower engine: attach to this Ray cluster (host:port)")
+    r.add_argument("--client-cpus", type=resource_amount, default=None,
+                   help="flower engine: CPUs Ray reserves for each simulated node's actor (default 0.5; 1 with cohort "
+                        "nodes, which compute a batch)")
+    r.add_argument("--client-gpus", type=resource_amount, default=None,
+                   help="flower engine: GPUs Ray reserves for each simulated node's actor (default 0.25 where CUDA is "
+                        "available, else 0; e.g. 1 to give each cohort node a GPU of its own)")
     r.add_argument("--clients-per-node", type=positive_int, default=1,
                    help="flower engine (simulation): each simulated node hosts a cohort of this many virtual clients, "
                         "run batched (one gradient, one encode) with one LDP message and its own coins per client "

@@ -54,6 +54,7 @@ from sstq_fl.flower.plumbing import (  # noqa: F401  (re-exported: the names the
     Interrupted,
     StoppableGrid,
     backend_config,
+    client_resource,
     discover,
     round_timeout,
     simulate,
@@ -285,10 +286,11 @@ def run_flower_many(jobs: list[tuple[RunConfig, Path, bool]], progress: bool | N
 
 
 def _simulated_nodes(jobs: list[tuple[RunConfig, Path, bool]], client_cpus: float | None) -> tuple[int, float]:
-    """The simulation's node count (one per client, or per cohort) and CPUs per node's actor (default 0.5,
-    1 for cohort nodes); ``ValueError`` unless every job has the same clients and clients per node."""
+    """The simulation's node count (one per client, or per cohort) and CPUs per node's actor (``client_cpus``,
+    else ``$SSTQ_FL_CLIENT_CPUS``, else 0.5, or 1 for cohort nodes); ``ValueError`` unless every job has the
+    same clients and clients per node."""
     if len({(cfg.clients, cfg.clients_per_node) for cfg, _, _ in jobs}) != 1:
         raise ValueError("run_flower_many: every job must have the same number of clients and clients per node")
     cfg = jobs[0][0]
-    cpus = client_cpus if client_cpus is not None else (1.0 if cfg.clients_per_node > 1 else 0.5)
+    cpus = client_resource(client_cpus, "SSTQ_FL_CLIENT_CPUS", lambda: 1.0 if cfg.clients_per_node > 1 else 0.5)
     return node_count(cfg.clients, cfg.clients_per_node), cpus

@@ -203,6 +203,14 @@ def test_non_positive_counts_are_argument_errors(argv, capsys):
     assert "positive integer" in capsys.readouterr().err.splitlines()[-1]
 
 
+@pytest.mark.parametrize("flag, value", [("--client-cpus", "-1"), ("--client-gpus", "nan"), ("--client-gpus", "one")])
+def test_bad_ray_resources_are_argument_errors(flag, value, capsys):
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["run", "--engine", "flower", flag, value, "--out", "x"])
+    assert exc.value.code == 2
+    assert f"expected a finite number ≥ 0, got {value!r}" in capsys.readouterr().err.splitlines()[-1]
+
+
 def test_count_lists_still_parse():
     ns = build_parser().parse_args(["bench", "mse-vs-dim"])
     assert ns.dims == [100, 500, 1000, 5000, 10000] and ns.trials == 1000 and ns.encoders == []

@@ -15,7 +15,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
@@ -288,15 +288,27 @@ def _without_run_simulation_deprecation() -> Iterator[None]:
         flower.removeFilter(quiet)
 
 
+def client_resource(value: float | None, env: str, default: Callable[[], float]) -> float:
+    """A Ray resource per node's actor: ``value`` where given, else ``$env`` where set (``sstq-fl run
+    --client-cpus`` / ``--client-gpus`` set ``$SSTQ_FL_CLIENT_CPUS`` / ``$SSTQ_FL_CLIENT_GPUS``), else ``default()``."""
+    if value is not None:
+        return float(value)
+    return float(os.environ[env]) if os.environ.get(env) else default()
+
+
+def _cuda_share() -> float:
+    """0.25 GPU per actor where CUDA is available (four nodes share one GPU), else 0."""
+    import torch
+
+    return 0.25 if torch.cuda.is_available() else 0.0
+
+
 def backend_config(client_cpus: float, ray_address: str | None, client_gpus: float | None) -> dict[str, Any]:
     """Flower's simulation backend config: Ray started locally (or attached at ``ray_address`` /
-    ``$SSTQ_FL_RAY_ADDRESS``), ``client_cpus`` and ``client_gpus`` per client (default 0.25 GPU
-    where CUDA is available, else 0)."""
+    ``$SSTQ_FL_RAY_ADDRESS``), ``client_cpus`` and ``client_gpus`` per client (GPUs: else
+    ``$SSTQ_FL_CLIENT_GPUS``, else 0.25 where CUDA is available, else 0)."""
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     address = ray_address or os.environ.get("SSTQ_FL_RAY_ADDRESS")
     init_args: dict[str, Any] = {"address": address} if address else {"num_cpus": os.cpu_count() or 2}
-    if client_gpus is None:
-        import torch
-
-        client_gpus = 0.25 if torch.cuda.is_available() else 0.0
-    return {"init_args": init_args, "client_resources": {"num_cpus": client_cpus, "num_gpus": client_gpus}}
+    gpus = client_resource(client_gpus, "SSTQ_FL_CLIENT_GPUS", _cuda_share)
+    return {"init_args": init_args, "client_resources": {"num_cpus": client_cpus, "num_gpus": gpus}}
