@@ -177,6 +177,7 @@ def test_every_row_runs_and_replays(tmp_path, method, port):
     assert cli(["privacy", "replay", str(tmp_path / "run" / "transcript.jsonl")]) == 0
 
 
+@pytest.mark.slow  # 62 s on 2 cores; the Flower pool's equality with in-process is in CI via tests/gen/test_runner.py
 @needs_data
 def test_flower_engine_gives_the_inprocess_numbers(tmp_path):
     a = run_straightdp(_tiny(tmp_path), tmp_path / "a")
