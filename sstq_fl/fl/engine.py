@@ -35,7 +35,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -103,13 +103,13 @@ class RunConfig:
             raise ValueError(f"partition must be iid or dirichlet, got {self.partition!r}")
         if not 1 <= self.clients_per_node <= self.clients:
             raise ValueError(f"clients per node must be in 1..clients ({self.clients}), got {self.clients_per_node}")
+        if self.engine not in ("vectorized", "flower"):
+            raise ValueError(f"engine must be 'vectorized' or 'flower', got {self.engine!r}")
 
     def task_kwargs(self) -> dict[str, Any]:
         """The task's own parameters (:func:`~sstq_fl.fl.tasks.make_task`)."""
         return {"data_dir": self.data_dir, "dim": self.dim, "n": self.n, "noise": self.lsq_noise,
                 "theta_scale": self.lsq_theta_scale}
-        if self.engine not in ("vectorized", "flower"):
-            raise ValueError(f"engine must be 'vectorized' or 'flower', got {self.engine!r}")
 
 
 @dataclass
@@ -156,13 +156,18 @@ def sigint_held() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
+_FIELD_DEFAULTS = {f.name: f.default for f in fields(RunConfig) if f.default is not MISSING}
+"""A checkpoint written before a field existed ran with that field's default (each new field defaults
+to the behaviour before it: one client per node, the old least-squares task)."""
+
+
 def read_checkpoint(out: Path, cfg: RunConfig) -> dict[str, Any]:
     """``out``'s checkpoint; ``ValueError`` if there is none or it was made with another config."""
     path = out / "checkpoint.json"
     if not path.is_file():
         raise ValueError(f"--resume: no checkpoint in {out} (nothing to resume; run without --resume)")
     ck = json.loads(path.read_text())
-    ck["config"] = {"clients_per_node": 1, **ck["config"]}  # a checkpoint from before the field: one client per node
+    ck["config"] = {**_FIELD_DEFAULTS, **ck["config"]}  # fields added since the checkpoint: their defaults
     if ck["config"] != asdict(cfg):
         diff = sorted(k for k in ck["config"] if ck["config"][k] != asdict(cfg).get(k))
         raise ValueError(f"--resume: the checkpoint in {out} was made with a different config ({diff})")

@@ -137,6 +137,9 @@ def test_budget_refusal_and_sampling_labels(tmp_path):
         RunConfig(budget_epsilon=0.0)
     with pytest.raises(ValueError, match="only with randomness=reproducible"):
         RunConfig(randomness="secure", diagnostics=True)
+    for bad, why in ({"engine": "gpu"}, "engine must be"), ({"clients_per_node": 101}, "clients per node must be"):
+        with pytest.raises(ValueError, match=why):
+            RunConfig(**bad)  # type: ignore[arg-type]
 
 
 @pytest.mark.skipif(not os.path.isdir("/usr/share/datasets/fashion-mnist"), reason="dataset-fashion-mnist not installed")
@@ -226,6 +229,25 @@ def test_a_fresh_run_checkpoints_round_zero(tmp_path):
     assert json.loads((tmp_path / "z" / "checkpoint.json").read_text())["round"] == 0
     m = run(RunConfig(encoder="sqkr", **LSQ), tmp_path / "z", resume=True, progress=False)
     assert len(m["rounds"]) == LSQ["rounds"]
+
+
+def test_a_checkpoint_from_before_the_newer_fields_resumes_with_their_defaults(tmp_path):
+    """``lsq_noise``, ``lsq_theta_scale`` and ``clients_per_node`` came later: a checkpoint without them ran
+    with their defaults and resumes; one with another value for them does not."""
+    cfg = RunConfig(encoder="sqkr", **{**LSQ, "rounds": 3})
+    tr = Trainer(cfg)
+    tr.run_round = lambda st: (_ for _ in ()).throw(KeyboardInterrupt)  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        tr.train(tmp_path / "old", progress=False)
+    path = tmp_path / "old" / "checkpoint.json"
+    ck = json.loads(path.read_text())
+    for k in ("lsq_noise", "lsq_theta_scale", "clients_per_node"):
+        del ck["config"][k]
+    path.write_text(json.dumps(ck))
+    with pytest.raises(ValueError, match=r"different config \(\['lsq_noise'\]\)"):
+        run(RunConfig(encoder="sqkr", **{**LSQ, "rounds": 3, "lsq_noise": 0.5}), tmp_path / "old", resume=True,
+            progress=False)
+    assert len(run(cfg, tmp_path / "old", resume=True, progress=False)["rounds"]) == 3
 
 
 def test_a_crash_between_the_model_file_and_the_checkpoint_resumes_consistently(tmp_path, monkeypatch):
