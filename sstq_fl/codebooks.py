@@ -24,6 +24,8 @@ import numpy as np
 import torch
 from scipy.optimize import minimize
 
+from .privacy.events import EXP_SAFE
+
 
 def _check(eps: float, m: int) -> None:
     if not (isinstance(m, int) and m >= 2):
@@ -175,7 +177,7 @@ def calibrated_scale(c: np.ndarray, eps: float, rtol: float = 1e-14) -> float:
     paper's scale is returned.
     """
     hi = paper_scale(eps)
-    if eps > 700.0:
+    if eps > EXP_SAFE:
         return hi
     lo, target = hi / 2, eps * (1 - 1e-12)
     while ma_worst_log_ratio(c, lo) <= target:

@@ -177,12 +177,12 @@ def unit_costs(task: str, encoder: str, batch: int, cohort: int = 1000, server_c
 
 def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     """Round time and peak memory against clients per round, per engine."""
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from ..plots import save
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.5))
+    fig = Figure(figsize=(11, 4.5))
+    a, b = fig.subplots(1, 2)
     for engine, marker in (("vectorized", "o"), ("flower", "s")):
         rs = sorted((r for r in rows if r["engine"] == engine), key=lambda r: r["clients"])
         label = "in-process (vectorized)" if engine == "vectorized" else "Flower + Ray, cohort nodes"
@@ -195,7 +195,7 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         ax.legend(fontsize=8)
     fig.suptitle(title, fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save(fig, path, dpi=120)  # atomic, like the JSON beside it
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -41,9 +41,9 @@ from .mse import test_vector
 
 
 def certified_level(frame: Frame, y: torch.Tensor) -> torch.Tensor:
-    """``N / ‖√N Q ŷ‖_1`` per row (``ŷ = y/‖y‖``): a lower bound on ``K*``, attained by ``x = ŷ``."""
-    y = y.double() / torch.linalg.vector_norm(y.double(), dim=1, keepdim=True)
-    return frame.N / frame.coef(y).abs().sum(1)
+    """``N / ‖√N Q ŷ‖_1`` per row (``ŷ = y/‖y‖``): a lower bound on ``K*``, attained by ``x = ŷ``
+    (the weak-duality bound :func:`~sstq_fl.kashin.dual_bound` with ``u = y``)."""
+    return dual_bound(frame, y.double(), y.double())
 
 
 def walsh_flats(frame: HadamardFrame, restarts: int = 200, seed: int = 0, greedy_dim: int = 2) -> list[np.ndarray]:
@@ -107,15 +107,18 @@ def sphere_search(frame: Frame, y: torch.Tensor, iters: int = 600, step: float =
     retraction by normalisation; returns the best certified level per row and its ``y``.
     """
     y = y.double() / torch.linalg.vector_norm(y.double(), dim=1, keepdim=True)
-    best, best_y = certified_level(frame, y), y.clone()
-    for k in range(iters):
-        g = frame.synth_(frame.coef(y).sign_())
+    best, best_y = torch.full((len(y),), -math.inf, dtype=torch.float64), y.clone()
+    for k in range(iters + 1):
+        c = frame.coef(y)  # one analysis per iterate: its level (y is unit) and its subgradient
+        lvl = frame.N / c.abs().sum(1)
+        up = lvl > best
+        best[up], best_y[up] = lvl[up], y[up]
+        if k == iters:
+            break
+        g = frame.synth_(c.sign_())
         g -= (g * y).sum(1, keepdim=True) * y
         y = y - step * decay**k * g / torch.linalg.vector_norm(g, dim=1, keepdim=True).clamp_min(1e-300)
         y /= torch.linalg.vector_norm(y, dim=1, keepdim=True)
-        lvl = certified_level(frame, y)
-        up = lvl > best
-        best[up], best_y[up] = lvl[up], y[up]
     return best, best_y
 
 
@@ -221,7 +224,8 @@ def plot_kashin_search(result: dict[str, Any], path: str) -> None:
         ax.bar(names, up, color=["C0"] * (len(names) - 1) + ["C3"])
         ax.scatter(names, lo, marker="_", color="k", s=200, zorder=3, label="dual certificate")
         ax.axhline(r["default_linf_level"], color="C2", ls="--", label=f"linf public level {r['default_linf_level']}")
-        ax.axhline(2.352, color="C1", ls=":", label="lv public level 2.352")
+        lv = KashinConfig(method="lv").level
+        ax.axhline(lv, color="C1", ls=":", label=f"lv public level {lv:.3f}")
         ax.set_title(f"d = {r['d']}, N = {r['N']}", fontsize=9)
         ax.set_ylabel("level (units ||x|| / sqrt(N))")
         ax.tick_params(axis="x", labelsize=7, rotation=20)

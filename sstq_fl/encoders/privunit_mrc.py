@@ -161,7 +161,7 @@ class HadamardCandidates:
         ``v`` is ``[n, P]`` float32; a sign flip is an XOR of the float's sign bit (exact).
         """
         n = v.shape[0]
-        y = v[:, None, :].expand(n, self.blocks, self.P).reshape(n * self.blocks, self.P).contiguous()
+        y = v.repeat(1, self.blocks).reshape(n * self.blocks, self.P)  # a copy: the transforms below are in place
         flips = signs.permute(2, 0, 1, 3).reshape(3, n * self.blocks, self.P).to(torch.int32).bitwise_left_shift_(31)
         bits = y.view(torch.int32)
         for layer in (2, 1, 0):
