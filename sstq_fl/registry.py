@@ -1,0 +1,179 @@
+"""One registry helper for every named extension point of sstq-fl.
+
+Encoders, FL tasks, DP generative pipelines, client tasks, models, privacy events, FWHT kernels
+and execution backends are each a :class:`Registry`.  Every registry follows the same rules,
+in the manner of Opacus' decorator registries:
+
+* ``@REG.register("name")`` (or ``REG.register("name", obj)``) adds an entry; a second,
+  different object under a taken name is a one-line ``ValueError`` naming both.
+* Built-in entries live in modules that register themselves on import; a registry names those
+  modules (``builtins=``) and imports them on first look-up, so importing the registry is cheap
+  and has no import cycle with the modules that fill it.
+* Where users extend (encoders, FL tasks, pipelines), a registry also names an entry-point
+  group (``group=``): each entry point of that group is loaded once, on first look-up.  A
+  plug-in that fails to import, is of the wrong kind, or takes a name already registered is
+  skipped with a one-line :class:`PluginWarning` naming it and its distribution, so one broken
+  plug-in never breaks a command.
+* ``REG[name]`` of an unknown name is an :class:`UnknownName` error (a ``ValueError`` and a
+  ``KeyError``) listing the registered names; ``names()``, ``items()`` and ``in`` list entries.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from importlib import metadata
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class PluginWarning(UserWarning):
+    """A plug-in that could not be registered; it is skipped and everything else works."""
+
+
+class UnknownName(ValueError, KeyError):
+    """A look-up of a name no entry has; the message lists the registered names."""
+
+    def __str__(self) -> str:
+        """The message itself (``KeyError`` would quote it)."""
+        return str(self.args[0]) if self.args else ""
+
+
+def _describe(obj: Any) -> str:
+    """``module.qualname`` of a class or function, else its type and a short repr."""
+    name = getattr(obj, "__qualname__", None)
+    return f"{getattr(obj, '__module__', '?')}.{name}" if name else f"{type(obj).__name__} {obj!r:.60}"
+
+
+class Registry(Generic[T]):
+    """Named entries of one kind (``what``: "encoder", "privacy event", ...).
+
+    ``builtins``: modules imported on first look-up (they register the built-in entries);
+    ``group``: the entry-point group whose plug-ins are loaded on first look-up (``None``: none);
+    ``accepts`` / ``kind``: the check a plug-in's object must pass and how to name what it must be
+    ("an Encoder subclass")."""
+
+    def __init__(self, what: str, *, builtins: Sequence[str] = (), group: str | None = None,
+                 accepts: Callable[[Any], bool] | None = None, kind: str = "") -> None:
+        self.what, self.group, self.kind = what, group, kind or what
+        self._builtins = tuple(builtins)
+        self._accepts = accepts
+        self._entries: dict[str, T] = {}
+        self._builtins_loaded = self._plugins_loaded = False
+
+    def register(self, name: str, obj: T | None = None) -> Any:
+        """Add ``obj`` under ``name``; without ``obj``, a decorator that adds what it decorates."""
+        if obj is not None:
+            self._add(name, obj)
+            return obj
+
+        def deco(target: T) -> T:
+            self._add(name, target)
+            return target
+
+        return deco
+
+    def _add(self, name: str, obj: T) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a {self.what} needs a non-empty name, got {name!r}")
+        taken = self._entries.get(name)
+        if taken is not None and taken is not obj:
+            raise ValueError(f"a {self.what} named {name!r} is already registered ({_describe(taken)}); "
+                             f"{_describe(obj)} cannot take its name")
+        self._entries[name] = obj
+
+    def load(self) -> None:
+        """Import the built-in modules and load the entry-point plug-ins (once)."""
+        self._load_builtins()
+        if not self._plugins_loaded and self.group is not None:
+            self._plugins_loaded = True
+            for ep in metadata.entry_points(group=self.group):
+                self._load_plugin(ep)
+
+    def _load_builtins(self) -> None:
+        if not self._builtins_loaded:
+            self._builtins_loaded = True
+            for module in self._builtins:
+                importlib.import_module(module)
+
+    def _load_plugin(self, ep: Any) -> None:
+        """Register one entry point's object, or warn (one line) why it is skipped."""
+        where = self._origin(ep)
+        try:
+            obj = ep.load()
+        except Exception as exc:  # any failure of third-party code: skip that plug-in only
+            why = (str(exc).splitlines() or [""])[0]
+            warnings.warn(f"{where} skipped: loading it failed ({type(exc).__name__}: {why})", PluginWarning,
+                          stacklevel=5)
+            return
+        if self._accepts is not None and not self._accepts(obj):
+            warnings.warn(f"{where} skipped: it is {type(obj).__name__} {obj!r:.60}, not {self.kind}", PluginWarning,
+                          stacklevel=5)
+            return
+        taken = self._entries.get(ep.name)
+        if taken is not None and taken is not obj:
+            warnings.warn(f"{where} refused: the name {ep.name!r} is already registered by {_describe(taken)}",
+                          PluginWarning, stacklevel=5)
+            return
+        self._add(ep.name, obj)
+
+    def _origin(self, ep: Any) -> str:
+        """``<what> plug-in 'name' = 'module:attr' (distribution D)`` (the package when no distribution is known)."""
+        dist = getattr(getattr(ep, "dist", None), "name", None)
+        origin = f"distribution {dist}" if dist else f"package {str(ep.value).partition(':')[0].strip() or '?'}"
+        return f"{self.what} plug-in {ep.name!r} = {ep.value!r} ({origin})"
+
+    def __getitem__(self, name: str) -> T:
+        """The entry ``name``; :class:`UnknownName` (listing the registered names) when there is none."""
+        self.load()
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise UnknownName(f"unknown {self.what} {name!r}; registered: {', '.join(sorted(self._entries)) or 'none'}") \
+                from None
+
+    def get(self, name: str, default: T | None = None) -> T | None:
+        """The entry ``name``, or ``default``."""
+        self.load()
+        return self._entries.get(name, default)
+
+    def __contains__(self, name: object) -> bool:
+        self.load()
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        self.load()
+        return len(self._entries)
+
+    def names(self) -> list[str]:
+        """The registered names, sorted."""
+        self.load()
+        return sorted(self._entries)
+
+    def items(self) -> list[tuple[str, T]]:
+        """``(name, entry)`` pairs, sorted by name."""
+        self.load()
+        return sorted(self._entries.items())
+
+    def as_dict(self) -> dict[str, T]:
+        """A copy of the entries as a dict."""
+        self.load()
+        return dict(self._entries)
+
+    def snapshot(self) -> tuple[dict[str, T], bool]:
+        """The registry's entries (built-ins loaded) and whether plug-ins were loaded, for :meth:`restore`."""
+        self._load_builtins()
+        return dict(self._entries), self._plugins_loaded
+
+    def restore(self, state: tuple[dict[str, T], bool]) -> None:
+        """Put back a state taken by :meth:`snapshot` (tests that install fake plug-ins use both)."""
+        self._entries, self._plugins_loaded = dict(state[0]), state[1]
+
+    def reload_plugins(self) -> None:
+        """Forget that plug-ins were loaded: the next look-up loads the entry points again."""
+        self._plugins_loaded = False
