@@ -58,8 +58,8 @@ from scipy import integrate, special
 from scipy.optimize import minimize_scalar
 
 from .. import rng
-from ..fwht import fwht_
 from .base import Encoder, Field, Messages, Param, register_encoder
+from .maths.fwht import fwht_
 from .privunit import MAX_EPSILON, calibrate, cap_probability
 
 MAX_BITS = 24

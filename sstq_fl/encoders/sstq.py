@@ -17,10 +17,10 @@ identity decoding ``ŝ_J = B c_Z`` in the spec (biased, bounded variance).  ``sc
 ``σ = 4/ε`` (twice the Laplace mechanism's ``2/ε`` for the range ``2B``, so that the truncation's
 normaliser is covered too); its exact worst ratio is only ``e^{0.42ε}``–``e^{0.5ε}`` (b = 2…8).
 ``scale=exact`` (default) calibrates ``σ`` by bisection so the exact channel's worst ratio is
-``e^ε`` (:func:`~sstq_fl.codebooks.calibrated_scale`; ``σ ≈ 0.42–0.5 × 4/ε``), with the
+``e^ε`` (:func:`~sstq_fl.encoders.maths.codebooks.calibrated_scale`; ``σ ≈ 0.42–0.5 × 4/ε``), with the
 codebook optimised for that channel; less noise, so less shrinkage from identity decoding.
 ``decode=gain`` (default) decodes ``B c_Z/κ`` with ``κ`` the least-squares slope of ``E[c_Z | y]``
-under the public surrogate law (:func:`~sstq_fl.codebooks.ma_gain`, public): identity decoding's
+under the public surrogate law (:func:`~sstq_fl.encoders.maths.codebooks.ma_gain`, public): identity decoding's
 shrinkage (``κ ≈ 0.5`` at ε = 3, a halved server step in training) is removed to first order, at
 ``1/κ²`` the variance; still declared biased (``E[c_Z | y]`` is not exactly linear), and ``mse`` is
 exact for either decoder.  ``decode=identity`` is the spec's decoder: lower single-vector MSE (it
@@ -46,11 +46,12 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from .. import codebooks, rng
-from ..kashin import kashin
+from .. import rng
 from ..privacy.events import EXP_SAFE, flat_rr_probabilities
 from .base import Field, Messages, Param, register_encoder
 from .framed import FRAME_PARAMS, FramedEncoder
+from .maths import codebooks
+from .maths.kashin import kashin
 
 
 class _SSTQ(FramedEncoder):

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from sstq_fl import codebooks as cb
 from sstq_fl.encoders import make_encoder
+from sstq_fl.encoders.maths import codebooks as cb
 
 from ..conftest import unit_rows
 from .test_statistics import D, R, encode_many

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from sstq_fl.encoders import make_encoder
+from sstq_fl.encoders.maths.kashin import kashin
 from sstq_fl.encoders.privunit import PrivUnit, cap_probability
-from sstq_fl.kashin import kashin
 
 EPS = [0.5, 3.0]
 R = 0.7

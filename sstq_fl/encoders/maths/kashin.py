@@ -277,7 +277,7 @@ def adversarial_inputs(frame: Frame, n_each: int = 4, seed: int = 0) -> dict[str
     """Hard inputs for measuring a level: frame rows, sparse vectors, and Gaussian vectors."""
     import numpy as np
 
-    from . import rng  # local: keeps module import light
+    from ... import rng  # local: keeps module import light
 
     seeds = np.arange(seed, seed + n_each, dtype=np.uint64)
     j = torch.from_numpy(rng.randint(seeds, "adv-rows", 1, frame.N)[:, 0])

@@ -24,7 +24,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from . import rng
+from ... import rng
 from .fwht import fwht_
 
 DEFAULT_RHO = 2.5

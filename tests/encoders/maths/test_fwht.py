@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from sstq_fl.fwht import default_kernel, fwht_, hadamard_matrix, is_available, kernels
+from sstq_fl.encoders.maths.fwht import default_kernel, fwht_, hadamard_matrix, is_available, kernels
 
 
 @pytest.mark.parametrize("n", [1, 2, 8, 64, 4096, 8192, 65536])
