@@ -94,8 +94,9 @@ class MLPTask(Task):
 class LeastSquaresTask(Task):
     """E2: ``L(θ) = (1/2n)‖Aθ − b‖²`` with ``A_ij ~ N(0, 1)``, ``b = Aθ_true + σ ξ``; metric ``‖θ − θ*‖²``
     (``θ*`` the least-squares fit).  ``θ_true ~ N(0, s² I)``: the default ``s = 1/√d`` keeps
-    ``‖θ_true‖ ≈ 1`` at every ``d`` (clean training converges), ``s = 1`` is the paper's regime, where
-    ``‖θ₀ − θ*‖² ≈ d`` grows with ``d`` and clean is still far from ``θ*`` after 100 clipped steps."""
+    ``‖θ_true‖ ≈ 1`` at every ``d`` (clean training converges; our own default), ``s = 1`` is the regime
+    of SSTQ's authors' least squares, where ``‖θ₀ − θ*‖² ≈ d`` grows with ``d`` and clean is still far
+    from ``θ*`` after 100 clipped steps."""
 
     def __init__(self, dim: int, n: int, seed: int, noise: float = 0.1, theta_scale: float | None = None):
         if not (noise >= 0 and math.isfinite(noise)):

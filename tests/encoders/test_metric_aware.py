@@ -1,4 +1,4 @@
-"""Metric-aware SSTQ (issue 15): the calibrated scale, the paper's scale and the gain decoder."""
+"""Metric-aware SSTQ: the calibrated scale, the authors' scale (``scale=paper``) and the gain decoder."""
 
 import math
 

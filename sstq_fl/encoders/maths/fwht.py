@@ -3,11 +3,12 @@
 ``fwht_(x)`` applies the *unnormalised* Sylvester–Hadamard matrix ``H`` (entries ±1,
 ``H H = N I``) to every row of a ``[n, N]`` tensor in place, ``N`` a power of two.
 
-Kernels are registered by name.  Which one runs by default was chosen by measurement
-(``sstq-fl bench fwht``; figures in ``benchmarks/results/fwht.json``): on the CPU the SIMD
-kernel of ``fht-cpu`` is about 10x faster than the best pure-torch transform; on CUDA the
-``fast-hadamard-transform`` kernel is used when installed.  The pure-torch kernel works on
-any device and any float dtype, and is always available.
+Kernels are registered by name in :data:`KERNELS` (a taken name is refused). Which one runs by
+default is our choice, by measurement (``sstq-fl bench fwht``; figures in
+``benchmarks/results/fwht.json``): on the CPU the SIMD kernel of ``fht-cpu`` is about 10x faster
+than the best pure-torch transform; on CUDA the ``fast-hadamard-transform`` kernel is used when
+installed. The pure-torch kernel works on any device and any float dtype, and is always
+available.
 """
 
 from __future__ import annotations
