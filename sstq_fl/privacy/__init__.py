@@ -6,6 +6,7 @@ run's transcript with ``sstq-fl privacy replay``.
 """
 
 from .calibrate import calibrate_ldp_epsilon, calibrate_noise_multiplier
+from .errors import Budget, BudgetExceededError, PlanExceededError, UnsupportedEventError
 from .events import (
     ComposedEvent,
     ExponentialMechanismEvent,
@@ -20,13 +21,7 @@ from .events import (
     SelfComposedEvent,
 )
 from .ldp import ldp_plan_report
-from .ledger import (
-    Budget,
-    BudgetExceededError,
-    PlanExceededError,
-    PrivacyLedger,
-    UnsupportedEventError,
-)
+from .ledger import PrivacyLedger
 
 __all__ = [
     "Budget", "BudgetExceededError", "ComposedEvent", "ExponentialMechanismEvent", "GaussianEvent", "LaplaceEvent",
