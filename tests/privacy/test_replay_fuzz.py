@@ -52,7 +52,7 @@ from sstq_fl.privacy.events import (
 from sstq_fl.privacy.ledger import PrivacyLedger
 from sstq_fl.privacy.replay import replay
 
-from .test_replay_strict import nested_event
+from .test_replay import nested_event
 
 N = int(os.environ.get("SSTQ_FL_FUZZ_EXAMPLES", 400))
 FUZZ = settings(max_examples=N, deadline=None, derandomize=False,
