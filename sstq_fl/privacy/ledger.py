@@ -295,9 +295,10 @@ class PrivacyLedger:
     def from_transcript(cls, path: str | Path) -> tuple[PrivacyLedger, dict[str, Any]]:
         """Rebuild a ledger from a transcript alone; returns it and the recorded summary.
 
-        Strict: anything malformed or inconsistent raises :class:`TranscriptError` (see the
-        module docstring); the composition is also checked against the accounting limits, so
-        that ``epsilon`` at any δ then answers."""
+        Strict: anything malformed or inconsistent raises :class:`TranscriptError` (see
+        :mod:`sstq_fl.privacy.transcript`); the plan and the limits are enforced as by
+        :meth:`record`, and the composition is checked against the accounting limits, so that
+        ``epsilon`` at any δ then answers."""
         try:
             parsed = parse_transcript(read_limited(path), str(path))
             led = cls(parsed.relation, parsed.discretization, notes=parsed.notes)
