@@ -3,25 +3,29 @@
 The core never imports Flower, ``strategies/`` or ``clients/``: where a run asks for the Flower
 engine, it looks the backend up by name here, and the package's ``pyproject.toml`` declares which
 edge function serves it (``flower-train``, ``flower-train-many``, ``flower-workload``).  Another
-distribution can add or replace a backend the same way.
+distribution can add a backend the same way.  The backends form a
+:class:`~sstq_fl.registry.Registry`: every entry point of the group is loaded on the first look-up,
+and one that fails to load, is not callable or takes a name already registered is skipped with a
+one-line :class:`~sstq_fl.registry.PluginWarning`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from importlib import metadata
 from typing import Any
 
+from .registry import Registry, UnknownName
+
 GROUP = "sstq_fl.backends"
+
+BACKENDS: Registry[Callable[..., Any]] = Registry("execution backend", group=GROUP, accepts=callable, kind="a callable")
+"""The execution backends by name, all from entry points (a broken one is skipped with a PluginWarning)."""
 
 
 def backend(name: str) -> Callable[..., Any]:
     """The callable registered as backend ``name``; a one-line error when none is installed."""
-    found = {ep.name: ep for ep in metadata.entry_points(group=GROUP)}
-    if name not in found:
-        raise ValueError(f"no execution backend {name!r} is installed (entry points {GROUP}: {sorted(found)}); "
-                         f"reinstall sstq-fl (bash scripts/setup.sh)")
-    fn = found[name].load()
-    if not callable(fn):
-        raise ValueError(f"execution backend {name!r} ({found[name].value}) is not callable")
-    return fn  # type: ignore[no-any-return]
+    try:
+        return BACKENDS[name]
+    except UnknownName:
+        raise ValueError(f"no execution backend {name!r} is installed (entry points {GROUP}: {BACKENDS.names()}); "
+                         f"reinstall sstq-fl (bash scripts/setup.sh)") from None

@@ -207,19 +207,15 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 def _run_config(args: argparse.Namespace, encoder: str) -> Any:
     import os
 
-    from .fl.engine import RunConfig
+    from .fl.config import RunConfig
+    from .options import from_args
 
     for env, value in (("SSTQ_FL_RAY_ADDRESS", args.ray_address), ("SSTQ_FL_CLIENT_CPUS", args.client_cpus),
                        ("SSTQ_FL_CLIENT_GPUS", args.client_gpus)):
         if value is not None:  # where the flower engine runs (not part of the run's identity)
             os.environ[env] = str(value)
 
-    return RunConfig(task=args.task, encoder=encoder, clients=args.clients, rounds=args.rounds, epsilon=args.epsilon,
-                     seed=args.seed, batch=args.batch, clip=args.clip, lr=args.lr, server_cap=args.server_cap,
-                     partition=args.partition, alpha=args.alpha, sampling_rate=args.sampling_rate, delta=args.delta,
-                     budget_epsilon=args.budget_epsilon, engine=args.engine, data_dir=args.data_dir, dim=args.dim,
-                     n=args.n, lsq_noise=args.lsq_noise, lsq_theta_scale=args.lsq_theta_scale,
-                     randomness=args.randomness, diagnostics=args.diagnostics, clients_per_node=args.clients_per_node)
+    return from_args(RunConfig, args, encoder=encoder)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -618,24 +614,23 @@ def _fwht_kashin_ledger_parsers(bs: Any) -> None:
 
 def _training_parsers(sub: Any) -> None:
     """``run``, ``compare`` and ``demo``."""
+    from .fl.config import RunConfig
+    from .options import add_arguments
+
     r = sub.add_parser("run", help="federated training with encoded gradients (writes DIR/metrics.json)")
-    r.add_argument("--encoder", default="sstq-flat:b=4", help="encoder spec (see sstq-fl encoders)")
     _training_args(r)
     r.set_defaults(fn=cmd_run)
     c = sub.add_parser("compare", help="several encoders on identical batches: curves, accuracy vs bits, table")
     c.add_argument("--encoders", type=_list, default="",
                    help="space- or ';'-separated specs (default: clean privunit sqkr sstq-flat:b=4 "
                         "sstq-flat:b=4,codebook=optimized sstq-ma:b=4 vqsgd)")
-    _training_args(c)
+    _training_args(c, skip=("encoder",))
     c.set_defaults(fn=cmd_compare)
     dm = sub.add_parser("demo", help="the built-in default comparison (Fashion-MNIST, 100 clients, Flower + Ray)")
     dm.add_argument("--out", default="results/demo", help="output folder (one sub-folder per encoder)")
-    dm.add_argument("--rounds", type=positive_int, default=20, help="training rounds")
-    dm.add_argument("--seed", type=int, default=0, help="run seed (minibatches, coins, model init)")
-    dm.add_argument("--engine", default="flower", choices=["vectorized", "flower"],
-                    help="vectorized (one process, batched) or flower (Flower simulation on Ray)")
+    add_arguments(dm, RunConfig, only=("rounds", "seed", "engine", "randomness"),
+                  defaults={"rounds": 20, "engine": "flower"})
     _resume_force_args(dm)
-    _randomness_arg(dm)
     dm.set_defaults(fn=cmd_demo)
 
 
@@ -673,23 +668,13 @@ def _resume_force_args(p: argparse.ArgumentParser) -> None:
                    help="start over in a folder that holds another run's files (they are removed first)")
 
 
-def _randomness_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--randomness", default="reproducible", choices=["reproducible", "secure"],
-                   help="secure: each client keys its coins and minibatches with a fresh OS-CSPRNG key it never "
-                        "sends, and the server samples from the OS CSPRNG (the LDP guarantee holds against the "
-                        "server); reproducible: everything derives from --seed, for simulation research (no "
-                        "guarantee against whoever holds the seed) (default: %(default)s)")
+def _training_args(r: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    """Options shared by ``run`` and ``compare``: the fields of :class:`~sstq_fl.fl.config.RunConfig`
+    (declared there once), where the Flower engine runs, and the output folder."""
+    from .fl.config import RunConfig
+    from .options import add_arguments
 
-
-def _training_args(r: argparse.ArgumentParser) -> None:
-    """Options shared by ``run`` and ``compare``."""
-    r.add_argument("--task", default="fmnist", choices=["fmnist", "cifar10", "lsq"],
-                   help="fmnist / cifar10 (MLP) or lsq (synthetic least squares)")
-    r.add_argument("--clients", type=positive_int, default=100, help="simulated clients")
-    r.add_argument("--rounds", type=positive_int, default=100, help="training rounds")
-    r.add_argument("--epsilon", type=float, default=3.0, help="per-message LDP epsilon")
-    r.add_argument("--engine", default="vectorized", choices=["vectorized", "flower"],
-                   help="vectorized (one process, batched) or flower (Flower simulation on Ray)")
+    add_arguments(r, RunConfig, skip=skip)
     r.add_argument("--ray-address", default=None, help="flower engine: attach to this Ray cluster (host:port)")
     r.add_argument("--client-cpus", type=resource_amount, default=None,
                    help="flower engine: CPUs Ray reserves for each simulated node's actor (default 0.5; 1 with cohort "
@@ -697,33 +682,7 @@ def _training_args(r: argparse.ArgumentParser) -> None:
     r.add_argument("--client-gpus", type=resource_amount, default=None,
                    help="flower engine: GPUs Ray reserves for each simulated node's actor (default 0.25 where CUDA is "
                         "available, else 0; e.g. 1 to give each cohort node a GPU of its own)")
-    r.add_argument("--clients-per-node", type=positive_int, default=1,
-                   help="flower engine (simulation): each simulated node hosts a cohort of this many virtual clients, "
-                        "run batched (one gradient, one encode) with one LDP message and its own coins per client "
-                        "(run-config key clients-per-node; 1: one client per node; a deployment keeps one client "
-                        "per SuperNode)")
-    r.add_argument("--seed", type=int, default=0, help="run seed (minibatches, coins, model init, partition)")
-    r.add_argument("--batch", type=positive_int, default=64, help="minibatch size per client")
-    r.add_argument("--clip", type=float, default=0.1, help="client clip norm C (the encoders' radius)")
-    r.add_argument("--lr", type=float, default=0.2, help="server learning rate")
-    r.add_argument("--server-cap", type=float, default=10.0, help="cap on the norm of the aggregated update")
-    r.add_argument("--partition", default="iid", choices=["iid", "dirichlet"], help="how records are split among clients")
-    r.add_argument("--alpha", type=float, default=0.5, help="dirichlet partition: concentration")
-    r.add_argument("--sampling-rate", type=float, default=1.0, help="probability q that a client joins a round")
-    r.add_argument("--delta", type=float, default=1e-5, help="delta at which epsilon is reported")
-    r.add_argument("--budget-epsilon", type=float, default=None, help="refuse to start if the plan exceeds it")
-    r.add_argument("--data-dir", default=None, help="data set folder (default: the installed Fashion-MNIST; "
-                                                      "cifar10 needs it)")
-    r.add_argument("--dim", type=positive_int, default=100, help="lsq: dimension")
-    r.add_argument("--n", type=positive_int, default=4000, help="lsq: samples")
-    r.add_argument("--lsq-noise", type=float, default=0.1, help="lsq: standard deviation of the label noise")
-    r.add_argument("--lsq-theta-scale", type=float, default=None,
-                   help="lsq: theta_true ~ N(0, s^2 I) (default 1/sqrt(dim), norm about 1; 1 is the paper's E2 regime)")
     _resume_force_args(r)
-    _randomness_arg(r)
-    r.add_argument("--diagnostics", action="store_true",
-                   help="also record the encoders' data-dependent statistics (reproducible mode only; labelled "
-                        "non-private in metrics.json)")
     r.add_argument("--out", required=True, help="output folder")
 
 

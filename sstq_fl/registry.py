@@ -53,13 +53,17 @@ class Registry(Generic[T]):
     ``builtins``: modules imported on first look-up (they register the built-in entries);
     ``group``: the entry-point group whose plug-ins are loaded on first look-up (``None``: none);
     ``accepts`` / ``kind``: the check a plug-in's object must pass and how to name what it must be
-    ("an Encoder subclass")."""
+    ("an Encoder subclass"); ``on_register``: called with ``(name, obj)`` each time an entry is
+    registered, built-in or plug-in, after the duplicate check (the encoder registry uses it to set
+    ``cls.name``)."""
 
     def __init__(self, what: str, *, builtins: Sequence[str] = (), group: str | None = None,
-                 accepts: Callable[[Any], bool] | None = None, kind: str = "") -> None:
+                 accepts: Callable[[Any], bool] | None = None, kind: str = "",
+                 on_register: Callable[[str, T], Any] | None = None) -> None:
         self.what, self.group, self.kind = what, group, kind or what
         self._builtins = tuple(builtins)
         self._accepts = accepts
+        self._on_register = on_register
         self._entries: dict[str, T] = {}
         self._builtins_loaded = self._plugins_loaded = False
 
@@ -77,11 +81,13 @@ class Registry(Generic[T]):
 
     def _add(self, name: str, obj: T) -> None:
         if not isinstance(name, str) or not name:
-            raise ValueError(f"a {self.what} needs a non-empty name, got {name!r}")
+            raise ValueError(f"the name of the {self.what} must be a non-empty string, got {name!r}")
         taken = self._entries.get(name)
         if taken is not None and taken is not obj:
-            raise ValueError(f"a {self.what} named {name!r} is already registered ({_describe(taken)}); "
+            raise ValueError(f"the {self.what} named {name!r} is already registered ({_describe(taken)}); "
                              f"{_describe(obj)} cannot take its name")
+        if self._on_register is not None:
+            self._on_register(name, obj)
         self._entries[name] = obj
 
     def load(self) -> None:

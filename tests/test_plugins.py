@@ -76,15 +76,16 @@ def fake_plugins(monkeypatch):
 
     from sstq_fl.encoders import base
 
-    builtins = base.registry()
-    monkeypatch.setattr(base, "_REGISTRY", dict(builtins))
-    monkeypatch.setattr(base, "_PLUGINS_LOADED", False)
+    base.registry()
+    state = base.ENCODERS.snapshot()
+    base.ENCODERS.reload_plugins()
 
     def install(*eps):
         def entry_points(group=None, **kw):
             return list(eps) if group == base.ENTRY_POINT_GROUP else []
         monkeypatch.setattr(metadata, "entry_points", entry_points)
-    return install
+    yield install
+    base.ENCODERS.restore(state)
 
 
 def _good_encoder():

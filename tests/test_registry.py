@@ -83,3 +83,13 @@ def test_snapshot_restore_round_trip():
     reg.register("b", 2)
     reg.restore(state)
     assert reg.names() == ["a"]
+
+
+def test_on_register_sees_each_registration_after_the_duplicate_check():
+    seen = []
+    reg: Registry[object] = Registry("tag", on_register=lambda name, obj: seen.append((name, obj)))
+    a, b = object(), object()
+    reg.register("a", a)
+    with pytest.raises(ValueError):
+        reg.register("a", b)
+    assert seen == [("a", a)]

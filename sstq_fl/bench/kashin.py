@@ -1,6 +1,6 @@
 """Adversarial search of a frame's worst Kashin level, with certificates (``kashin_search``).
 
-In scaled units the minimal level of an input ``x`` is (see :func:`sstq_fl.kashin.linf_min`)
+In scaled units the minimal level of an input ``x`` is (see :func:`sstq_fl.encoders.maths.kashin.linf_min`)
 
     level(x) = min{‖s‖_∞ : Qᵀ s = √N x/‖x‖} = √N max_y ⟨x, y⟩ / (‖x‖ ‖Q y‖_1)
 
@@ -34,15 +34,15 @@ import numpy as np
 import torch
 
 from .. import rng
-from ..frames import Frame, HadamardFrame, make_frame
+from ..encoders.maths.frames import Frame, HadamardFrame, make_frame
+from ..encoders.maths.kashin import LINF_LEVEL, KashinConfig, dual_bound, kashin, linf_min
 from ..io import atomic_write_json, run_meta
-from ..kashin import LINF_LEVEL, KashinConfig, dual_bound, kashin, linf_min
 from .mse import test_vector
 
 
 def certified_level(frame: Frame, y: torch.Tensor) -> torch.Tensor:
     """``N / ‖√N Q ŷ‖_1`` per row (``ŷ = y/‖y‖``): a lower bound on ``K*``, attained by ``x = ŷ``
-    (the weak-duality bound :func:`~sstq_fl.kashin.dual_bound` with ``u = y``)."""
+    (the weak-duality bound :func:`~sstq_fl.encoders.maths.kashin.dual_bound` with ``u = y``)."""
     return dual_bound(frame, y.double(), y.double())
 
 

@@ -18,10 +18,10 @@ import torch
 
 from .. import rng, wire
 from ..encoders import Encoder, make_encoder
-from ..frames import make_frame
-from ..fwht import fwht_, is_available, kernels
+from ..encoders.maths.frames import make_frame
+from ..encoders.maths.fwht import fwht_, is_available, kernels
+from ..encoders.maths.kashin import KashinConfig, achieved_level, adversarial_inputs
 from ..io import atomic_write_json, run_meta
-from ..kashin import KashinConfig, achieved_level, adversarial_inputs
 from .mse import E1_ENCODERS, with_bits
 
 

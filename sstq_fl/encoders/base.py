@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any, ClassVar
 
 import numpy as np
@@ -28,6 +26,8 @@ import torch
 
 from .. import rng
 from ..privacy.events import NonPrivateEvent, PrivacyEvent, PureDpEvent
+from ..registry import PluginWarning as PluginWarning
+from ..registry import Registry
 
 ENTRY_POINT_GROUP = "sstq_fl.encoders"
 
@@ -274,74 +274,34 @@ def _cast(typ: type, val: Any) -> Any:
 
 # ---------------------------------------------------------------------- registry
 
-_REGISTRY: dict[str, type[Encoder]] = {}
-_PLUGINS_LOADED = False
+BUILTIN_MODULES = tuple(f"sstq_fl.encoders.{m}" for m in ("clean", "privunit", "privunit_mrc", "sqkr", "sstq", "vqsgd"))
+"""The modules whose ``@register_encoder`` classes are the built-in encoders (imported on first look-up)."""
 
 
-class PluginWarning(UserWarning):
-    """An encoder plug-in that could not be registered; it is skipped and everything else works."""
+def _is_encoder_class(obj: Any) -> bool:
+    return isinstance(obj, type) and issubclass(obj, Encoder)
+
+
+def _set_name(name: str, cls: type[Encoder]) -> None:
+    cls.name = name
+
+
+ENCODERS: Registry[type[Encoder]] = Registry("encoder", builtins=BUILTIN_MODULES, group=ENTRY_POINT_GROUP,
+                                             accepts=_is_encoder_class, kind="an Encoder subclass",
+                                             on_register=_set_name)
+"""Every encoder class by name: the built-ins, then the ``sstq_fl.encoders`` entry points.  A plug-in
+that fails to load, is not an :class:`Encoder` subclass or takes a registered name is skipped with a
+:class:`~sstq_fl.registry.PluginWarning` naming it, so one broken plug-in never breaks a command."""
 
 
 def register_encoder(name: str) -> Callable[[type[Encoder]], type[Encoder]]:
-    """Class decorator: register an :class:`Encoder` subclass under ``name``."""
-
-    def deco(cls: type[Encoder]) -> type[Encoder]:
-        if name in _REGISTRY and _REGISTRY[name] is not cls:
-            raise ValueError(f"an encoder named {name!r} is already registered")
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
-
-    return deco
-
-
-def _load_plugins() -> None:
-    """Register the encoders of the ``sstq_fl.encoders`` entry points (once per process).  A plug-in that
-    fails to load, is not an :class:`Encoder` subclass or takes a registered name is skipped with a
-    :class:`PluginWarning` naming it, so one broken plug-in never breaks a command."""
-    global _PLUGINS_LOADED
-    if _PLUGINS_LOADED:
-        return
-    _PLUGINS_LOADED = True
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        _load_plugin(ep)
-
-
-def _plugin_origin(ep: Any) -> str:
-    """``encoder plug-in 'name' = 'module:Class' (distribution D)`` for warnings (the module's package when
-    the entry point does not say which distribution it comes from)."""
-    dist = getattr(getattr(ep, "dist", None), "name", None)
-    origin = f"distribution {dist}" if dist else f"package {str(ep.value).partition(':')[0].strip() or '?'}"
-    return f"encoder plug-in {ep.name!r} = {ep.value!r} ({origin})"
-
-
-def _load_plugin(ep: Any) -> None:
-    """Load one entry point and register its class, or warn why it is skipped."""
-    where = _plugin_origin(ep)
-    try:
-        obj = ep.load()
-    except Exception as exc:  # any failure of third-party code: skip that plug-in only
-        why = (str(exc).splitlines() or [""])[0]
-        warnings.warn(f"{where} skipped: loading it failed ({type(exc).__name__}: {why})", PluginWarning, stacklevel=4)
-        return
-    if not (isinstance(obj, type) and issubclass(obj, Encoder)):
-        warnings.warn(f"{where} skipped: it is {type(obj).__name__} {obj!r:.60}, not an Encoder subclass",
-                      PluginWarning, stacklevel=4)
-        return
-    taken = _REGISTRY.get(ep.name)
-    if taken is not None and taken is not obj:
-        warnings.warn(f"{where} refused: the name {ep.name!r} is already registered by "
-                      f"{taken.__module__}.{taken.__qualname__}", PluginWarning, stacklevel=4)
-        return
-    register_encoder(ep.name)(obj)
+    """Class decorator: register an :class:`Encoder` subclass under ``name`` (and set its ``name``)."""
+    return ENCODERS.register(name)  # type: ignore[no-any-return]
 
 
 def registry() -> dict[str, type[Encoder]]:
     """All registered encoders, plug-ins included."""
-    from . import builtin  # noqa: F401  (registers the built-in encoders)
-
-    _load_plugins()
-    return dict(_REGISTRY)
+    return ENCODERS.as_dict()
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
@@ -364,7 +324,4 @@ def make_encoder(spec: str, dim: int, epsilon: float, radius: float = 1.0, seed:
                  device: torch.device | str = "cpu") -> Encoder:
     """Build the encoder named by ``spec`` for a run's public parameters."""
     name, params = parse_spec(spec)
-    reg = registry()
-    if name not in reg:
-        raise ValueError(f"unknown encoder {name!r}; registered: {sorted(reg)}")
-    return reg[name](dim=dim, epsilon=epsilon, radius=radius, seed=seed, device=device, **params)
+    return ENCODERS[name](dim=dim, epsilon=epsilon, radius=radius, seed=seed, device=device, **params)

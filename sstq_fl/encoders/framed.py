@@ -2,7 +2,7 @@
 
 Public inputs: the frame ``(kind, d, N = 2^⌈log2(ρ d)⌉, seed)`` and the Kashin parameters;
 from them the public coefficient bound ``B = K · R`` in scaled units ``s = √N a`` (``K`` the
-Kashin level of :class:`~sstq_fl.kashin.KashinConfig`: 1.9 for the default ``kashin=linf``), i.e.
+Kashin level of :class:`~sstq_fl.encoders.maths.kashin.KashinConfig`: 1.9 for the default ``kashin=linf``), i.e.
 ``|a_j| ≤ K R / √N``.  A coefficient that exceeds ``B`` (a row that did not reach ``K``:
 ``lv``'s contraction check failed, or ``linf``/``ap`` hit their iteration cap) is clipped to
 ``[-B, B]``; privacy is unaffected, a bias appears, and the count is reported in
@@ -26,9 +26,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..frames import Frame, make_frame
-from ..kashin import LINF_LEVEL, METHODS, KashinConfig, kashin
 from .base import Encoder, Param
+from .maths.frames import Frame, make_frame
+from .maths.kashin import LINF_LEVEL, METHODS, KashinConfig, kashin
 
 FRAME_PARAMS: dict[str, Param] = {
     "frame": Param(str, "hadamard", "public frame: randomized partial Hadamard or dense Haar", ("hadamard", "haar")),

@@ -1,6 +1,7 @@
 """PrivUnit compressed by minimal random coding (Shah, Chen, Ballé, Kairouz, Theis, "Optimal
 compression of locally differentially private mechanisms", AISTATS 2022; PrivUnit2 of Bhowmick,
-Duchi, Freudiger, Kapoor, Rogers 2018).
+Duchi, Freudiger, Kapoor, Rogers, "Protection against reconstruction and its applications in private
+federated learning", arXiv:1812.00984, 2018).
 
 **Mechanism.**  ``P = 2^⌈log2 d⌉``; the unit direction ``u = x/‖x‖`` is flipped to ``v = −u`` w.p.
 ``(1 − ‖x‖/R)/2`` (a private coin, as in :mod:`.privunit`) and padded with zeros to ``v ∈ S^{P−1}``.
@@ -31,8 +32,8 @@ last for ``x'``; the sign-flip mixture and the data-independent seed ``S`` keep 
 ``N → ∞`` limit).  In that model ``x̂`` is unbiased with
 ``E‖x̂ − x‖² = R²/m² (T₂ + (1 − T₂)(d−1)/(P−1)) − ‖x‖²``, ``T₂ = E t_K²`` (:meth:`ideal_mse`).
 
-**Candidates.**  Block ``b`` of ``P`` candidates is the rows of the orthogonal
-``H D_{b,1} H D_{b,2} H D_{b,3} / P^{3/2}`` (``H`` Sylvester–Hadamard, ``D`` random signs from the
+**Candidates** (a structured choice of our own, for speed).  Block ``b`` of ``P`` candidates is the
+rows of the orthogonal ``H D_{b,1} H D_{b,2} H D_{b,3} / P^{3/2}`` (``H`` Sylvester–Hadamard, ``D`` random signs from the
 candidate seed), so all scores cost ``O(P log P)`` per block and the server rebuilds one row.
 Such candidates are only approximately i.i.d. uniform: the privacy bound holds for them exactly,
 but unbiasedness and the MSE only approximately, so ``unbiased = False`` and :meth:`mse` is
@@ -58,8 +59,8 @@ from scipy import integrate, special
 from scipy.optimize import minimize_scalar
 
 from .. import rng
-from ..fwht import fwht_
 from .base import Encoder, Field, Messages, Param, register_encoder
+from .maths.fwht import fwht_
 from .privunit import MAX_EPSILON, calibrate, cap_probability
 
 MAX_BITS = 24

@@ -1,31 +1,31 @@
-"""SSTQ — Subsampled Stochastic TurboQuant (spec §2).
+"""SSTQ — Subsampled Stochastic TurboQuant: one stochastically quantized, privatized Kashin coefficient.
 
 Client: clip ``x`` to the ``R``-ball; Kashin representation ``s`` (``|s_j| ≤ B``); draw
 ``J ~ Uniform{0..N-1}`` (data-independent); stochastically round ``s_J/B`` onto a codebook
 ``Γ`` (``c_1 = -1 ≤ … ≤ c_M = 1``, ``Σ c_i = 0``, ``M = 2^b``) to a label ``V`` with
 ``E[c_V] = s_J/B``; privatize ``V`` into ``Z`` and send ``(J, Z)``: ``log2 N + b`` bits.
 
-``sstq-flat`` (§2.1, unbiased on every input whose coefficients are not clipped): flat ``M``-ary
+``sstq-flat`` (the flat variant, unbiased on every input whose coefficients are not clipped): flat ``M``-ary
 randomized response, ``Z = V`` w.p. ``p = e^ε/(e^ε+M−1)``, else uniform over the other labels (``q = 1/(e^ε+M−1)``).  Server:
-``ŝ_J = B c_Z/(p−q)`` and ``x̂ = √N ŝ_J Q_J`` (``= d ŷ_J u_J`` in the spec's scaling).
+``ŝ_J = B c_Z/(p−q)`` and ``x̂ = √N ŝ_J Q_J`` (``= d ŷ_J u_J`` in the scaled-Parseval normalisation ``U = √(N/d) Q``).
 Exact MSE: ``Σ_j ‖Q_j‖² E[ŝ_j²] − ‖x‖²`` with
 ``E[ŝ_j² | V] = B² (c_V²/(p−q) + q Σ_l c_l²/(p−q)²)``.
 
-``sstq-ma`` (§2.2, metric-aware): ``Z`` is the nearest codeword to ``T ~`` Laplace(``c_V``,
+``sstq-ma`` (the metric-aware variant): ``Z`` is the nearest codeword to ``T ~`` Laplace(``c_V``,
 ``σB``) truncated to ``[-B, B]``, sampled exactly from the closed-form transition matrix;
-identity decoding ``ŝ_J = B c_Z`` in the spec (biased, bounded variance).  ``scale=paper`` takes the spec's
+SSTQ's authors decode by identity, ``ŝ_J = B c_Z`` (biased, bounded variance).  ``scale=paper`` takes their
 ``σ = 4/ε`` (twice the Laplace mechanism's ``2/ε`` for the range ``2B``, so that the truncation's
 normaliser is covered too); its exact worst ratio is only ``e^{0.42ε}``–``e^{0.5ε}`` (b = 2…8).
 ``scale=exact`` (default) calibrates ``σ`` by bisection so the exact channel's worst ratio is
-``e^ε`` (:func:`~sstq_fl.codebooks.calibrated_scale`; ``σ ≈ 0.42–0.5 × 4/ε``), with the
-codebook optimised for that channel; less noise, so less shrinkage from identity decoding.
-``decode=gain`` (default) decodes ``B c_Z/κ`` with ``κ`` the least-squares slope of ``E[c_Z | y]``
-under the public surrogate law (:func:`~sstq_fl.codebooks.ma_gain`, public): identity decoding's
+``e^ε`` (:func:`~sstq_fl.encoders.maths.codebooks.calibrated_scale`; ``σ ≈ 0.42–0.5 × 4/ε``), with the
+codebook optimised for that channel (our own choice); less noise, so less shrinkage from identity decoding.
+``decode=gain`` (default; our own decoder) decodes ``B c_Z/κ`` with ``κ`` the least-squares slope of ``E[c_Z | y]``
+under the public surrogate law (:func:`~sstq_fl.encoders.maths.codebooks.ma_gain`, public): identity decoding's
 shrinkage (``κ ≈ 0.5`` at ε = 3, a halved server step in training) is removed to first order, at
 ``1/κ²`` the variance; still declared biased (``E[c_Z | y]`` is not exactly linear), and ``mse`` is
-exact for either decoder.  ``decode=identity`` is the spec's decoder: lower single-vector MSE (it
+exact for either decoder.  ``decode=identity`` is the authors' decoder: lower single-vector MSE (it
 shrinks toward 0), much lower training accuracy (E3: 0.46 against 0.61 over five seeds).  The
-paper's encoder is ``sstq-ma:scale=paper,decode=identity``.
+authors' encoder is ``sstq-ma:scale=paper,decode=identity``.
 
 Both are pure ε-LDP per message (replace-one): the label channel's likelihood ratio is at
 most ``e^ε`` and ``J`` is independent of the data.  Any finite ε is accepted: the flat
@@ -33,8 +33,9 @@ channel's ``p, q`` are computed as ``1/(1+(M−1)e^{−ε})``, ``e^{−ε}/(1+(M
 ``e^ε`` would overflow, and the metric-aware channel only evaluates ``e^{−x}``.  (Once the
 flip probability ``(M−1)q`` falls below ``2^{−53}``, about ε > 37 + ln(M−1), the 53-bit
 uniforms never flip a label: the output is the ideal channel's to within ``2^{−53}`` in total
-variation, and a stated ε that large protects nothing in practice anyway.)  Reference: the SSTQ description in
-``shared/spec/ldp-encoders.md``; Kashin step per Lyubarskii & Vershynin (2010).
+variation, and a stated ε that large protects nothing in practice anyway.)  The Kashin step
+follows Lyubarskii & Vershynin, "Uncertainty principles and vector quantization", IEEE Trans. Inf.
+Theory 56(7), 2010 (see :mod:`sstq_fl.encoders.maths.kashin` for the methods and levels).
 """
 
 from __future__ import annotations
@@ -46,12 +47,13 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from .. import codebooks, rng
-from ..kashin import kashin
+from .. import rng
 from ..privacy.events import flat_rr_probabilities
 from ..privacy.floats import EXP_SAFE
 from .base import Field, Messages, Param, register_encoder
 from .framed import FRAME_PARAMS, FramedEncoder
+from .maths import codebooks
+from .maths.kashin import kashin
 
 
 class _SSTQ(FramedEncoder):

@@ -27,7 +27,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import math
 import signal
 import sys
 import threading
@@ -50,68 +49,12 @@ from ..privacy.errors import Budget
 from ..privacy.ldp import ldp_plan_report
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.replay import transcript_binding
-from ..rng import REPRODUCIBLE_WARNING, check_mode
+from ..rng import REPRODUCIBLE_WARNING
+from .config import RunConfig
 from .partition import client_coins, dirichlet_shards, encoder_seeds, iid_shards, minibatches, participates
 from .tasks import Task, make_task
 
 log = logging.getLogger("sstq_fl.fl")
-
-
-@dataclass
-class RunConfig:
-    """Everything that determines a run (with the seed, it determines every number)."""
-
-    task: str = "fmnist"
-    encoder: str = "sstq-flat:b=4"
-    clients: int = 100
-    rounds: int = 100
-    epsilon: float = 3.0
-    seed: int = 0
-    batch: int = 64
-    clip: float = 0.1
-    lr: float = 0.2
-    server_cap: float = 10.0
-    partition: str = "iid"
-    alpha: float = 0.5
-    sampling_rate: float = 1.0
-    delta: float = 1e-5
-    budget_epsilon: float | None = None
-    engine: str = "vectorized"
-    data_dir: str | None = None
-    dim: int = 100
-    n: int = 4000
-    lsq_noise: float = 0.1
-    lsq_theta_scale: float | None = None
-    randomness: str = "reproducible"
-    diagnostics: bool = False
-    clients_per_node: int = 1  # flower engine (simulation): virtual clients one simulated node hosts (a cohort)
-
-    def __post_init__(self) -> None:
-        check_mode(self.randomness)
-        if self.diagnostics and self.randomness != "reproducible":
-            raise ValueError("diagnostics (data-dependent, not covered by the LDP guarantee) are available only with "
-                             "randomness=reproducible")
-        if self.budget_epsilon is not None and not (self.budget_epsilon > 0 and math.isfinite(self.budget_epsilon)):
-            raise ValueError(f"budget epsilon must be positive and finite (omit it for no budget), got {self.budget_epsilon}")
-        if not math.isfinite(self.epsilon) or self.epsilon <= 0:
-            raise ValueError(f"epsilon must be positive and finite, got {self.epsilon}")
-        if self.clients < 1 or self.rounds < 1 or self.batch < 1:
-            raise ValueError("clients, rounds and batch must be positive")
-        if not (self.clip > 0 and self.lr > 0 and self.server_cap > 0):
-            raise ValueError("clip, lr and server_cap must be positive")
-        if not 0 < self.sampling_rate <= 1:
-            raise ValueError(f"sampling rate must be in (0, 1], got {self.sampling_rate}")
-        if self.partition not in ("iid", "dirichlet"):
-            raise ValueError(f"partition must be iid or dirichlet, got {self.partition!r}")
-        if not 1 <= self.clients_per_node <= self.clients:
-            raise ValueError(f"clients per node must be in 1..clients ({self.clients}), got {self.clients_per_node}")
-        if self.engine not in ("vectorized", "flower"):
-            raise ValueError(f"engine must be 'vectorized' or 'flower', got {self.engine!r}")
-
-    def task_kwargs(self) -> dict[str, Any]:
-        """The task's own parameters (:func:`~sstq_fl.fl.tasks.make_task`)."""
-        return {"data_dir": self.data_dir, "dim": self.dim, "n": self.n, "noise": self.lsq_noise,
-                "theta_scale": self.lsq_theta_scale}
 
 
 @dataclass

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,7 @@ import torch
 from torch.func import grad, vmap
 
 from .. import rng
+from ..registry import Registry
 
 
 @dataclass
@@ -92,8 +94,9 @@ class MLPTask(Task):
 class LeastSquaresTask(Task):
     """E2: ``L(θ) = (1/2n)‖Aθ − b‖²`` with ``A_ij ~ N(0, 1)``, ``b = Aθ_true + σ ξ``; metric ``‖θ − θ*‖²``
     (``θ*`` the least-squares fit).  ``θ_true ~ N(0, s² I)``: the default ``s = 1/√d`` keeps
-    ``‖θ_true‖ ≈ 1`` at every ``d`` (clean training converges), ``s = 1`` is the paper's regime, where
-    ``‖θ₀ − θ*‖² ≈ d`` grows with ``d`` and clean is still far from ``θ*`` after 100 clipped steps."""
+    ``‖θ_true‖ ≈ 1`` at every ``d`` (clean training converges; our own default), ``s = 1`` is the regime
+    of SSTQ's authors' least squares, where ``‖θ₀ − θ*‖² ≈ d`` grows with ``d`` and clean is still far
+    from ``θ*`` after 100 clipped steps."""
 
     def __init__(self, dim: int, n: int, seed: int, noise: float = 0.1, theta_scale: float | None = None):
         if not (noise >= 0 and math.isfinite(noise)):
@@ -121,23 +124,47 @@ class LeastSquaresTask(Task):
                 "distance_to_optimum": float(((theta - self.theta_star) ** 2).sum())}
 
 
+TaskFactory = Callable[..., Task]
+"""Builds a task: ``factory(seed, **kwargs) -> Task``; ``kwargs`` are :meth:`RunConfig.task_kwargs`
+(``data_dir``, ``dim``, ``n``, ``noise``, ``theta_scale``), of which a task uses those it needs."""
+
+TASKS: Registry[TaskFactory] = Registry("FL task", group="sstq_fl.tasks", accepts=callable,
+                                        kind="a task factory (seed, **kwargs) -> Task")
+"""The FL tasks by name: the built-ins below, then the ``sstq_fl.tasks`` entry points (each a
+:data:`TaskFactory`).  The built-ins are registered in this module, so the registry needs no
+``builtins=`` modules."""
+
+
+@TASKS.register("fmnist")
+def fmnist_task(seed: int, **kw: Any) -> Task:
+    """MLP 784-32-10 on Fashion-MNIST (``data_dir``, else the loader's default locations)."""
+    from ..data.idx import load_fashion_mnist
+
+    xtr, ytr, xte, yte = load_fashion_mnist(kw.get("data_dir"))
+    return MLPTask("fmnist", _tensors(xtr, ytr, xte, yte))
+
+
+@TASKS.register("cifar10")
+def cifar10_task(seed: int, **kw: Any) -> Task:
+    """MLP 3072-32-10 on CIFAR-10 (``data_dir`` required: the extracted python batches)."""
+    from ..data.cifar import load_cifar10
+
+    if not kw.get("data_dir"):
+        raise ValueError("task cifar10 needs --data-dir pointing at the extracted cifar-10-batches-py folder")
+    return MLPTask("cifar10", _tensors(*load_cifar10(kw["data_dir"])))
+
+
+@TASKS.register("lsq")
+def lsq_task(seed: int, **kw: Any) -> Task:
+    """E2's least squares (``dim``, ``n``, ``noise``, ``theta_scale``)."""
+    return LeastSquaresTask(int(kw.get("dim", 100)), int(kw.get("n", 4000)), seed,
+                            noise=float(kw.get("noise", 0.1)), theta_scale=kw.get("theta_scale"))
+
+
 def make_task(name: str, seed: int = 0, **kw: Any) -> Task:
-    """``fmnist`` (MLP 784-32-10), ``cifar10`` (MLP 3072-32-10, ``data_dir`` required), ``lsq``."""
-    if name == "fmnist":
-        from ..data.idx import load_fashion_mnist
-
-        xtr, ytr, xte, yte = load_fashion_mnist(kw.get("data_dir"))
-        return MLPTask("fmnist", _tensors(xtr, ytr, xte, yte))
-    if name == "cifar10":
-        from ..data.cifar import load_cifar10
-
-        if not kw.get("data_dir"):
-            raise ValueError("task cifar10 needs --data-dir pointing at the extracted cifar-10-batches-py folder")
-        return MLPTask("cifar10", _tensors(*load_cifar10(kw["data_dir"])))
-    if name == "lsq":
-        return LeastSquaresTask(int(kw.get("dim", 100)), int(kw.get("n", 4000)), seed,
-                                noise=float(kw.get("noise", 0.1)), theta_scale=kw.get("theta_scale"))
-    raise ValueError(f"unknown task {name!r}; choose fmnist, cifar10 or lsq")
+    """The task ``name`` built by its registered factory; an unknown name is a one-line error listing
+    the registered ones."""
+    return TASKS[name](seed, **kw)
 
 
 def _tensors(xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yte: np.ndarray) -> Dataset:

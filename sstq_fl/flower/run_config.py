@@ -47,23 +47,15 @@ def out_dir(rc: dict[str, Any]) -> Path:
 
 
 def config_from_run_config(rc: dict[str, Any]) -> tuple[Any, Path, bool]:
-    """``train``: ``RunConfig``, output directory, resume flag.  ``mepf-*`` keys are ignored here;
-    any other unknown key is refused.  ``randomness`` defaults to ``secure`` (the app config's value)."""
-    from ..fl.engine import RunConfig
+    """``train``: ``RunConfig`` (its keys: :func:`sstq_fl.options.run_config_keys`), output directory,
+    resume flag.  A DP workload's prefixed keys and the app's own keys are ignored here; any other
+    unknown key is refused."""
+    from ..fl.config import RunConfig
+    from ..options import from_run_config
 
-    known = {f.name for f in fields(RunConfig)}
-    kw: dict[str, Any] = {}
-    for key, value in rc.items():
-        name = key.replace("-", "_")
-        if name in known:
-            kw[name] = value
-        elif key not in APP_KEYS and not key.startswith(tuple(w[3] for w in GEN_WORKLOADS.values())):
-            raise ValueError(f"unknown key {key!r} in the Flower run config (known: {sorted(known)} + {list(APP_KEYS)})")
-    kw["budget_epsilon"] = kw.get("budget_epsilon") or None
-    kw["data_dir"] = kw.get("data_dir") or None
-    kw["lsq_theta_scale"] = kw.get("lsq_theta_scale") or None  # TOML has no null: 0 means the default
-    kw["engine"] = "flower"
-    return RunConfig(**kw), out_dir(rc), bool(rc.get("resume", False))
+    prefixes = tuple(w[3] for w in GEN_WORKLOADS.values())
+    cfg = from_run_config(RunConfig, rc, ignore=lambda key: key in APP_KEYS or key.startswith(prefixes), engine="flower")
+    return cfg, out_dir(rc), bool(rc.get("resume", False))
 
 
 def workload_from_run_config(rc: dict[str, Any]) -> tuple[Any, Callable[..., dict[str, Any]]]:

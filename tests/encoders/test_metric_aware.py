@@ -1,12 +1,12 @@
-"""Metric-aware SSTQ (issue 15): the calibrated scale, the paper's scale and the gain decoder."""
+"""Metric-aware SSTQ: the calibrated scale, the authors' scale (``scale=paper``) and the gain decoder."""
 
 import math
 
 import pytest
 import torch
 
-from sstq_fl import codebooks as cb
 from sstq_fl.encoders import make_encoder
+from sstq_fl.encoders.maths import codebooks as cb
 
 from ..conftest import unit_rows
 from .test_statistics import D, R, encode_many

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from sstq_fl.encoders import make_encoder
+from sstq_fl.encoders.maths.kashin import kashin
 from sstq_fl.encoders.privunit import PrivUnit, cap_probability
-from sstq_fl.kashin import kashin
 
 EPS = [0.5, 3.0]
 R = 0.7
@@ -75,8 +75,8 @@ def test_metric_aware_channel_is_tight_at_exact_scale(spec, eps):
 
 @pytest.mark.parametrize("b", [2, 4, 8])
 def test_metric_aware_paper_scale_wastes_budget(b):
-    """The spec's ``4B/ε`` scale uses only 0.41–0.5 of ε (issue 15): the test fails if the paper
-    scale is silently replaced, or if the exact scale is not smaller than the paper's."""
+    """SSTQ's authors' ``4B/ε`` scale uses only 0.41–0.5 of ε: the test fails if that scale is
+    silently replaced, or if the exact scale is not smaller than theirs."""
     paper = make_encoder(f"sstq-ma:b={b},scale=paper", 6, 3.0, radius=R)
     exact = make_encoder(f"sstq-ma:b={b}", 6, 3.0, radius=R)
     assert 0.41 * 3.0 < paper.channel_epsilon() < 0.5 * 3.0

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from sstq_fl.frames import HadamardFrame, frame_size, make_frame
+from sstq_fl.encoders.maths.frames import HadamardFrame, frame_size, make_frame
 
 
 @pytest.mark.parametrize("kind", ["hadamard", "haar"])

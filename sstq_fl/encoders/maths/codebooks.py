@@ -6,13 +6,15 @@ problems are scale-invariant, so the normalised codebook times ``B`` is the code
 bound ``B``.
 
 - :func:`uniform` — ``c_i = -1 + 2(i-1)/(M-1)``.
-- :func:`flat_optimized` — the privacy-aware optimum for flat randomized response
-  (spec §2.1): minimise ``L(Γ) = Σ_k Δ_k³/12 + Σ_i c_i² / (e^ε − 1)`` over gaps
+- :func:`flat_optimized` — the privacy-aware optimum for SSTQ's flat randomized response, the
+  surrogate its authors propose: minimise ``L(Γ) = Σ_k Δ_k³/12 + Σ_i c_i² / (e^ε − 1)`` over gaps
   ``Δ_k = c_{k+1} − c_k ≥ 0`` with ``Σ Δ_k = 2`` and ``Σ c_i = 0``.  Strongly convex;
   solved by SLSQP with exact gradients and then verified with :func:`flat_kkt_residual`.
 - :func:`metric_aware` — minimises the exact ``E[(Y − c_Z)²]`` of the metric-aware channel
-  (spec §2.2) under a public surrogate law of ``Y`` over symmetric codebooks (torch
-  autograd + L-BFGS); as ``ε → ∞`` it approaches the Panter–Dite allocation.
+  (SSTQ's truncated-Laplace label channel) under a public surrogate law of ``Y`` over symmetric
+  codebooks (torch autograd + L-BFGS); as ``ε → ∞`` it approaches the Panter–Dite allocation,
+  codeword density ``∝ f_Y^{1/3}`` (Panter & Dite, Proc. IRE 39(1), 1951).  The objective (exact
+  error of the channel rather than a surrogate) and the optimiser are our own choices.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 import torch
 from scipy.optimize import minimize
 
-from .privacy.floats import EXP_SAFE
+from ...privacy.floats import EXP_SAFE
 
 
 def _check(eps: float, m: int) -> None:
@@ -41,7 +43,7 @@ def uniform(m: int) -> np.ndarray:
 
 
 def flat_objective(c: np.ndarray, eps: float) -> float:
-    """``L(Γ)`` of spec §2.1 for a normalised codebook (``B = 1``)."""
+    """The flat-RR surrogate loss ``L(Γ)`` (module doc) of a normalised codebook (``B = 1``)."""
     gaps = np.diff(c)
     return float((gaps**3).sum() / 12.0 + (c**2).sum() / math.expm1(eps))
 
@@ -78,7 +80,7 @@ def _flat_optimized_cached(eps: float, m: int) -> tuple[float, ...]:
 
 
 def flat_optimized(eps: float, m: int) -> np.ndarray:
-    """The privacy-aware flat-RR codebook (spec §2.1), cached by ``(ε, M)``."""
+    """The privacy-aware flat-RR codebook (the minimiser of :func:`flat_objective`), cached by ``(ε, M)``."""
     _check(eps, m)
     if m == 2:
         return np.array([-1.0, 1.0])
@@ -111,9 +113,10 @@ def flat_kkt_residual(c: np.ndarray, eps: float, tol: float = 1e-9) -> float:
 
 
 def paper_scale(eps: float) -> float:
-    """The spec's Laplace scale ``2 D_B / ε = 4/ε`` (normalised, ``B = 1``): the density ratio of two
-    centres ``2`` apart is ``e^{ε/2}`` and the truncation's normaliser at most another ``e^{ε/2}``, so the
-    channel is ε-LDP for every codebook, but its exact worst ratio is far below ``e^ε``."""
+    """SSTQ's authors' Laplace scale ``2 D_B / ε = 4/ε`` (normalised, ``B = 1``; ``D_B = 2`` the codebook
+    diameter): the density ratio of two centres ``2`` apart is ``e^{ε/2}`` and the truncation's normaliser
+    at most another ``e^{ε/2}``, so the channel is ε-LDP for every codebook, but its exact worst ratio is
+    far below ``e^ε``."""
     return 4.0 / eps
 
 
@@ -173,8 +176,8 @@ def calibrated_scale(c: np.ndarray, eps: float, rtol: float = 1e-14) -> float:
     private, and the result is the upper end of the final bracket for the target ``ε(1 − 1e-12)``
     (a margin for the float64 rounding of the matrix built from it), so its worst log-ratio is
     ``≤ ε`` and within ``1e-12 + rtol`` of it.
-    Above ``EXP_SAFE`` (ε > 700: the channel is the identity to float64 precision at either scale) the
-    paper's scale is returned.
+    Above ``EXP_SAFE`` (ε > 700: the channel is the identity to float64 precision at either scale)
+    :func:`paper_scale` is returned.  Calibrating on the exact channel is our own choice.
     """
     hi = paper_scale(eps)
     if eps > EXP_SAFE:
@@ -286,8 +289,8 @@ def _optimize_metric_aware(eps: float, m: int, law: str, level: float, scale: fl
 @lru_cache(maxsize=64)
 def _metric_aware_cached(eps: float, m: int, law: str, level: float, scale: str) -> tuple[float, ...]:
     """``scale='paper'``: optimise for the ``4/ε`` channel.  ``'exact'``: alternate optimising the codebook
-    for a scale and recalibrating the scale for the codebook (:func:`calibrated_scale`), from the paper's
-    scale, three rounds (the scale then moves by < 1e-3 relative; the pair used by an encoder is always
+    for a scale and recalibrating the scale for the codebook (:func:`calibrated_scale`), from :func:`paper_scale`,
+    three rounds (the scale then moves by < 1e-3 relative; the pair used by an encoder is always
     recalibrated for the final codebook, so privacy never depends on this fixed point)."""
     s = paper_scale(eps)
     c = _optimize_metric_aware(eps, m, law, level, s)
@@ -299,7 +302,7 @@ def _metric_aware_cached(eps: float, m: int, law: str, level: float, scale: str)
 
 def metric_aware(eps: float, m: int, law: str = "uniform", level: float = 2.35, scale: str = "paper") -> np.ndarray:
     """Codebook minimising the MA channel's exact error under a public ``law`` (cached), for the
-    channel at the paper's scale or at the calibrated one (``scale='exact'``)."""
+    channel at :func:`paper_scale` or at the calibrated one (``scale='exact'``)."""
     _check(eps, m)
     if m % 2:
         raise ValueError(f"metric-aware codebooks need an even M, got {m}")

@@ -3,11 +3,12 @@
 ``fwht_(x)`` applies the *unnormalised* Sylvester–Hadamard matrix ``H`` (entries ±1,
 ``H H = N I``) to every row of a ``[n, N]`` tensor in place, ``N`` a power of two.
 
-Kernels are registered by name.  Which one runs by default was chosen by measurement
-(``sstq-fl bench fwht``; figures in ``benchmarks/results/fwht.json``): on the CPU the SIMD
-kernel of ``fht-cpu`` is about 10x faster than the best pure-torch transform; on CUDA the
-``fast-hadamard-transform`` kernel is used when installed.  The pure-torch kernel works on
-any device and any float dtype, and is always available.
+Kernels are registered by name in :data:`KERNELS` (a taken name is refused). Which one runs by
+default is our choice, by measurement (``sstq-fl bench fwht``; figures in
+``benchmarks/results/fwht.json``): on the CPU the SIMD kernel of ``fht-cpu`` is about 10x faster
+than the best pure-torch transform; on CUDA the ``fast-hadamard-transform`` kernel is used when
+installed. The pure-torch kernel works on any device and any float dtype, and is always
+available.
 """
 
 from __future__ import annotations
@@ -17,16 +18,21 @@ from collections.abc import Callable
 
 import torch
 
+from ...registry import Registry
+
 Kernel = Callable[[torch.Tensor], torch.Tensor]
-_KERNELS: dict[str, Kernel] = {}
+
+KERNELS: Registry[Kernel] = Registry("FWHT kernel")
+"""The in-place FWHT kernels by name; a second kernel under a taken name is refused."""
 _AVAILABLE: dict[str, Callable[[torch.device], bool]] = {}
 
 
 def register_kernel(name: str, available: Callable[[torch.device], bool]) -> Callable[[Kernel], Kernel]:
-    """Register an in-place row-wise FWHT kernel under ``name``."""
+    """Register an in-place row-wise FWHT kernel under ``name``, with ``available(device)`` saying
+    whether it runs there (a taken name is a one-line ``ValueError``)."""
 
     def deco(fn: Kernel) -> Kernel:
-        _KERNELS[name] = fn
+        KERNELS.register(name, fn)
         _AVAILABLE[name] = available
         return fn
 
@@ -34,11 +40,12 @@ def register_kernel(name: str, available: Callable[[torch.device], bool]) -> Cal
 
 
 def kernels() -> list[str]:
-    return list(_KERNELS)
+    """The kernel names, in registration order."""
+    return list(KERNELS.as_dict())
 
 
 def is_available(name: str, device: torch.device) -> bool:
-    return name in _KERNELS and _AVAILABLE[name](device)
+    return name in KERNELS and _AVAILABLE[name](device)
 
 
 def _check(x: torch.Tensor) -> int:
@@ -141,8 +148,7 @@ def default_kernel(device: torch.device | str) -> str:
 def fwht_(x: torch.Tensor, kernel: str | None = None) -> torch.Tensor:
     """In-place unnormalised FWHT of each row of ``x`` using ``kernel`` (default: best)."""
     name = kernel or default_kernel(x.device)
-    if name not in _KERNELS:
-        raise ValueError(f"unknown FWHT kernel {name!r}; known: {sorted(_KERNELS)}")
+    fn = KERNELS[name]
     if x.dtype not in (torch.float32, torch.float64) and name == "fht-cpu":
-        name = "torch"
-    return _KERNELS[name](x)
+        fn = KERNELS["torch"]
+    return fn(x)

@@ -8,11 +8,11 @@ representation is a vector ``a ∈ R^N`` with ``Qᵀ a = x`` exactly and all ent
 
 Three methods:
 
-``linf`` (default) — a level-targeted search (:func:`_linf_fast`): from the minimum-norm
-representation, three over-relaxed alternating projections, then Douglas–Rachford splitting
-between the box ``{‖s‖_∞ ≤ 0.97 K}`` and the affine set ``{Qᵀ s = √N u}``; every iterate is
-exact and a row retires as soon as ``‖s‖_∞ ≤ K``.  Public level ``K = LINF_LEVEL = 1.9`` by
-default.  Evidence (``sstq-fl bench kashin-search``, ``benchmarks/results/kashin_search.json``;
+``linf`` (default; the method and its level are our own) — a level-targeted search
+(:func:`_linf_fast`): from the minimum-norm representation, three over-relaxed alternating
+projections, then Douglas–Rachford splitting between the box ``{‖s‖_∞ ≤ 0.97 K}`` and the affine
+set ``{Qᵀ s = √N u}``; every iterate is exact and a row retires as soon as ``‖s‖_∞ ≤ K``.  Public
+level ``K = LINF_LEVEL = 1.9`` by default.  Evidence (``sstq-fl bench kashin-search``, ``benchmarks/results/kashin_search.json``;
 Hadamard frame, ``ρ = 2.5``, seed 0; ℓ∞-minimal levels bracketed by :func:`linf_min`'s primal
 iterate and dual certificate): Gaussian inputs ``1.38–1.45``, the E1 vector ``1.42/1.43``,
 frame rows ``1.745`` at ``d = 100`` and ``1.820`` at ``d = 25,450`` (all rows of a Hadamard
@@ -25,7 +25,8 @@ indices inside the frame's column set, see :mod:`sstq_fl.bench.kashin`), and on 
 *every* method clips at its public level, ``lv`` included; clipped coefficients are counted.
 
 ``lv`` — Lyubarskii & Vershynin (2010), "Uncertainty principles and vector quantization",
-IEEE Trans. Inf. Theory 56(7), truncation algorithm (spec §1).  With ``u = x/‖x‖``,
+IEEE Trans. Inf. Theory 56(7), 2010: their truncation algorithm for frames with the uncertainty
+principle, in the normalisation of this module.  With ``u = x/‖x‖``,
 ``r_0 = u``::
 
     c_k = √N Q r_k ;  m_k = η^k / √δ ;  s += clip(c_k, ±m_k) ;  r_{k+1} = Qᵀ (c_k − clip(c_k)) / √N
@@ -35,7 +36,7 @@ folds the residual in, so reconstruction is exact.  The partial sums never excee
 ``Σ_k m_k < 1/((1−η)√δ)`` and the fold adds at most ``fold_tol``, so whenever the stop
 criterion is met the **public bound** ``K = 1/((1−η)√δ) + fold_tol`` holds.  The
 contraction ``‖r_{k+1}‖ ≤ η^{k+1}`` that the theory assumes is *checked* per row and
-reported, not assumed.  Defaults ``η = 0.55, δ = 0.9`` give ``K = 2.352``; they were chosen
+reported, not assumed.  Defaults ``η = 0.55, δ = 0.9`` give ``K = 2.352``; we chose them
 by measuring the worst case (inputs equal to frame rows, which saturate the bound) over a
 grid (see ``sstq-fl bench kashin``).  The guarantee holds only when the run-time contraction
 check passes; on the adversarial inputs above it fails (and the encoder clips, counted).
@@ -277,7 +278,7 @@ def adversarial_inputs(frame: Frame, n_each: int = 4, seed: int = 0) -> dict[str
     """Hard inputs for measuring a level: frame rows, sparse vectors, and Gaussian vectors."""
     import numpy as np
 
-    from . import rng  # local: keeps module import light
+    from ... import rng  # local: keeps module import light
 
     seeds = np.arange(seed, seed + n_each, dtype=np.uint64)
     j = torch.from_numpy(rng.randint(seeds, "adv-rows", 1, frame.N)[:, 0])

@@ -1,7 +1,7 @@
 """Tight frames for Kashin representations.
 
 A frame is an ``N × d`` matrix ``Q`` with orthonormal columns (``Qᵀ Q = I_d``, ``N > d``);
-the spec's scaled Parseval frame is ``U = √(N/d) Q``.  Frames are *public*: they are rebuilt
+the scaled Parseval frame is ``U = √(N/d) Q`` (``Uᵀ U = (N/d) I_d``).  Frames are *public*: they are rebuilt
 bit-for-bit from ``(kind, d, N, seed)`` on every client and on the server, and nothing
 about them is ever sent.
 
@@ -12,7 +12,12 @@ partial-Hadamard transform needs no normalisation pass over ``N``-length rows.
 - :class:`HadamardFrame` — randomized partial Hadamard, ``Q = (H_N D)[:, S] / √N``
   (``D`` random signs, ``S`` a random set of ``d`` columns); ``O(N log N)`` per product.
 - :class:`HaarFrame` — a dense Haar-random ``N × d`` matrix with orthonormal columns, for
-  small ``d``; its Kashin level is provably dimension-free (Lyubarskii & Vershynin 2010).
+  small ``d``; its Kashin level is provably dimension-free (Lyubarskii & Vershynin, "Uncertainty
+  principles and vector quantization", IEEE Trans. Inf. Theory 56(7), 2010: random orthogonal
+  frames satisfy their uncertainty principle with high probability).
+
+The randomized partial Hadamard frame is the default for its ``O(N log N)`` products; unlike the
+Haar frame it carries no dimension-free guarantee (see :mod:`sstq_fl.bench.kashin`).
 """
 
 from __future__ import annotations
@@ -24,14 +29,15 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from . import rng
+from ... import rng
 from .fwht import fwht_
 
 DEFAULT_RHO = 2.5
 
 
 def frame_size(d: int, rho: float = DEFAULT_RHO) -> int:
-    """``N = 2^⌈log2(ρ d)⌉`` (the spec's redundancy rule)."""
+    """``N = 2^⌈log2(ρ d)⌉``: redundancy at least ``ρ``, rounded up to a power of two for the FWHT (our
+    rule; ``ρ = 2.5`` by default, as in the SSTQ experiments)."""
     if d < 1:
         raise ValueError(f"dimension d must be >= 1, got {d}")
     if not rho > 1.0:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from sstq_fl import codebooks as cb
+from sstq_fl.encoders.maths import codebooks as cb
 
 
 @pytest.mark.parametrize("eps", [0.5, 1.0, 3.0, 8.0])

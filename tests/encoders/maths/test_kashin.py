@@ -7,10 +7,18 @@ import torch
 from sstq_fl.bench.kashin import certified_level, flat_vector, natural_inputs, sphere_search, walsh_flats
 from sstq_fl.bench.mse import test_vector as e1_vector
 from sstq_fl.encoders import make_encoder
-from sstq_fl.frames import make_frame
-from sstq_fl.kashin import LINF_LEVEL, KashinConfig, achieved_level, adversarial_inputs, dual_bound, kashin, linf_min
+from sstq_fl.encoders.maths.frames import make_frame
+from sstq_fl.encoders.maths.kashin import (
+    LINF_LEVEL,
+    KashinConfig,
+    achieved_level,
+    adversarial_inputs,
+    dual_bound,
+    kashin,
+    linf_min,
+)
 
-from .conftest import unit_rows
+from ...conftest import unit_rows
 
 
 @pytest.mark.parametrize("kind,d", [("hadamard", 10), ("hadamard", 300), ("hadamard", 3000), ("haar", 200)])
@@ -85,7 +93,7 @@ def test_invalid_config_and_shapes():
 
 def test_pure_torch_kernel_path_matches(monkeypatch):
     """The device-agnostic kernel (what CUDA tensors use without fast-hadamard-transform)."""
-    import sstq_fl.fwht as fw
+    import sstq_fl.encoders.maths.fwht as fw
 
     fr = make_frame("hadamard", 3000, seed=4)
     x = unit_rows(5, 3000, seed=1).float()

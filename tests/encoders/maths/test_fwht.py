@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from sstq_fl.fwht import default_kernel, fwht_, hadamard_matrix, is_available, kernels
+from sstq_fl.encoders.maths.fwht import default_kernel, fwht_, hadamard_matrix, is_available, kernels
 
 
 @pytest.mark.parametrize("n", [1, 2, 8, 64, 4096, 8192, 65536])
@@ -33,3 +33,11 @@ def test_rejects_bad_lengths():
         fwht_(torch.zeros(2, 12))
     with pytest.raises(ValueError, match="unknown FWHT kernel"):
         fwht_(torch.zeros(2, 8), "nope")
+
+
+def test_a_second_kernel_under_a_taken_name_is_refused():
+    from sstq_fl.encoders.maths.fwht import KERNELS, register_kernel
+
+    with pytest.raises(ValueError, match="FWHT kernel named 'torch' is already registered") as e:
+        register_kernel("torch", lambda dev: True)(lambda x: x)
+    assert "\n" not in str(e.value) and kernels()[0] == "torch" and KERNELS["torch"] is not None

@@ -1,0 +1,62 @@
+"""Every configuration a user sets, in one list: the LDP training run and each DP generative
+pipeline.  The Flower app's run-config defaults (``[tool.flwr.app.config]`` in ``pyproject.toml``)
+and the options reference page (``docs/options.md``, ``sstq-fl options``) are generated from it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .options import options_markdown, run_config_defaults
+
+APP_KEYS: dict[str, Any] = {"workload": "train", "round-timeout": 0.0, "out-dir": "results/flwr-run", "resume": False}
+"""The Flower app's own run-config keys and defaults (``workload``: ``train`` or a pipeline's name)."""
+TRAIN_APP_DEFAULTS: dict[str, Any] = {"clients": 10, "rounds": 20, "randomness": "secure"}
+"""Where the Flower app's defaults differ from ``sstq-fl run``'s: a 10-SuperNode federation, and
+``secure`` randomness (the deployment default)."""
+
+
+@dataclass(frozen=True)
+class Configured:
+    """One configuration: a title, its dataclass, its run-config prefix and the keys it shares unprefixed."""
+
+    title: str
+    cls: Any
+    prefix: str = ""
+    shared: tuple[str, ...] = ()
+    app_defaults: tuple[tuple[str, Any], ...] = ()
+
+
+def configurations() -> Iterator[Configured]:
+    """The training run, then each registered DP generative pipeline."""
+    from .fl.config import RunConfig
+    from .gen.pipelines import PIPELINES
+
+    yield Configured("LDP training (`sstq-fl run`, `compare`; Flower `workload = \"train\"`)", RunConfig,
+                     app_defaults=tuple(TRAIN_APP_DEFAULTS.items()))
+    for name, p in PIPELINES.items():
+        yield Configured(f"{p.title} (`sstq-fl gen {name}`; Flower `workload = \"{name}\"`)", p.config,
+                         p.prefix, tuple(p.shared))
+
+
+def app_run_config_defaults() -> dict[str, Any]:
+    """The Flower app's complete run config with its defaults, as ``pyproject.toml`` must hold it."""
+    out = dict(APP_KEYS)
+    for c in configurations():
+        defaults = run_config_defaults(c.cls, c.prefix, c.shared)
+        if c.shared:  # the shared keys are the training run's (one value for every workload)
+            defaults = {k: v for k, v in defaults.items() if k.startswith(c.prefix)}
+        out.update(defaults)
+        out.update(dict(c.app_defaults))
+    return out
+
+
+def options_reference() -> str:
+    """The options reference page (markdown), generated from the declarations."""
+    head = ["# Options reference", "",
+            "Generated from the configuration dataclasses by `sstq-fl options` (do not edit by hand). Each option",
+            "is one field: its CLI flag, its key in the Flower run config (`flwr run . -c \"key=value\"`;",
+            "TOML has no null, so an unset optional value is written as the marker in the default column),",
+            "its type, default, allowed values and help.", ""]
+    return "\n".join(head) + "\n".join(options_markdown(c.cls, c.title, c.prefix, c.shared) for c in configurations())

@@ -1,0 +1,84 @@
+"""The configuration of an LDP training run, declared once: the ``run`` / ``compare`` options, the
+Flower run config's keys and the options reference are generated from :class:`RunConfig`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..options import Options, option
+from ..rng import check_mode
+
+RANDOMNESS_HELP = ("secure: each client keys its coins and minibatches with a fresh OS-CSPRNG key it never sends, and "
+                   "the server samples from the OS CSPRNG (the LDP guarantee holds against the server); reproducible: "
+                   "everything derives from --seed, for simulation research (no guarantee against whoever holds the "
+                   "seed) (default: %(default)s)")
+
+
+@dataclass
+class RunConfig(Options):
+    """Everything that determines a run (with the seed, it determines every number)."""
+
+    task: str = option("fmnist", help="FL task: fmnist / cifar10 (MLP) or lsq (synthetic least squares); "
+                                      "plug-ins add more")
+    encoder: str = option("sstq-flat:b=4", help="encoder spec (see sstq-fl encoders)")
+    clients: int = option(100, help="simulated clients", low=1)
+    rounds: int = option(100, help="training rounds", low=1)
+    epsilon: float = option(3.0, help="per-message LDP epsilon")
+    seed: int = option(0, help="run seed (minibatches, coins, model init, partition)")
+    batch: int = option(64, help="minibatch size per client", low=1)
+    clip: float = option(0.1, help="client clip norm C (the encoders' radius)")
+    lr: float = option(0.2, help="server learning rate")
+    server_cap: float = option(10.0, help="cap on the norm of the aggregated update")
+    partition: str = option("iid", help="how records are split among clients", choices=("iid", "dirichlet"))
+    alpha: float = option(0.5, help="dirichlet partition: concentration")
+    sampling_rate: float = option(1.0, help="probability q that a client joins a round")
+    delta: float = option(1e-5, help="delta at which epsilon is reported")
+    budget_epsilon: float | None = option(None, help="refuse to start if the plan exceeds it", unset=0.0)
+    engine: str = option("vectorized", help="vectorized (one process, batched) or flower (Flower simulation on Ray)",
+                         choices=("vectorized", "flower"), key="")
+    data_dir: str | None = option(None, help="data set folder (default: the installed Fashion-MNIST; cifar10 needs it)",
+                                  unset="")
+    dim: int = option(100, help="lsq: dimension", low=1)
+    n: int = option(4000, help="lsq: samples", low=1)
+    lsq_noise: float = option(0.1, help="lsq: standard deviation of the label noise")
+    lsq_theta_scale: float | None = option(
+        None, unset=0.0, help="lsq: theta_true ~ N(0, s^2 I) (default 1/sqrt(dim), norm about 1; 1 is the paper's E2 "
+                              "regime)")
+    randomness: str = option("reproducible", help=RANDOMNESS_HELP, choices=("reproducible", "secure"))
+    diagnostics: bool = option(False, help="also record the encoders' data-dependent statistics (reproducible mode "
+                                           "only; labelled non-private in metrics.json)")
+    clients_per_node: int = option(
+        1, low=1, help="flower engine (simulation): each simulated node hosts a cohort of this many virtual clients, "
+                       "run batched (one gradient, one encode) with one LDP message and its own coins per client "
+                       "(run-config key clients-per-node; 1: one client per node; a deployment keeps one client per "
+                       "SuperNode)")
+
+    def __post_init__(self) -> None:
+        check_mode(self.randomness)
+        if self.diagnostics and self.randomness != "reproducible":
+            raise ValueError("diagnostics (data-dependent, not covered by the LDP guarantee) are available only with "
+                             "randomness=reproducible")
+        if self.budget_epsilon is not None and not (self.budget_epsilon > 0 and math.isfinite(self.budget_epsilon)):
+            raise ValueError(f"budget epsilon must be positive and finite (omit it for no budget), got {self.budget_epsilon}")
+        if not math.isfinite(self.epsilon) or self.epsilon <= 0:
+            raise ValueError(f"epsilon must be positive and finite, got {self.epsilon}")
+        if self.clients < 1 or self.rounds < 1 or self.batch < 1:
+            raise ValueError("clients, rounds and batch must be positive")
+        if not (self.clip > 0 and self.lr > 0 and self.server_cap > 0):
+            raise ValueError("clip, lr and server_cap must be positive")
+        if not 0 < self.sampling_rate <= 1:
+            raise ValueError(f"sampling rate must be in (0, 1], got {self.sampling_rate}")
+        if self.partition not in ("iid", "dirichlet"):
+            raise ValueError(f"partition must be iid or dirichlet, got {self.partition!r}")
+        if not 1 <= self.clients_per_node <= self.clients:
+            raise ValueError(f"clients per node must be in 1..clients ({self.clients}), got {self.clients_per_node}")
+        if self.engine not in ("vectorized", "flower"):
+            raise ValueError(f"engine must be 'vectorized' or 'flower', got {self.engine!r}")
+        super().__post_init__()
+
+    def task_kwargs(self) -> dict[str, Any]:
+        """The task's own parameters (:func:`~sstq_fl.fl.tasks.make_task`)."""
+        return {"data_dir": self.data_dir, "dim": self.dim, "n": self.n, "noise": self.lsq_noise,
+                "theta_scale": self.lsq_theta_scale}

@@ -1,0 +1,287 @@
+"""Options declared once: a configuration is a typed dataclass whose fields carry their help text,
+choices or range and, where they differ from the field's name, their CLI flag and run-config key.
+
+From that one declaration come the command-line options (:func:`add_arguments`, :func:`from_args`),
+the Flower run-config reader (:func:`from_run_config`), the ``[tool.flwr.app.config]`` defaults
+(:func:`run_config_defaults`, checked against ``pyproject.toml`` by a test) and the options
+reference page (:func:`options_markdown`).  A new option is one field::
+
+    @dataclass(frozen=True)
+    class MyConfig(Options):
+        rounds: int = option(100, help="training rounds", low=1)
+
+TOML has no null: an optional field (``int | None``) is read from the run config with its
+``unset`` marker (``0``, ``""`` or ``-1``) standing for ``None``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import MISSING, dataclass
+from typing import Any
+
+_META = "sstq_fl.option"
+
+
+class _Absent:
+    """The marker of an option without a run-config ``unset`` value."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option's declaration (stored in its dataclass field's metadata)."""
+
+    help: str
+    choices: tuple[Any, ...] | None = None
+    low: float | None = None
+    high: float | None = None
+    strict_low: bool = False
+    flag: str | None = None
+    key: str | None = None
+    unset: Any = ABSENT
+    metavar: str | None = None
+    parse: Callable[[str], Any] | None = None
+
+
+def option(default: Any = MISSING, *, help: str, choices: Sequence[Any] | None = None, low: float | None = None,
+           high: float | None = None, strict_low: bool = False, flag: str | None = None, key: str | None = None,
+           unset: Any = ABSENT, default_factory: Any = MISSING, metavar: str | None = None,
+           parse: Callable[[str], Any] | None = None) -> Any:
+    """A dataclass field declared as an option.
+
+    ``choices``: the allowed values; ``low``/``high``: the closed range (``strict_low``: ``> low``);
+    ``flag``: the CLI flag if not ``--field-name`` (``""``: not on the CLI); ``key``: the run-config
+    key if not ``field-name`` (``""``: not in the run config); ``unset``: the run-config marker
+    for ``None``; ``parse``: ``str → value`` for the CLI and string run-config values."""
+    meta = {_META: Option(help, tuple(choices) if choices is not None else None, low, high, strict_low, flag, key,
+                          unset, metavar, parse)}
+    if default_factory is not MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def declared(cls: Any) -> Iterator[tuple[dataclasses.Field[Any], Option]]:
+    """The fields of ``cls`` (a dataclass or instance) declared with :func:`option`, in order."""
+    for f in dataclasses.fields(cls):
+        if _META in f.metadata:
+            yield f, f.metadata[_META]
+
+
+def _base_type(cls: Any, f: dataclasses.Field[Any]) -> tuple[Any, bool]:
+    """``(type, optional)`` of a field: ``int | None`` → ``(int, True)``."""
+    hint = typing.get_type_hints(cls)[f.name]
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return rest[0], True
+    return hint, False
+
+
+def in_range(value: Any, opt: Option) -> bool:
+    """Whether a number lies in the option's range (``nan`` never does)."""
+    if opt.low is not None and not (value > opt.low if opt.strict_low else value >= opt.low):
+        return False
+    return opt.high is None or value <= opt.high
+
+
+def expected(base: Any, opt: Option) -> str:
+    """What an option's value must be, in words: ``a positive integer``, ``a number ≥ 0 and ≤ 1``."""
+    if base is int and opt.low == 1 and opt.high is None and not opt.strict_low:
+        return "a positive integer"
+    if opt.low == 0 and opt.strict_low and opt.high is None:
+        return "a positive " + ("integer" if base is int else "number")
+    what = "an integer" if base is int else "a number"
+    bounds = ([f"{'>' if opt.strict_low else '≥'} {opt.low:g}"] if opt.low is not None else []) + \
+        ([f"≤ {opt.high:g}"] if opt.high is not None else [])
+    return " and ".join([what + (" " + bounds[0] if bounds else ""), *bounds[1:]])
+
+
+def check(obj: Any) -> None:
+    """Refuse (one-line ``ValueError``) an option value outside its choices or range."""
+    for f, opt in declared(obj):
+        value = getattr(obj, f.name)
+        if value is None:
+            continue
+        name = f.name.replace("_", "-")
+        if opt.choices is not None and value not in opt.choices:
+            raise ValueError(f"{name} must be one of {', '.join(map(str, opt.choices))}, got {value!r}")
+        if (opt.low is not None or opt.high is not None) and not in_range(value, opt):
+            raise ValueError(f"{name} must be {expected(_base_type(type(obj), f)[0], opt)}, got {value}")
+
+
+class Options:
+    """Base of the configuration dataclasses: ``__post_init__`` checks every declared option."""
+
+    def __post_init__(self) -> None:
+        check(self)
+
+
+# ----------------------------------------------------------------------------- command line
+def flag_of(f: dataclasses.Field[Any], opt: Option) -> str:
+    """The CLI flag of a field (``""``: none)."""
+    return ("--" + f.name.replace("_", "-")) if opt.flag is None else opt.flag
+
+
+def _cli_type(base: Any, opt: Option) -> Callable[[str], Any]:
+    """The argparse ``type`` of an option: its parser, else the field's scalar type, an integer's range
+    checked (an argument error naming what was expected); a float's range is the config's check."""
+    if opt.parse is not None:
+        return opt.parse
+    if base not in (int, float):
+        return str
+
+    def parse(text: str) -> Any:
+        try:
+            value = base(text)
+        except ValueError:
+            value = None
+        if value is None or (base is int and not in_range(value, opt)):  # floats: checked by the config
+            raise argparse.ArgumentTypeError(f"expected {expected(base, opt)}, got {text!r}")
+        return value
+
+    parse.__name__ = base.__name__
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser | Any, cls: Any, *, skip: Sequence[str] = (),
+                  only: Sequence[str] | None = None, defaults: dict[str, Any] | None = None,
+                  required: Sequence[str] = ()) -> None:
+    """Add an argparse option for each declared field of ``cls`` that has a flag, is in ``only`` (when
+    given) and not in ``skip``.  ``defaults`` overrides field defaults on this command; ``required``
+    fields have no default."""
+    defaults = defaults or {}
+    for f, opt in declared(cls):
+        flag = flag_of(f, opt)
+        if f.name in skip or not flag or (only is not None and f.name not in only):
+            continue
+        base, _ = _base_type(cls, f)
+        kw: dict[str, Any] = {"dest": f.name, "help": opt.help}
+        if f.name in required:
+            kw["required"] = True
+        else:
+            kw["default"] = defaults.get(f.name, _default(f))
+        if base is bool and opt.parse is None:
+            parser.add_argument(flag, action="store_true", **kw)
+            continue
+        kw["type"] = _cli_type(base, opt)
+        if opt.choices is not None and opt.parse is None:
+            kw["choices"] = list(opt.choices)
+        if opt.metavar:
+            kw["metavar"] = opt.metavar
+        parser.add_argument(flag, **kw)
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return None
+
+
+def from_args(cls: Any, ns: argparse.Namespace, **overrides: Any) -> Any:
+    """An instance of ``cls`` from the parsed namespace (declared fields present in it) and ``overrides``."""
+    kw = {f.name: getattr(ns, f.name) for f, _ in declared(cls) if hasattr(ns, f.name)}
+    kw.update(overrides)
+    return cls(**kw)
+
+
+# ----------------------------------------------------------------------------- Flower run config
+def key_of(f: dataclasses.Field[Any], opt: Option) -> str:
+    """The run-config key of a field (``""``: not in the run config)."""
+    return f.name.replace("_", "-") if opt.key is None else opt.key
+
+
+def run_config_keys(cls: Any, prefix: str = "", shared: Sequence[str] = ()) -> dict[str, str]:
+    """``{run-config key: field name}``: ``prefix`` + key, except the ``shared`` fields (unprefixed)."""
+    out = {}
+    for f, opt in declared(cls):
+        key = key_of(f, opt)
+        if key:
+            out[key if f.name in shared else prefix + key] = f.name
+    return out
+
+
+def from_run_config(cls: Any, rc: dict[str, Any], prefix: str = "", shared: Sequence[str] = (),
+                    ignore: Callable[[str], bool] = lambda key: False, **overrides: Any) -> Any:
+    """An instance of ``cls`` from a Flower run config: its keys (see :func:`run_config_keys`), TOML's
+    ``unset`` markers read as ``None``, string values through the option's ``parse``.  A key that
+    starts with ``prefix`` (every key, without a prefix) and is neither known nor ``ignore``-d is refused."""
+    keys = run_config_keys(cls, prefix, shared)
+    fields = {f.name: (f, opt) for f, opt in declared(cls)}
+    kw: dict[str, Any] = {}
+    for key, value in rc.items():
+        if key in keys:
+            kw[keys[key]] = _from_toml(cls, *fields[keys[key]], value)
+        elif key.startswith(prefix) and not ignore(key):
+            known = sorted(k for k in keys if k.startswith(prefix))
+            raise ValueError(f"unknown key {key!r} in the Flower run config (known: {', '.join(known)})")
+    kw.update(overrides)
+    return cls(**kw)
+
+
+def _from_toml(cls: Any, f: dataclasses.Field[Any], opt: Option, value: Any) -> Any:
+    """One run-config value as the field's value."""
+    if opt.unset is not ABSENT and value == opt.unset and type(value) is type(opt.unset):
+        return None
+    if isinstance(value, str) and opt.parse is not None:
+        return opt.parse(value)
+    base, _ = _base_type(cls, f)
+    if base is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def run_config_defaults(cls: Any, prefix: str = "", shared: Sequence[str] = ()) -> dict[str, Any]:
+    """``{run-config key: TOML default}`` of ``cls`` (``None`` written as the field's ``unset`` marker)."""
+    fields = {f.name: (f, opt) for f, opt in declared(cls)}
+    out: dict[str, Any] = {}
+    for key, name in run_config_keys(cls, prefix, shared).items():
+        f, opt = fields[name]
+        value = _default(f)
+        if value is None:
+            value = None if opt.unset is ABSENT else opt.unset
+        elif isinstance(value, tuple):
+            value = ",".join(map(str, value))
+        out[key] = value
+    return out
+
+
+# ----------------------------------------------------------------------------- reference page
+def _range_text(opt: Option) -> str:
+    if opt.choices is not None:
+        return " \\| ".join(f"`{c}`" for c in opt.choices)
+    parts = []
+    if opt.low is not None:
+        parts.append(f"{'>' if opt.strict_low else '≥'} {opt.low:g}")
+    if opt.high is not None:
+        parts.append(f"≤ {opt.high:g}")
+    return ", ".join(parts)
+
+
+def options_markdown(cls: Any, title: str, prefix: str = "", shared: Sequence[str] = ()) -> str:
+    """A markdown table of ``cls``'s options: CLI flag, run-config key, type, default, allowed values, help."""
+    lines = [f"## {title}", "", f"`{cls.__module__}.{cls.__qualname__}`", "",
+             "| CLI flag | run-config key | type | default | allowed | help |", "|---|---|---|---|---|---|"]
+    for f, opt in declared(cls):
+        base, optional = _base_type(cls, f)
+        typ = getattr(base, "__name__", str(base)) + (" or unset" if optional else "")
+        key = key_of(f, opt)
+        key = (key if f.name in shared else prefix + key) if key else ""
+        flag = flag_of(f, opt)
+        default = _default(f)
+        cells = [f"`{flag}`" if flag else "–", f"`{key}`" if key else "–", typ,
+                 "unset" if default is None else f"`{default}`", _range_text(opt),
+                 opt.help.replace(" (default: %(default)s)", "").replace("%%", "%").replace("|", "\\|")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
