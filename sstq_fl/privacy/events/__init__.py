@@ -1,8 +1,9 @@
 """Privacy events, one module per mechanism; each event says how it is accounted.
 
 A new event is one module here defining a frozen dataclass ``class E(PrivacyEvent,
-kind="name")`` with its accounting methods (see :class:`~.base.PrivacyEvent`), named in
-:data:`~.base.EVENTS`' built-in modules so that a transcript naming it replays.
+kind="name")`` with its accounting methods (see :class:`~.base.PrivacyEvent`), and its tests:
+every module of this package is a built-in module of :data:`~.base.EVENTS`, so a transcript
+naming the new kind replays with nothing else changed.
 """
 
 from .base import EVENTS, MAX_COMPOSED_EVENTS, MAX_EVENT_DEPTH, RELATIONS, PrivacyEvent

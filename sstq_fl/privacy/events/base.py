@@ -17,7 +17,9 @@ What an event does not support is refused with :class:`UnsupportedEventError` na
 defaults below), as dp-accounting's accountants refuse the events they do not support.
 
 Each event class registers its ``kind`` in :data:`EVENTS` (``class E(PrivacyEvent,
-kind="name")``); a second class under a taken kind is a one-line error.  Events serialise to
+kind="name")``); a second class under a taken kind is a one-line error.  Every module of this
+package is one of the registry's built-in modules, imported on the first look-up, so that a
+transcript naming a kind replays whatever was imported before.  Events serialise to
 JSON (``to_json``/``from_json``) so that a transcript can be replayed without any code but the
 events'.  Kinds are added, never changed: a transcript written today replays to the same number
 tomorrow.
@@ -26,7 +28,9 @@ tomorrow.
 from __future__ import annotations
 
 import math
+import pkgutil
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any, ClassVar
 
 import dp_accounting
@@ -39,10 +43,8 @@ from ..pld import PLD
 RELATIONS = ("replace_one", "add_or_remove_one")
 MAX_EVENT_DEPTH = 16  # nesting of event objects accepted by from_json (poisson_sampled of self_composed of ...)
 MAX_COMPOSED_EVENTS = 1000  # events in one composed event accepted by from_json
-_PACKAGE = __name__.rpartition(".")[0]
-EVENTS: Registry[type[PrivacyEvent]] = Registry("privacy event", builtins=[
-    f"{_PACKAGE}.{m}" for m in ("pure", "randomized_response", "gaussian", "laplace", "sampled", "composed",
-                                "non_private", "public")])
+EVENTS: Registry[type[PrivacyEvent]] = Registry("privacy event", builtins=[  # every module of this package
+    f"{__package__}.{m.name}" for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if m.name != "base"])
 
 
 @dataclass(frozen=True)
