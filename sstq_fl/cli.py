@@ -176,7 +176,7 @@ def cmd_privacy_plan(args: argparse.Namespace) -> int:
 def cmd_privacy_replay(args: argparse.Namespace) -> int:
     """Recompute epsilon from a transcript alone; exit 1 if it differs from the recorded one beyond the
     replay tolerance, 2 (one-line error) if the transcript, or its binding to ``--metrics``, is refused."""
-    from .privacy.ledger import check_binding, read_metrics, replay
+    from .privacy.replay import check_binding, read_metrics, replay
 
     out = replay(args.file, args.delta)
     if args.metrics is not None:

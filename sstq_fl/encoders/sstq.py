@@ -48,7 +48,8 @@ import numpy as np
 import torch
 
 from .. import rng
-from ..privacy.events import EXP_SAFE, flat_rr_probabilities
+from ..privacy.events import flat_rr_probabilities
+from ..privacy.floats import EXP_SAFE
 from .base import Field, Messages, Param, register_encoder
 from .framed import FRAME_PARAMS, FramedEncoder
 from .maths import codebooks

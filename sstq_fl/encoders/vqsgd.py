@@ -19,13 +19,14 @@ import numpy as np
 import torch
 
 from .. import rng
-from ..privacy.events import EXP_SAFE, flat_rr_probabilities
+from ..privacy.events import flat_rr_probabilities
+from ..privacy.floats import EXP_SAFE
 from .base import Encoder, Field, Messages, register_encoder
 
 
 def _decode_scale(radius: float, epsilon: float, k: int) -> float:
     """``R (e^ε+k−1)/(e^ε−1)`` (``R`` over the correlation of ``k``-ary RR); computed as
-    ``R (1+(k−1)e^{−ε})/(1−e^{−ε})`` above :data:`~sstq_fl.privacy.events.EXP_SAFE` (no overflow)."""
+    ``R (1+(k−1)e^{−ε})/(1−e^{−ε})`` above :data:`~sstq_fl.privacy.floats.EXP_SAFE` (no overflow)."""
     if epsilon <= EXP_SAFE:
         return radius * (math.exp(epsilon) + k - 1) / math.expm1(epsilon)
     return radius * ((1 + (k - 1) * math.exp(-epsilon)) / -math.expm1(-epsilon))

@@ -45,8 +45,10 @@ from .. import wire
 from ..aggregation import charge_joins, decode_mean
 from ..encoders import Encoder, make_encoder
 from ..io import atomic_write_bytes, atomic_write_json, run_meta
+from ..privacy.errors import Budget
 from ..privacy.ldp import ldp_plan_report
-from ..privacy.ledger import Budget, PrivacyLedger, transcript_binding
+from ..privacy.ledger import PrivacyLedger
+from ..privacy.replay import transcript_binding
 from ..rng import REPRODUCIBLE_WARNING
 from .config import RunConfig
 from .partition import client_coins, dirichlet_shards, encoder_seeds, iid_shards, minibatches, participates

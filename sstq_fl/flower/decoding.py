@@ -41,7 +41,8 @@ from flwr.serverapp.strategy import Result, Strategy
 
 from ..aggregation import charge_joins, decode_mean
 from ..encoders import Encoder
-from ..privacy.ledger import Budget, PrivacyLedger
+from ..privacy.errors import Budget
+from ..privacy.ledger import PrivacyLedger
 from ..progress import configure_logging
 from .mod import KEY_ENCODER, KEY_FINGERPRINT, WIRE_KEY, WIRE_STYPE, LdpSettings, encoder_for, flatten, unflatten
 from .plumbing import error_reason, node_unavailable, sender

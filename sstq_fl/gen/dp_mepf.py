@@ -171,7 +171,8 @@ def calibrate_sigma(cfg: MepfConfig) -> float:
 
 def _ledger_epsilon(sigma: float, delta: float) -> float:
     """ε at ``delta`` of one ``GaussianEvent(sigma)`` on a fresh replace-one ledger (``inf``: too large to account)."""
-    from ..privacy.ledger import AccountingLimitError, PrivacyLedger
+    from ..privacy.errors import AccountingLimitError
+    from ..privacy.ledger import PrivacyLedger
 
     led = PrivacyLedger(RELATION)
     try:

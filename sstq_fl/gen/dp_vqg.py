@@ -63,8 +63,8 @@ from .. import rng
 from ..io import atomic_write_json, finite_json, run_meta
 from ..privacy.calibrate import calibrate_noise_multiplier, plan_epsilon
 from ..privacy.dataset_ledger import DatasetLedger
+from ..privacy.errors import Budget
 from ..privacy.events import GaussianEvent, NonPrivateEvent, PoissonSampledEvent, PrivacyEvent, PublicDataEvent
-from ..privacy.ledger import Budget
 from ..progress import PhaseClock, progress
 from .dp_mepf import SampleGrid, evaluate_samples, run_in
 from .runner import (

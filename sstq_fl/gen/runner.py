@@ -57,7 +57,8 @@ import torch
 from .. import rng
 from ..privacy.dataset_ledger import DatasetLedger, dataset_digest
 from ..privacy.events import GaussianEvent, PoissonSampledEvent, PrivacyEvent
-from ..privacy.ledger import PrivacyLedger, transcript_binding
+from ..privacy.ledger import PrivacyLedger
+from ..privacy.replay import transcript_binding
 from ..rng import derive_seed, stream_id
 
 log = logging.getLogger("sstq_fl.gen")

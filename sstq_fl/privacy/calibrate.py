@@ -2,7 +2,7 @@
 but over this ledger's events so that pure-ε and relation handling are the ledger's own).
 
 A candidate whose composition exceeds the ledger's accounting limits
-(:class:`~sstq_fl.privacy.ledger.AccountingLimitError`: a privacy loss too large to
+(:class:`~sstq_fl.privacy.errors.AccountingLimitError`: a privacy loss too large to
 discretise) is treated as over the target, so the search moves towards more noise (smaller
 per-message ε), never towards an unaccountable answer."""
 
@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from .errors import AccountingLimitError
 from .events import PoissonSampledEvent, PrivacyEvent, PureDpEvent
-from .ledger import AccountingLimitError, PrivacyLedger
+from .ledger import PrivacyLedger
 
 PlanFn = Callable[[float], Sequence[tuple[PrivacyEvent, int]]]
 

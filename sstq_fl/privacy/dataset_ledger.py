@@ -36,8 +36,9 @@ from typing import Any
 import numpy as np
 
 from ..io import atomic_write_bytes
+from .errors import BudgetExceededError
 from .events import RELATIONS, PrivacyEvent, PublicDataEvent
-from .ledger import BudgetExceededError, PrivacyLedger
+from .ledger import PrivacyLedger
 
 LEDGER_FORMAT = "sstq-fl-dataset-ledger"
 LEDGER_VERSION = 1

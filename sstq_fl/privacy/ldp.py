@@ -1,4 +1,4 @@
-"""Privacy reports for LDP federated training (spec: accounting.md, "LDP federated training").
+"""Privacy reports for LDP federated training.
 
 Each message is pure ε-LDP (replace-one over the client's vector).  Over ``T`` rounds in which
 a client takes part (every round with full participation; the worst case under sampling) its
@@ -22,7 +22,7 @@ two figures are reported, each with the threat model it holds under:
   the ledger's size limit, as it does for a very large ε).
 
 Large ε is answered, not crashed on: a figure that exceeds the float range (``e^ε`` in the
-advanced bound for ε ≳ 709) is ``inf``.  At most :data:`~sstq_fl.privacy.ledger.MAX_EVENTS`
+advanced bound for ε ≳ 709) is ``inf``.  At most :data:`~sstq_fl.privacy.errors.MAX_EVENTS`
 rounds are accepted.
 """
 
@@ -33,8 +33,11 @@ from typing import Any
 
 from scipy import stats
 
-from .events import EXP_SAFE, PoissonSampledEvent, PureDpEvent
-from .ledger import MAX_EVENTS, AccountingLimitError, PrivacyLedger, amplified_pure_epsilon, pure_composition_epsilon
+from .errors import MAX_EVENTS, AccountingLimitError
+from .events import PoissonSampledEvent, PureDpEvent
+from .floats import EXP_SAFE
+from .ledger import PrivacyLedger
+from .pure_composition import amplified_pure_epsilon, pure_composition_epsilon
 
 IDENTIFIED = ("server sees which client sent each message: no amplification from sampling; "
               "composition over the rounds the client actually joined")

@@ -19,15 +19,11 @@ from sstq_fl import rng
 from sstq_fl.cli import main
 from sstq_fl.encoders import make_encoder
 from sstq_fl.encoders.privunit import MAX_EPSILON
+from sstq_fl.privacy.errors import AccountingLimitError
 from sstq_fl.privacy.events import PureDpEvent, RandomizedResponseEvent, flat_rr_probabilities
 from sstq_fl.privacy.ldp import advanced_composition, ldp_plan_report
-from sstq_fl.privacy.ledger import (
-    AccountingLimitError,
-    PrivacyLedger,
-    amplified_pure_epsilon,
-    pure_composition_delta,
-    pure_composition_epsilon,
-)
+from sstq_fl.privacy.ledger import PrivacyLedger
+from sstq_fl.privacy.pure_composition import amplified_pure_epsilon, pure_composition_delta, pure_composition_epsilon
 
 from ..conftest import unit_rows
 

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from sstq_fl.fl.engine import RunConfig, Trainer, run
-from sstq_fl.privacy.ledger import BudgetExceededError, PrivacyLedger
+from sstq_fl.privacy.errors import BudgetExceededError
+from sstq_fl.privacy.ledger import PrivacyLedger
 
 
 def same_rounds(a, b, rel=1e-9):

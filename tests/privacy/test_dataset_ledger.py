@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from sstq_fl.privacy.dataset_ledger import DatasetLedger, dataset_digest, default_path
+from sstq_fl.privacy.errors import BudgetExceededError
 from sstq_fl.privacy.events import GaussianEvent, NonPrivateEvent, PoissonSampledEvent, PublicDataEvent
-from sstq_fl.privacy.ledger import BudgetExceededError, PrivacyLedger
+from sstq_fl.privacy.ledger import PrivacyLedger
 
 DIGEST = "ab" * 32
 

@@ -6,8 +6,9 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from sstq_fl.privacy.dpsgd import DPSGD
+from sstq_fl.privacy.errors import Budget, PlanExceededError
 from sstq_fl.privacy.events import GaussianEvent, PoissonSampledEvent
-from sstq_fl.privacy.ledger import Budget, PlanExceededError, PrivacyLedger
+from sstq_fl.privacy.ledger import PrivacyLedger
 
 
 def data():

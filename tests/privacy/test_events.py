@@ -52,3 +52,65 @@ def test_invalid_events(bad):
 def test_unknown_kind_refused():
     with pytest.raises(ValueError, match="unknown privacy event kind"):
         PrivacyEvent.from_json({"kind": "epsilon_delta", "epsilon": 1.0})
+
+
+BUILT_IN_KINDS = ["composed", "exponential_mechanism", "gaussian", "laplace", "non_private", "poisson_sampled", "public",
+                  "pure_dp", "randomized_response", "self_composed"]
+
+
+@pytest.fixture
+def registry():
+    """The event registry, restored after the test (a test may define and register its own event)."""
+    from sstq_fl.privacy.events import EVENTS
+
+    state = EVENTS.snapshot()
+    yield EVENTS
+    EVENTS.restore(state)
+
+
+def test_the_registry_holds_every_built_in_kind(registry):
+    assert registry.names() == BUILT_IN_KINDS
+    assert all(registry[e.kind] is type(e) for e in ALL)
+
+
+def test_a_second_event_under_a_taken_kind_is_refused_in_one_line(registry):
+    from dataclasses import dataclass
+
+    with pytest.raises(ValueError, match="privacy event named 'gaussian' is already registered") as info:
+        @dataclass(frozen=True)
+        class OtherGaussian(PrivacyEvent, kind="gaussian"):
+            noise_multiplier: float
+    assert "\n" not in str(info.value)
+
+
+def test_a_new_event_is_accounted_and_replayed_without_any_other_change(registry, tmp_path):
+    """A new mechanism is one class: the ledger composes it, the transcript replays it, and what it
+    does not support is refused by the defaults."""
+    import json
+    from dataclasses import dataclass
+
+    from sstq_fl.privacy.errors import UnsupportedEventError
+    from sstq_fl.privacy.ledger import PrivacyLedger
+    from sstq_fl.privacy.pld import pure_pld
+    from sstq_fl.privacy.replay import replay
+
+    @dataclass(frozen=True)
+    class TwicePure(PrivacyEvent, kind="test_twice_pure"):
+        """Two releases of an ε-DP mechanism, whose PLD is that of pure 2ε (no RDP form)."""
+
+        epsilon: float
+
+        def pld(self, relation, interval):
+            return pure_pld(2 * self.epsilon, interval)
+
+    ev = TwicePure(0.5)
+    assert PrivacyEvent.from_json(json.loads(json.dumps(ev.to_json()))) == ev
+    led = PrivacyLedger(discretization=1e-3)
+    led.record(ev, 3)
+    assert led.epsilon(1e-5) == float(pure_pld(1.0, 1e-3).self_compose(3).get_epsilon_for_delta(1e-5))
+    assert led.rdp_epsilon(1e-5) is None and led.basic_epsilon() == float("inf")
+    path = tmp_path / "t.jsonl"
+    led.write_transcript(path)
+    assert replay(path)["matches_recorded"]
+    with pytest.raises(UnsupportedEventError, match="Poisson subsampling of a test_twice_pure event"):
+        PrivacyLedger().record(PoissonSampledEvent(0.1, ev))

@@ -8,7 +8,8 @@ from sstq_fl.encoders import make_encoder
 from sstq_fl.privacy.calibrate import calibrate_ldp_epsilon, calibrate_noise_multiplier
 from sstq_fl.privacy.events import GaussianEvent, PoissonSampledEvent
 from sstq_fl.privacy.ldp import advanced_composition, ldp_plan_report
-from sstq_fl.privacy.ledger import PrivacyLedger, amplified_pure_epsilon
+from sstq_fl.privacy.ledger import PrivacyLedger
+from sstq_fl.privacy.pure_composition import amplified_pure_epsilon
 
 
 def test_plan_report_full_participation():

@@ -5,6 +5,7 @@ import pytest
 from dp_accounting import pld
 from scipy.stats import norm
 
+from sstq_fl.privacy.errors import Budget, BudgetExceededError, PlanExceededError, UnsupportedEventError
 from sstq_fl.privacy.events import (
     ExponentialMechanismEvent,
     GaussianEvent,
@@ -15,7 +16,7 @@ from sstq_fl.privacy.events import (
     PureDpEvent,
     RandomizedResponseEvent,
 )
-from sstq_fl.privacy.ledger import Budget, BudgetExceededError, PlanExceededError, PrivacyLedger, UnsupportedEventError
+from sstq_fl.privacy.ledger import PrivacyLedger
 
 
 def pure(eps, n, delta=1e-5):

@@ -37,7 +37,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sstq_fl.cli import main
-from sstq_fl.privacy import ledger as ledger_module
+from sstq_fl.privacy import pld as pld_module
+from sstq_fl.privacy.errors import Budget, TranscriptError
 from sstq_fl.privacy.events import (
     ComposedEvent,
     GaussianEvent,
@@ -48,9 +49,10 @@ from sstq_fl.privacy.events import (
     PureDpEvent,
     SelfComposedEvent,
 )
-from sstq_fl.privacy.ledger import Budget, PrivacyLedger, TranscriptError, replay
+from sstq_fl.privacy.ledger import PrivacyLedger
+from sstq_fl.privacy.replay import replay
 
-from .test_replay_strict import nested_event
+from .test_replay import nested_event
 
 N = int(os.environ.get("SSTQ_FL_FUZZ_EXAMPLES", 400))
 FUZZ = settings(max_examples=N, deadline=None, derandomize=False,
@@ -205,7 +207,7 @@ def _check(blob: bytes, path: Path) -> bool:
 
 @pytest.fixture
 def small_plds(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ledger_module, "MAX_PLD_POINTS", 2**16)
+    monkeypatch.setattr(pld_module, "MAX_PLD_POINTS", 2**16)
 
 
 def _bug(fn: Callable[[Lines], Any], base: int = 0) -> bytes:

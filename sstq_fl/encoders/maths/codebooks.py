@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from scipy.optimize import minimize
 
-from ...privacy.events import EXP_SAFE
+from ...privacy.floats import EXP_SAFE
 
 
 def _check(eps: float, m: int) -> None:

@@ -48,8 +48,8 @@ from ... import rng
 from ...io import atomic_write_bytes, atomic_write_json, finite_json, run_meta
 from ...privacy.calibrate import plan_epsilon
 from ...privacy.dataset_ledger import DatasetLedger
+from ...privacy.errors import Budget
 from ...privacy.events import NonPrivateEvent, PublicDataEvent
-from ...privacy.ledger import Budget
 from ...progress import PhaseClock, progress
 from ..dp_mepf import SampleGrid, evaluate_samples, run_in
 from ..runner import (

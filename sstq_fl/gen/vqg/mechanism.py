@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
+from ...privacy.errors import AccountingLimitError
 from ...privacy.events import (
     ExponentialMechanismEvent,
     NonPrivateEvent,
@@ -44,7 +45,7 @@ from ...privacy.events import (
     PureDpEvent,
     flat_rr_probabilities,
 )
-from ...privacy.ledger import AccountingLimitError, PrivacyLedger
+from ...privacy.ledger import PrivacyLedger
 
 Array = TypeVar("Array", np.ndarray, torch.Tensor)
 Plan = list[tuple[PrivacyEvent, int]]

@@ -33,8 +33,9 @@ from sstq_fl.gen.vqg.mechanism import (
     split_budget,
     stage2_plan,
 )
+from sstq_fl.privacy.errors import Budget, BudgetExceededError
 from sstq_fl.privacy.events import ExponentialMechanismEvent, NonPrivateEvent, PublicDataEvent, PureDpEvent
-from sstq_fl.privacy.ledger import Budget, BudgetExceededError, PrivacyLedger
+from sstq_fl.privacy.ledger import PrivacyLedger
 
 DELTA = 1e-5
 

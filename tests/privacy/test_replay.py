@@ -18,17 +18,11 @@ from typing import Any
 import pytest
 
 from sstq_fl.cli import main
+from sstq_fl.privacy.errors import MAX_EVENTS, Budget, TranscriptError
 from sstq_fl.privacy.events import GaussianEvent, PublicDataEvent, PureDpEvent
-from sstq_fl.privacy.ledger import (
-    MAX_EVENTS,
-    REPLAY_RTOL,
-    Budget,
-    PrivacyLedger,
-    TranscriptError,
-    check_binding,
-    replay,
-    transcript_binding,
-)
+from sstq_fl.privacy.ledger import PrivacyLedger
+from sstq_fl.privacy.replay import check_binding, replay, transcript_binding
+from sstq_fl.privacy.transcript import REPLAY_RTOL
 
 Lines = list[dict[str, Any]]
 STEP = PureDpEvent(0.5)
@@ -358,14 +352,14 @@ def test_binding_of_a_non_private_run_is_json(tmp_path):
 
 def test_many_distinct_events_are_refused_not_computed_for_minutes(tmp_path, monkeypatch):
     """Each distinct Gaussian costs a PLD of its own: the total work is bounded too (lowered here)."""
-    from sstq_fl.privacy import ledger as ledger_module
+    from sstq_fl.privacy import pld as pld_module
 
     led = PrivacyLedger(discretization=1e-2)
     for i in range(30):
         led.record(GaussianEvent(2.0 + i / 100))
     path = tmp_path / "many.jsonl"
     led.write_transcript(path)
-    monkeypatch.setattr(ledger_module, "MAX_PLD_WORK", 2**17)
+    monkeypatch.setattr(pld_module, "MAX_PLD_WORK", 2**17)
     with pytest.raises(TranscriptError, match="too many distinct events to account"):
         PrivacyLedger.from_transcript(path)
 
