@@ -24,7 +24,7 @@ import numpy as np
 
 from ...privacy.clipping import clip_rows
 from ..runner import Arrays, ClientContext, Scalar, register_client_task
-from . import flow  # a module import (flow -> gen.tasks -> this module is a cycle); registers "straightdp-flow"
+from . import flow  # registers the model "straightdp-flow"
 from .moments import features, second_moment_sum
 
 

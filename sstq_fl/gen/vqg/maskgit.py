@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..mepf import _seeded
+from ..tensors import seeded
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class MaskGIT(nn.Module):
 
 def build_prior(cfg: PriorConfig, seed: int = 0) -> MaskGIT:
     """A freshly initialised prior from ``seed`` (private CPU RNG)."""
-    return _seeded(lambda: MaskGIT(cfg), seed)
+    return seeded(lambda: MaskGIT(cfg), seed)
 
 
 # ----------------------------------------------------------------------------------------------- schedules

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from ..runner import Arrays, ClientContext, Scalar, register_client_task
-from . import tokenizer as vqt  # a module import: tokenizer -> gen.tasks -> this module may be a cycle
+from . import tokenizer as vqt
 from .mechanism import argmin_tokens, release_tokens, rr_labels
 
 PREFIX = "theta/"

@@ -52,9 +52,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..mepf import _as_images, _seeded
+from ..dpsgd import register_model
 from ..runner import Scalar
-from ..tasks import register_model
+from ..tensors import check_images, seeded
 
 GRID = 7
 HW = GRID * GRID
@@ -276,7 +276,7 @@ class VQTokenizer(nn.Module):
 def build_tokenizer(cfg: TokenizerConfig | None = None, seed: int = 0) -> VQTokenizer:
     """A freshly initialised tokenizer from ``seed`` (a private CPU RNG; the caller's global RNG is untouched).
     Nothing is initialised from data (no k-means)."""
-    return _seeded(lambda: VQTokenizer(cfg), seed)
+    return seeded(lambda: VQTokenizer(cfg), seed)
 
 
 @register_model("vqg-tokenizer")
@@ -309,7 +309,7 @@ def train_public_tokenizer(x: Tensor, cfg: TokenizerConfig | None = None, steps:
     ``progress(step, steps, loss)`` is called after each step (1-based).  Returns Θ in eval mode and the losses."""
     if steps < 0 or batch_size < 1 or not lr > 0:
         raise ValueError(f"need steps >= 0, batch_size >= 1, lr > 0; got {steps}, {batch_size}, {lr}")
-    data = _as_images(x, "public images")
+    data = check_images(x, "public images")
     if data.shape[0] == 0:
         raise ValueError("no public images to train the tokenizer on")
     dev = torch.device(device)

@@ -51,32 +51,32 @@ from __future__ import annotations
 
 import logging
 import math
-import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from .. import rng
-from ..io import atomic_write_json, finite_json, run_meta
-from ..privacy.calibrate import calibrate_noise_multiplier, plan_epsilon
-from ..privacy.dataset_ledger import DatasetLedger
-from ..privacy.events import GaussianEvent, NonPrivateEvent, PoissonSampledEvent, PrivacyEvent, PublicDataEvent
-from ..privacy.ledger import Budget
-from ..progress import PhaseClock, progress
-from .dp_mepf import SampleGrid, evaluate_samples, run_in
-from .runner import (
-    NONPRIVATE_SUMS,
-    ClientPool,
-    DPRunner,
-    WorkloadData,
-    check_dp_target,
-    deterministic_kernels,
-    run_workload,
+from ...options import option
+from ...privacy.calibrate import calibrate_noise_multiplier, plan_epsilon
+from ...privacy.events import GaussianEvent, NonPrivateEvent, PoissonSampledEvent, PrivacyEvent, PublicDataEvent
+from ...privacy.ledger import Budget
+from ...progress import PhaseClock, progress
+from ..config import PROFILES, PipelineConfig
+from ..data import WorkloadData
+from ..outputs import (
+    SampleGrid,
+    common_metrics,
+    dataset_ledger,
+    evaluate_samples,
+    run_in,
+    start_run,
+    workload_data,
+    write_metrics,
 )
-from .vqg.mechanism import (
+from ..runner import NONPRIVATE_SUMS, ClientPool, DPRunner, run_workload
+from .mechanism import (
     LABELS,
     MODES,
     NOT_DP,
@@ -94,100 +94,66 @@ from .vqg.mechanism import (
     record_level_epsilon,
     split_budget,
 )
-from .vqg.tokenizer import HW, TokenizerConfig, VQTokenizer
+from .tokenizer import HW, TokenizerConfig, VQTokenizer
 
 log = logging.getLogger("sstq_fl.gen")
 PIPELINE = "dp-vqg"
 Plan = list[tuple[PrivacyEvent, int]]
-MAX_EPSILON = 100.0  # as DP-MEPF: larger finite ε guarantee nothing and cannot be accounted; inf is the reference
 CLIP = 1.0  # C, the per-example clip of Stage I (spec §2.2 [R])
 LR = 1e-3  # Adam on the noisy gradient (spec §2.2)
 NUM_CLASSES = 10
 REFERENCES = ("", "argmin")
+
+
 # the prior's peak learning rate: the spec's 1e-4 (§2.5) is for ~60k steps (120 epochs of 60k records); at the CPU
 # profile's 50-2,000 steps it barely moves the prior off uniform (measured: evaluator agreement 0.10 at 510 steps,
 # 0.98 at 1e-3 and 1,700 steps, see the closing note of issue 13), so the CPU profile uses 1e-3 [R]
 PRIOR_LR = {"cpu": 1e-3, "full": 1e-4}
-PROFILE_DEFAULTS = {"cpu": {"records": 2000, "steps": 300, "batch": 64, "prior_epochs": 3, "eval_samples": 1000,
-                            "probe_epochs": 2},
-                    "full": {"records": 0, "steps": 1000, "batch": 256, "prior_epochs": 120, "eval_samples": 10_000,
-                             "probe_epochs": 10}}
+PROFILE_DEFAULTS: dict[str, dict[str, float]] = {
+    "cpu": {"records": 2000, "steps": 300, "batch": 64, "prior_epochs": 3, "eval_samples": 1000, "probe_epochs": 2},
+    "full": {"records": 0, "steps": 1000, "batch": 256, "prior_epochs": 120, "eval_samples": 10_000, "probe_epochs": 10}}
 
 
 @dataclass(frozen=True)
-class VqgConfig:
-    """A DP-VQG run (spec §2.6 profiles); with ``randomness="reproducible"`` the ``seed`` determines every number.
+class VqgConfig(PipelineConfig):
+    """A DP-VQG run (profiles: a CPU reduction and the paper-scale MNIST setting; both are our choices); with
+    ``randomness="reproducible"`` the ``seed`` determines every number.
 
     ``variant``: ``fp`` (DP-SGD tokenizer on the clients) or ``pp`` (public tokenizer); ``mode``: ``A`` (pure
     Stage II) or ``B`` (PLD, ε₀ certified jointly with Stage I); ``labels``: ``private`` (RR) or ``public``
     (declared ablation); ``reference``: ``""`` or ``"argmin"`` (not DP, module docstring).  ``steps``/``batch``:
     Stage I updates and expected batch (FP: ``q = batch/N_decl``); ``None`` takes the profile's value."""
 
-    variant: str = "fp"
-    epsilon: float = 10.0
-    delta: float = 1e-5
-    profile: str = "cpu"
-    clients: int = 4
-    mode: str = "A"
-    labels: str = "private"
-    reference: str = ""
-    records: int | None = None
-    partition: str = "iid"
-    alpha: float = 0.5
-    seed: int = 0
-    engine: str = "inprocess"
-    device: str = "cpu"
-    steps: int | None = None
-    batch: int | None = None
-    prior_epochs: int | None = None
-    prior_lr: float | None = None
-    eval_samples: int | None = None
-    probe_epochs: int | None = None
-    evaluator_epochs: int = 3
-    public_records: int = 0
-    diagnostic_records: int = 1000
-    data_path: str = ""
-    randomness: str = "secure"
-    dataset_ledger: str = ""
-    dataset_budget_epsilon: float | None = None
-    cache_dir: str = field(default_factory=lambda: str(Path.home() / ".cache" / "sstq-fl" / "vqg"))
+    variant: str = option("fp", choices=VARIANTS, help="fp: tokenizer trained by DP-SGD rounds on the clients (0.8 "
+                          "epsilon); pp: tokenizer trained on public Fashion-MNIST (all epsilon to the tokens)")
+    epsilon: float = option(10.0, help="record-level epsilon of the whole pipeline, at most 100 (inf: non-private "
+                                       "reference)")
+    profile: str = option("cpu", choices=PROFILES, help="cpu: 2,000 records, K=64, 300 rounds, prior 64/2/2 for 3 "
+                          "epochs; full: all records, K=1024, 1,000 rounds, prior 384/6/6 for 120 epochs")
+    mode: str = option("A", choices=MODES, help="A: per-location eps0 by basic composition (pure); B: eps0 bisected on "
+                                                "the PLD ledger jointly with stage I")
+    labels: str = option("private", choices=LABELS, help="private: labels by k-ary randomized response (0.25 of the "
+                         "token budget); public: released unprivatized, an explicitly reported ablation")
+    reference: str = option("", choices=REFERENCES, help="argmin: stage I as at --epsilon but argmin tokens and "
+                                                         "true labels in stage II (not DP)")
+    steps: int | None = option(None, low=1, unset=0, help="stage I steps: DP-SGD rounds (fp) or public steps (pp) "
+                                                          "(default: 300 cpu, 1,000 full)")
+    batch: int | None = option(None, low=1, unset=0, help="stage I expected batch, q = batch/records (default: 64 "
+                                                          "cpu, 256 full)")
+    prior_epochs: int | None = option(None, low=1, unset=0, help="MaskGIT prior epochs (default: 3 cpu, 120 full)")
+    prior_lr: float | None = option(None, unset=0.0, help="MaskGIT peak learning rate, cosine decay to 5e-6 "
+                                                          "(default: 1e-3 cpu, 1e-4 full)")
+    diagnostic_records: int = option(1000, low=1, help="public images for the EM peakedness diagnostic")
+
+    CACHE_NAME = "vqg"
+    PROFILE_DEFAULTS = PROFILE_DEFAULTS
+    NON_PRIVATE_REFERENCE = "non-private (epsilon = inf: Stage I without noise, argmin tokens, true labels; not DP)"
 
     def __post_init__(self) -> None:
-        check_dp_target(self.epsilon, self.delta, MAX_EPSILON)
-        if self.clients < 1:
-            raise ValueError(f"clients must be >= 1, got {self.clients}")
-        rng.check_mode(self.randomness)
+        """The shared checks, then the prior's learning rate (finite, at least the cosine floor)."""
+        super().__post_init__()
         if self.prior_lr is not None and not (math.isfinite(self.prior_lr) and self.prior_lr >= 5e-6):
             raise ValueError(f"prior-lr must be a finite learning rate >= 5e-6 (the cosine floor), got {self.prior_lr}")
-        if self.dataset_budget_epsilon is not None and not self.dataset_budget_epsilon > 0:
-            raise ValueError(f"dataset budget epsilon must be positive, got {self.dataset_budget_epsilon}")
-        self._check_choices()
-        self._check_sizes()
-
-    def _check_choices(self) -> None:
-        """Every option with a fixed set of values, so that a bad one is refused before anything runs."""
-        choices = {"variant": VARIANTS, "profile": ("cpu", "full"), "mode": MODES, "labels": LABELS,
-                   "reference": REFERENCES, "partition": ("iid", "dirichlet"), "engine": ("inprocess", "flower")}
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
-        if not (self.device == "cpu" or self.device.startswith("cuda")):
-            raise ValueError(f"device must be cpu or cuda[:N], got {self.device!r}")
-        if not self.alpha > 0:
-            raise ValueError(f"alpha must be positive, got {self.alpha}")
-
-    def _check_sizes(self) -> None:
-        least = {"records": 0, "public_records": 0, "steps": 1, "batch": 1, "prior_epochs": 1, "eval_samples": 10,
-                 "probe_epochs": 1, "evaluator_epochs": 1, "diagnostic_records": 1}
-        for name, low in least.items():
-            value = getattr(self, name)
-            if value is not None and not value >= low:
-                raise ValueError(f"{name.replace('_', '-')} must be at least {low}, got {value}")
-
-    def resolved(self, name: str) -> int:
-        """``name``'s value, or the profile's default when it is ``None``."""
-        value = getattr(self, name)
-        return int(PROFILE_DEFAULTS[self.profile][name] if value is None else value)
 
     @property
     def prior_peak_lr(self) -> float:
@@ -198,6 +164,12 @@ class VqgConfig:
     def private(self) -> bool:
         """Whether the run is DP (finite ε and no argmin reference)."""
         return math.isfinite(self.epsilon) and not self.reference
+
+    def reference_label(self) -> str:
+        """``"dp"``, the non-private reference, or the argmin reference (not DP)."""
+        if self.reference == "argmin":
+            return "argmin reference (not DP: Stage I as at epsilon, argmin tokens and true labels in Stage II)"
+        return "dp" if math.isfinite(self.epsilon) else self.NON_PRIVATE_REFERENCE
 
 
 # ----------------------------------------------------------------------------- budget and plan
@@ -253,20 +225,6 @@ def run_plan(cfg: VqgConfig, s1: Plan, budget: Stage2Budget) -> Plan:
     return [*s1, (PublicDataEvent(), public_steps(cfg)), *budget.plan()]
 
 
-def private_plan(plan: Plan) -> Plan:
-    """The plan's events that touch private records (what the data set's ledger is checked against)."""
-    return [(ev, n) for ev, n in plan if not isinstance(ev, PublicDataEvent)]
-
-
-def dataset_ledger(cfg: VqgConfig, data: WorkloadData, plan: Plan) -> DatasetLedger:
-    """The private data set's ledger, after checking ``plan`` against ``cfg.dataset_budget_epsilon`` (raises
-    ``BudgetExceededError``, a ValueError, before any private computation)."""
-    book = DatasetLedger(data.digest, cfg.dataset_ledger or None)
-    book.check_plan(private_plan(plan), RELATION, cfg.delta, cfg.dataset_budget_epsilon)
-    return book
-
-
-
 # ----------------------------------------------------------------------------- Stage I
 def tokenizer_config(cfg: VqgConfig) -> TokenizerConfig:
     """Θ's hyperparameters: the profile's (§2.6 CPU: 16/32, d = 16, K = 64; full: 64/128, d = 32, K = 1024);
@@ -296,7 +254,7 @@ def _round(run: DPRunner, cfg: VqgConfig, model: VQTokenizer, q: float, sigma: f
 def private_tokenizer(run: DPRunner, cfg: VqgConfig, q: float, sigma: float | None) -> VQTokenizer:
     """FP-VQG's Θ: ``steps`` rounds on the clients, Adam (lr 10⁻³) on the server; initialised from the seed
     (never from data: no k-means, no dead-code restarts)."""
-    from .vqg.tokenizer import build_tokenizer
+    from .tokenizer import build_tokenizer
 
     model = build_tokenizer(tokenizer_config(cfg), cfg.seed).to(torch.device(cfg.device)).train()
     opt = torch.optim.Adam(model.parameters(), lr=LR)
@@ -310,7 +268,7 @@ def private_tokenizer(run: DPRunner, cfg: VqgConfig, q: float, sigma: float | No
 
 def public_tokenizer(cfg: VqgConfig, public_x: np.ndarray) -> VQTokenizer:
     """PP-VQG's Θ: trained without noise on public Fashion-MNIST on the server (ε₁ = 0)."""
-    from .vqg.tokenizer import train_public_tokenizer
+    from .tokenizer import train_public_tokenizer
 
     steps = cfg.resolved("steps")
     with progress(steps, f"{PIPELINE} public tokenizer steps") as bar:
@@ -324,7 +282,7 @@ def release_tokens_on_clients(run: DPRunner, cfg: VqgConfig, model: VQTokenizer,
                               ) -> dict[str, np.ndarray]:
     """The record-local release: ``vqg.tokens`` on every client; ``HW × EM(ε₀)`` charged with its count ``HW``
     and the label's event (RR at ``ε_y``, or the public-labels note) beside it; the rows come back shuffled."""
-    from .vqg.tasks import tokenizer_payload
+    from .tasks import tokenizer_payload
 
     conf: dict[str, Any] = {"profile": cfg.profile, "device": cfg.device, "eps0": budget.eps0, "eps_y": budget.eps_y,
                             "labels": cfg.labels}
@@ -390,7 +348,7 @@ def record_level(budget: Stage2Budget, delta: float) -> dict[str, float]:
 def prior_config(cfg: VqgConfig, k: int) -> Any:
     """MaskGIT's hyperparameters: the profile's (§2.6 CPU: 64/2/2, 3 epochs, S = 8; §2.5 full), vocabulary ``K``,
     peak learning rate :attr:`VqgConfig.prior_peak_lr` (cosine decay to 5·10⁻⁶)."""
-    from .vqg.maskgit import PriorConfig
+    from .maskgit import PriorConfig
 
     base = PriorConfig.cpu if cfg.profile == "cpu" else PriorConfig.full
     return base(vocab_size=k, epochs=cfg.resolved("prior_epochs"), lr=cfg.prior_peak_lr)
@@ -398,7 +356,7 @@ def prior_config(cfg: VqgConfig, k: int) -> Any:
 
 def train_prior_on_release(cfg: VqgConfig, rows: dict[str, np.ndarray], k: int) -> tuple[Any, list[float]]:
     """The prior on the released rows only (post-processing), with a progress bar (log lines off a terminal)."""
-    from .vqg.maskgit import train_prior
+    from .maskgit import train_prior
 
     pcfg = prior_config(cfg, k)
     total = pcfg.epochs * math.ceil(len(rows["labels"]) / pcfg.batch)
@@ -411,7 +369,7 @@ def train_prior_on_release(cfg: VqgConfig, rows: dict[str, np.ndarray], k: int) 
 @torch.no_grad()
 def generate(cfg: VqgConfig, prior: Any, model: VQTokenizer, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``n`` class-balanced samples: MaskGIT token maps for labels ``i mod 10``, decoded by Θ's decoder G."""
-    from .vqg.maskgit import sample
+    from .maskgit import sample
 
     y = torch.arange(n) % NUM_CLASSES
     idx = sample(prior, y, prior.cfg, torch.Generator().manual_seed(cfg.seed + 3))
@@ -421,17 +379,16 @@ def generate(cfg: VqgConfig, prior: Any, model: VQTokenizer, n: int) -> tuple[to
 
 
 # ----------------------------------------------------------------------------- evaluation
-def _grid_detail(cfg: VqgConfig) -> str:
+def grid_detail(cfg: VqgConfig) -> str:
+    """What the sample grid's title says beside ε: the variant, its kind, mode and labels, and the shared detail."""
     kind = "not DP" if not cfg.private else "DP"
-    return (f"{cfg.variant.upper()}-VQG, {kind}, mode {cfg.mode}, labels {cfg.labels}, δ {cfg.delta:g}, "
-            f"{cfg.resolved('records') or 'all'} records, {cfg.clients} clients, {cfg.profile} profile, "
-            f"randomness {cfg.randomness}")
+    return f"{cfg.variant.upper()}-VQG, {kind}, mode {cfg.mode}, labels {cfg.labels}, {cfg.describe()}"
 
 
 def _evaluate(cfg: VqgConfig, data: WorkloadData, x: torch.Tensor, y: torch.Tensor, split: Any, out: Path
               ) -> dict[str, Any]:
-    """DP-MEPF's offline evaluation (§1.4, :func:`~sstq_fl.gen.dp_mepf.evaluate_samples`) of the samples."""
-    return evaluate_samples(x, y, data, split, out, SampleGrid(PIPELINE, cfg.epsilon, _grid_detail(cfg)),
+    """The shared offline evaluation (:func:`~sstq_fl.gen.outputs.evaluate_samples`) of the samples."""
+    return evaluate_samples(x, y, data, split, out, SampleGrid(PIPELINE, cfg.epsilon, grid_detail(cfg)),
                             cfg.resolved("probe_epochs"), cfg.evaluator_epochs, cfg.cache_dir, cfg.seed)
 
 
@@ -440,7 +397,7 @@ def run_dp_vqg(cfg: VqgConfig, out: str | Path, force: bool = False) -> dict[str
     """Run DP-VQG and write ``metrics.json``, ``samples.png`` and ``transcript.jsonl`` to ``out``; returns the
     metrics as written (an infinite value, e.g. ``ε₀`` of a reference run, is ``None``).
 
-    ``out`` must not hold another run's files unless ``force`` (DP-MEPF's :func:`~sstq_fl.gen.dp_mepf.prepare_out`);
+    ``out`` must not hold another run's files unless ``force`` (:func:`~sstq_fl.gen.outputs.prepare_out`);
     a folder this call created is removed again if the run fails before writing anything into it."""
     return run_in(out, force, lambda folder: _run(cfg, folder))
 
@@ -456,17 +413,15 @@ def _setup(cfg: VqgConfig, data: WorkloadData, clock: PhaseClock) -> dict[str, A
 
 def _run(cfg: VqgConfig, out: Path) -> dict[str, Any]:
     """The run itself, into the folder :func:`run_dp_vqg` prepared."""
-    from .data import load_private_split, load_public_fmnist
+    from ..data import load_private_split, load_public_fmnist
 
-    t0, clock = time.perf_counter(), PhaseClock(PIPELINE)
-    deterministic_kernels(cfg.device, cfg.randomness)
+    t0, clock = start_run(cfg, PIPELINE)
     public_x, _ = load_public_fmnist()
     public_x = public_x[:cfg.public_records] if cfg.public_records else public_x
     split = load_private_split(cfg.data_path or None)
-    data = WorkloadData("mnist-subset", cfg.clients, cfg.partition, cfg.alpha, cfg.seed, cfg.resolved("records"),
-                        cfg.data_path)
+    data = workload_data(cfg)
     s = _setup(cfg, data, clock)
-    book = dataset_ledger(cfg, data, s["plan"])  # refuses here, before any private record is read
+    book = dataset_ledger(cfg, data, s["plan"], RELATION)  # refuses here, before any private record is read
     pub = clock("public_tokenizer", lambda: public_tokenizer(cfg, public_x)) if cfg.variant == "pp" else None
     res = clock("clients", lambda: run_clients(cfg, data, s["plan"], s["budget"], s["q"], s["sigma"], pub))
     run, model, rows = res["runner"], res["tokenizer"], res["rows"]
@@ -478,36 +433,31 @@ def _run(cfg: VqgConfig, out: Path) -> dict[str, Any]:
     privacy = run.finish(out, cfg.delta, book)  # transcript and data-set ledger before any sample is written
     x, y = clock("sampling", lambda: generate(cfg, prior, model, cfg.resolved("eval_samples")))
     evals = clock("evaluation", lambda: _evaluate(cfg, data, x, y, split, out))
-    metrics = _metrics(cfg, data, s, privacy, diag, evals, losses, res["dropped"])
-    metrics = finite_json({**metrics, "wall_s": time.perf_counter() - t0, "timings_s": clock.seconds})
-    atomic_write_json(out / "metrics.json", metrics)
-    return metrics  # as written: an infinite ε (ε₀, ε_y, ...) is None
+    metrics = {**common_metrics(cfg, data, privacy, evals, res["dropped"]), **_metrics(cfg, s, diag, losses)}
+    return write_metrics(out, metrics, t0, clock)  # as written: an infinite ε (ε₀, ε_y, ...) is None
 
 
-def _metrics(cfg: VqgConfig, data: WorkloadData, s: dict[str, Any], privacy: dict[str, Any], diag: dict[str, Any],
-             evals: dict[str, Any], losses: list[float], dropped: list[Any]) -> dict[str, Any]:
-    """``metrics.json``: DP-MEPF's fields, the stages' budgets, the EM diagnostics and the labels' status."""
+def _metrics(cfg: VqgConfig, s: dict[str, Any], diag: dict[str, Any], losses: list[float]) -> dict[str, Any]:
+    """DP-VQG's own ``metrics.json`` fields: the stages' budgets, the EM diagnostics and the labels' status."""
     b: Stage2Budget = s["budget"]
-    return {**privacy, "variant": cfg.variant, "mode": cfg.mode, "reference": _reference(cfg),
-            "downstream_accuracy": evals["downstream_accuracy"], "domain_fd": evals["domain_fd"],
-            "sample_label_agreement": evals["sample_label_agreement"], "prior_lr": cfg.prior_peak_lr,
-            "domain_fd_note": "domain-FD, not comparable to Inception FID", "records": data.n_decl,
-            "clients": cfg.clients, "epsilon_stage1": b.eps1 if math.isfinite(cfg.epsilon) else None,
+    return {"variant": cfg.variant, "mode": cfg.mode, "prior_lr": cfg.prior_peak_lr,
+            "epsilon_stage1": b.eps1 if math.isfinite(cfg.epsilon) else None,
             "epsilon_stage1_certified": plan_epsilon(s["stage1"], cfg.delta, RELATION), "epsilon_stage2": b.eps2,
             "epsilon_stage2_certified": b.certified_epsilon, "eps0_per_location": b.eps0, "eps_y": b.eps_y,
             "em_nearest_code_prob": diag["em_nearest_code_prob"], "token_entropy_bits": diag["token_entropy_bits"],
             "em_diagnostics": diag, "record_level_epsilon": record_level(b, cfg.delta), "labels": cfg.labels,
             "labels_note": _labels_note(cfg, b), "stage2_budget": b.report(), "sigma": s["sigma"], "q": s["q"],
             "clip": CLIP, "steps": cfg.resolved("steps"), "expected_batch": cfg.resolved("batch"),
-            "prior_loss_first_last": [float(np.mean(losses[:10])), float(np.mean(losses[-10:]))], "dropped": dropped,
-            "evaluation": {k: v for k, v in evals.items()
-                           if k not in ("downstream_accuracy", "domain_fd", "sample_label_agreement")},
-            "config": asdict(cfg), "meta": run_meta()}
+            "prior_loss_first_last": [float(np.mean(losses[:10])), float(np.mean(losses[-10:]))]}
 
 
-def _reference(cfg: VqgConfig) -> str:
-    if cfg.reference == "argmin":
-        return "argmin reference (not DP: Stage I as at epsilon, argmin tokens and true labels in Stage II)"
-    if math.isinf(cfg.epsilon):
-        return "non-private (epsilon = inf: Stage I without noise, argmin tokens, true labels; not DP)"
-    return "dp"
+def summary(m: dict[str, Any]) -> str:
+    """What ``sstq-fl gen dp-vqg`` prints about a run: ε and its stages, the EM diagnostics, accuracy, domain-FD."""
+    eps = "inf" if m["epsilon"] is None else f"{m['epsilon']:.4g}"
+    eps0 = "inf" if m["eps0_per_location"] is None else f"{m['eps0_per_location']:.4g}"
+    return (f"dp-vqg {m['variant'].upper()} ({m['reference']}): epsilon {eps} at delta {m['delta']:g} ({m['relation']}, "
+            f"mode {m['mode']}, labels {m['labels']}, randomness {m['randomness']}), eps0 {eps0} per location, EM "
+            f"nearest-code probability {m['em_nearest_code_prob']:.4g} (public proxy), token entropy "
+            f"{m['token_entropy_bits']:.3f} bits\n"
+            f"downstream accuracy {m['downstream_accuracy']:.4f}, domain-FD {m['domain_fd']:.4g} (not comparable to "
+            f"Inception FID), {m['records']} records on {m['clients']} clients, {m['wall_s']:.1f} s")
