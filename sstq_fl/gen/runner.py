@@ -1,4 +1,4 @@
-"""The federated DP workload runner (generative-pipelines spec §1.2–§1.3).
+"""The federated DP workload runner: record-level DP releases on simulated clients, charged to one ledger.
 
 Private records are partitioned over simulated clients; the guarantee is **record-level**
 under one neighbouring relation, and every mechanism is charged to one
@@ -13,7 +13,7 @@ Three release shapes cover the three pipelines:
   independently with probability ``q`` (the union is Poisson sampling at rate ``q``), returns
   the **sum** of per-example gradients clipped to ``C`` (zero when nothing was sampled, never a
   count); the server forms ``g̃ = (Σ sums + N(0, σ²C² I)) / (q·N_decl)``.
-  ``PoissonSampledEvent(q, GaussianEvent(σ))`` (Abadi et al. 2016).
+  ``PoissonSampledEvent(q, GaussianEvent(σ))`` (Abadi et al., CCS 2016).
 * :meth:`DPRunner.record_local_release` — clients privatise their own records and upload only
   sanitised outputs, which the server shuffles; the per-record mechanism is entered once
   (parallel composition across records).
@@ -77,8 +77,8 @@ class ClientContext:
     :meth:`randint`.  ``randomness="secure"``: a fresh 256-bit key from this client's OS CSPRNG
     (:func:`sstq_fl.rng.fresh_keys`, drawn on the client, never sent back, never logged), expanded
     by ChaCha20 with one keystream per draw (``stage#k``), so no two draws share coins.
-    ``randomness="reproducible"``: the stage's :meth:`generator`, exactly as before the modes
-    existed (same numbers).
+    ``randomness="reproducible"``: the stage's :meth:`generator`, seeded by ``(seed, stage, round,
+    client)``.
     """
 
     cid: int
@@ -157,9 +157,10 @@ def client_task(name: str) -> ClientTask:
 
 def deterministic_kernels(device: str, randomness: str) -> None:
     """In reproducible mode on CUDA, make PyTorch choose deterministic kernels (and cuBLAS a fixed
-    workspace), so that a run repeats: measured on an H200, two reproducible DP-MEPF runs without
-    this differed by up to 0.012 in downstream accuracy, and repeated exactly with it.  Call before
-    the process's first cuBLAS call; secure mode leaves PyTorch's defaults (nothing to repeat)."""
+    workspace), so that a run repeats: CUDA's default kernels reduce in a nondeterministic order, and
+    reproducible runs would otherwise differ in their last digits and, through training, in their
+    metrics.  Call before the process's first cuBLAS call; secure mode leaves PyTorch's defaults
+    (nothing to repeat)."""
     if randomness == "reproducible" and str(device).startswith("cuda"):
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True, warn_only=True)
@@ -183,7 +184,7 @@ class ClientPool(ABC):
     """Runs a named client task on every client and returns ``{client: arrays}``.
 
     A client that failed is absent from the result and listed in ``self.dropped`` (client
-    dropout that is independent of the data is safe, spec §1.3)."""
+    dropout that is independent of the data is safe: it cannot depend on any one record)."""
 
     def __init__(self, data: WorkloadData):
         self.data = data

@@ -31,7 +31,7 @@ def class_pixel_sums(ctx: ClientContext, payload: Arrays, config: dict[str, Scal
 # ----------------------------------------------------------------------------- record-local releases
 @register_client_task("labels.randomized_response")
 def label_randomized_response(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]) -> Arrays:
-    """k-ary randomized response on each own record's label (Warner 1965): keep ``y`` with
+    """k-ary randomized response on each own record's label (Warner, JASA 1965): keep ``y`` with
     probability ``e^ε/(e^ε+k−1)``, else report one of the other ``k−1`` labels uniformly, so
     every output has probability ratio ≤ ``e^ε`` between any two inputs.  The coins are the client's
     protective draws (:meth:`ClientContext.uniform`, :meth:`ClientContext.randint`)."""

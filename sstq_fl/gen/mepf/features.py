@@ -1,5 +1,5 @@
 """DP-MEPF's public side and its statistics (Harder, Jalali Asadabadi, Sutherland & Park, "Pre-trained
-Perceptual Features Improve Differentially Private Image Generation", TMLR 2023, Sections 3-4).
+Perceptual Features Improve Differentially Private Image Generation", TMLR 2023).
 
 1. Φ: a network trained non-privately on PUBLIC data (Fashion-MNIST) and then frozen; its feature vector is the
    concatenation of all conv-layer outputs, flattened.  :func:`train_feature_extractor`.
@@ -56,7 +56,7 @@ class _Backbone(nn.Module, ABC):
 
 
 class _SmallCNN(_Backbone):
-    """Profile ``"cpu"`` (spec §4.3): three 3×3 convs, each followed by ReLU, and a linear head used only in training.
+    """Profile ``"cpu"`` (our reduction): three 3×3 convs, each followed by ReLU, and a linear head used only in training.
 
     conv 1→16 (stride 1, 28²: 12,544) · conv 16→32 (stride 2, 14²: 6,272) · conv 32→32 (stride 2, 7²: 1,568);
     the taps are the raw conv outputs (before ReLU), so D = 20,384.
@@ -96,10 +96,11 @@ class _BasicBlock(nn.Module):
 
 
 class _ResNet18(_Backbone):
-    """Profile ``"full"`` (spec §4.2 "Ours"): CIFAR-stem ResNet-18 (3×3 stem, no max-pool), 1 input channel, 28².
+    """Profile ``"full"`` (our extractor; the paper's are ImageNet VGG19 and ResNets): CIFAR-stem ResNet-18 (3×3 stem,
+    no max-pool), 1 input channel, 28².
 
     Taps: the stem conv and the 16 block convs (pre-BN) → 64·28²·5 + 128·14²·4 + 256·7²·4 + 512·4²·4 = D = 434,176
-    (the spec's "~430k"; the three 1×1 shortcut convs are excluded).
+    (the three 1×1 shortcut convs are excluded).
     """
 
     def __init__(self, num_classes: int):
@@ -129,7 +130,7 @@ _FEATURE_BATCH = {"cpu": 1024, "full": 64}
 
 
 class FeatureExtractor(nn.Module):
-    """Φ: ``forward(x) -> [n, D]``, the concatenated flattened conv-layer outputs (spec §4.1 step 1).
+    """Φ: ``forward(x) -> [n, D]``, the concatenated flattened conv-layer outputs (Harder et al., TMLR 2023).
 
     ``forward`` is differentiable in ``x`` (used with frozen parameters for generator training);
     :meth:`features` is the batched, no-grad, eval-mode extraction used on records.  D: 20,384 for profile
@@ -195,7 +196,7 @@ def build_feature_extractor(profile: str = "cpu", seed: int = 0, device: DeviceL
 def train_feature_extractor(x: ArrayLike, y: ArrayLike, profile: str = "cpu", epochs: int = 1, seed: int = 0,
                             device: DeviceLike = "cpu", batch_size: int = 128, lr: float = 1e-3,
                             num_classes: int = 10) -> FeatureExtractor:
-    """Train Φ NON-privately as a classifier on PUBLIC data (spec §4.1 step 1, §4.3), then freeze it.
+    """Train Φ NON-privately as a classifier on PUBLIC data, then freeze it.
 
     Cross-entropy, Adam(lr), seeded shuffling, ``epochs`` passes [R: optimizer and lr are our choice].  The
     returned Φ is in eval mode with ``requires_grad=False`` on every parameter.  Never call this on private data.
@@ -263,7 +264,8 @@ def load_extractor(path: str | Path, device: DeviceLike = "cpu") -> FeatureExtra
 
 
 def normalize_moments(feats: Tensor, moments: Sequence[int] = (1,)) -> Tensor:
-    """Per-record normalized moments ``[n, m·D]`` = [φ₁ | φ₂] from raw features Φ ``[n, D]`` (spec §4.1 step 2).
+    """Per-record normalized moments ``[n, m·D]`` = [φ₁ | φ₂] from raw features Φ ``[n, D]`` (each unit-normalised,
+    as in Harder et al., TMLR 2023).
 
     φ₁ = Φ/‖Φ‖ and φ₂ = (Φ⊙Φ)/‖Φ⊙Φ‖, row by row, so each block has unit norm and the concatenation has norm √m.
     Zero-vector guard: a block whose norm is 0 (Φ = 0, or Φ⊙Φ underflowing) is returned as zeros (norm 0 ≤ 1).
@@ -293,8 +295,8 @@ def embed(fx: FeatureExtractor, x: ArrayLike, moments: Sequence[int] = (1,), bat
 
 
 def contribution_bound(moments: Sequence[int] = (1,), labelled: bool = True) -> float:
-    """Per-record L2 bound b of the additive statistic: √(1+m) for the labelled release (e_y, φ₁⊗e_y[, φ₂⊗e_y])
-    (spec §4.1 step 4), √m for the unlabelled concatenation [φ₁ | φ₂] (1 per moment, step 3)."""
+    """Per-record L2 bound b of the additive statistic: √(1+m) for the labelled release (e_y, φ₁⊗e_y[, φ₂⊗e_y]),
+    √m for the unlabelled concatenation [φ₁ | φ₂] (1 per moment)."""
     m = len(check_moments(moments))
     return math.sqrt(1 + m) if labelled else math.sqrt(m)
 
@@ -302,8 +304,8 @@ def contribution_bound(moments: Sequence[int] = (1,), labelled: bool = True) -> 
 def replace_one_sensitivity(moments: Sequence[int] = (1,)) -> float:
     """Replace-one L2 sensitivity Δ of the labelled release (counts, per-class sums of m unit-norm moments).
 
-    A record (y, φ) adds v(y, φ) = (e_y, φ₁⊗e_y, …, φ_m⊗e_y) with ‖φ_k‖ ≤ 1 (spec §4.1 step 4; Harder et al.,
-    TMLR 2023).  Replacing it by (y', φ') moves the released vector by d = v(y', φ') − v(y, φ):
+    A record (y, φ) adds v(y, φ) = (e_y, φ₁⊗e_y, …, φ_m⊗e_y) with ‖φ_k‖ ≤ 1 (our labelled release; the paper's
+    release is unlabelled).  Replacing it by (y', φ') moves the released vector by d = v(y', φ') − v(y, φ):
 
     * y = y': the count coordinates cancel and d = ((φ'_k − φ_k)⊗e_y)_k, so ‖d‖² = Σ_k ‖φ'_k − φ_k‖² ≤ 4m,
       i.e. ‖d‖ ≤ 2√m, attained by φ' = −φ;
@@ -320,7 +322,7 @@ def replace_one_sensitivity(moments: Sequence[int] = (1,)) -> float:
 def class_sums(emb: ArrayLike, labels: ArrayLike, num_classes: int,
                moments: Sequence[int] | None = None) -> tuple[Tensor, Tensor]:
     """A client's labelled sufficient statistics: ``counts`` float64 ``[K]`` and ``sums`` float64 ``[K, m·D]``,
-    sums[y] = Σ_{i: y_i = y} emb_i (spec §4.1 step 4; noise is added elsewhere, once, after aggregation).
+    sums[y] = Σ_{i: y_i = y} emb_i (noise is added elsewhere, once, after aggregation).
 
     Each record adds e_y to the counts and its embedding to row y, so its contribution has norm √(1+m) when the
     embedding blocks have unit norm.  When ``moments`` is given (recommended), a block norm above 1 + 1e-4 (an
@@ -365,7 +367,7 @@ def embedded_class_sums(fx: FeatureExtractor, x: ArrayLike, labels: ArrayLike, m
 
 
 def class_means(noisy_counts: ArrayLike, noisy_sums: ArrayLike) -> tuple[Tensor, Tensor]:
-    """Server post-processing of the released (ñ, S̃) (spec §4.1 step 4): float64 ``(means [K, m·D], π̃ [K])`` with
+    """Server post-processing of the released (ñ, S̃): float64 ``(means [K, m·D], π̃ [K])`` with
     μ̃_{j,y} = S̃_{j,y}/max(ñ_y, 1) and π̃_y = max(ñ_y, 1)/Σ_k max(ñ_k, 1).
 
     Only the noisy, clamped counts are used: never raw counts (the authors' code divides by raw class counts,

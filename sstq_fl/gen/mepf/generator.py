@@ -1,5 +1,5 @@
 """DP-MEPF's generator and its training on released statistics (Harder, Jalali Asadabadi, Sutherland & Park,
-"Pre-trained Perceptual Features Improve Differentially Private Image Generation", TMLR 2023, Section 3).
+"Pre-trained Perceptual Features Improve Differentially Private Image Generation", TMLR 2023).
 
 The generator is trained to match the released per-class mean embeddings for a fixed number of steps, reading
 nothing but the release and public weights (post-processing); GFMN's Adam moving average (Santos et al.,
@@ -25,7 +25,8 @@ LOG = logging.getLogger("sstq_fl.gen.mepf")
 
 
 class Generator(nn.Module):
-    """Conditional (F)MNIST generator (spec §4.2): [code | one-hot(y)] → FC hidden → BN → ReLU → FC 16·7·7 → BN →
+    """Conditional (F)MNIST generator (the authors' code for Harder et al., TMLR 2023):
+    [code | one-hot(y)] → FC hidden → BN → ReLU → FC 16·7·7 → BN →
     ×2 bilinear → conv5×5 16→8 → ReLU → ×2 bilinear → conv5×5 8→1 → sigmoid; output ``[n, 1, 28, 28]`` in [0, 1].
     BatchNorm is allowed: the generator never sees private data."""
 
@@ -47,7 +48,7 @@ class Generator(nn.Module):
 
 @dataclass(frozen=True)
 class GeneratorConfig:
-    """Generator-training hyperparameters (spec §4.2: Adam β₁ = 0.5, batch 100; all [R] from the authors' code).
+    """Generator-training hyperparameters (Adam β₁ = 0.5, batch 100, read from the authors' code).
 
     ``m_avg_lr`` is only used when ``moving_average`` (GFMN's Adam moving average) is on.
     """
@@ -72,15 +73,14 @@ class GeneratorConfig:
 
     @classmethod
     def cpu(cls, **overrides: Any) -> GeneratorConfig:
-        """CPU profile (spec §4.3): code 10, hidden 128, 500 steps, batch 100.  lr 3e-3 / m_avg_lr 3e-2 are [R]: the
-        paper's 1e-4/1e-5 are tuned for ~100k steps.  Chosen on PUBLIC FMNIST class means only (never on private
-        data): over 500 steps, lr ∈ {3e-4, 1e-3, 3e-3} (m_avg_lr = 10·lr) gave final matching losses 0.18 / 0.12 / 0.10
-        and pixel-probe label accuracy 0.74 / 0.81 / 0.90 (moving average: 0.18 / 0.12 / 0.12, 0.73 / 0.85 / 0.86)."""
+        """CPU profile (our reduction): code 10, hidden 128, 500 steps, batch 100.  lr 3e-3 / m_avg_lr 3e-2 are our
+        choice, made on PUBLIC FMNIST class means only (never on private data): the paper's 1e-4/1e-5 are tuned for
+        ~100k steps, and over 500 steps the largest of lr ∈ {3e-4, 1e-3, 3e-3} (m_avg_lr = 10·lr) matched best."""
         return replace(cls(steps=500, batch=100, lr=3e-3, m_avg_lr=3e-2, code_dim=10, hidden=128), **overrides)
 
     @classmethod
     def full(cls, dataset: str = "mnist", **overrides: Any) -> GeneratorConfig:
-        """Full profile (spec §4.2): code 90, hidden 500, 100k steps, batch 100; lr (moving-average lr) is
+        """Full profile (the authors' code): code 90, hidden 500, 100k steps, batch 100; lr (moving-average lr) is
         1e-5 (1e-4) for MNIST and 1e-4 (1e-3) for FMNIST."""
         lrs = {"mnist": (1e-5, 1e-4), "fmnist": (1e-4, 1e-3)}
         if dataset not in lrs:
@@ -112,7 +112,7 @@ def _batch_class_means(emb: Tensor, labels: Tensor, num_classes: int) -> tuple[T
 
 class _MovingAverage:
     """GFMN's Adam moving average: m tracks μ̃ − μ̂_fake by an Adam fit of ‖m − (μ̃ − sg(μ̂_fake))‖² (lr m_avg_lr,
-    betas (β₁, 0.999) [R]); the generator objective is −⟨sg(m), μ̂_fake⟩, whose gradient in μ̂_fake equals the
+    betas (β₁, 0.999), our choice); the generator objective is −⟨sg(m), μ̂_fake⟩, whose gradient in μ̂_fake equals the
     MMD gradient −2(μ̃ − μ̂_fake) up to the factor 2 once m has caught up."""
 
     def __init__(self, shape: torch.Size, cfg: GeneratorConfig, dev: torch.device):
@@ -157,11 +157,12 @@ def train_generator(fx: FeatureExtractor, means: ArrayLike, class_probs: ArrayLi
                     cfg: GeneratorConfig | None = None, seed: int = 0, device: DeviceLike = "cpu",
                     log_every: int = 0, on_step: Callable[[int, float], None] | None = None
                     ) -> tuple[Generator, list[float]]:
-    """Train G on released statistics only: post-processing (spec §4.1 step 5).
+    """Train G on released statistics only: post-processing (Harder et al., TMLR 2023).
 
     Minimizes Σ_j Σ_y ‖μ̃_{j,y} − mean_{b: y_b = y} φ_j(G(z_b, y_b))‖² (classes absent from a batch are skipped) with
     y_b ~ π̃, z_b ~ N(0, I), Adam(lr, β₁); or GFMN's moving-average variant when ``cfg.moving_average``.  Runs exactly
-    ``cfg.steps`` updates: no early stopping or checkpoint selection on private data (§4.4.6).  Φ is moved to
+    ``cfg.steps`` updates: no early stopping or checkpoint selection on private data (either would read private data outside
+    the release).  Φ is moved to
     ``device``, put in eval mode and frozen (``requires_grad=False``); it is not run under no_grad, so gradients
     reach G through it.  Returns G in eval mode and the per-step matching losses; ``log_every > 0`` logs them and
     ``on_step(step, loss)`` (e.g. a progress bar) is called after each step (1-based).

@@ -65,7 +65,7 @@ RELATION = "replace_one"
 @dataclass(frozen=True)
 class MepfConfig(PipelineConfig):
     """A DP-MEPF run; the profiles are our CPU reduction (a 3-conv Φ, 2,000 records, 500 generator steps) and the
-    paper's (F)MNIST setting (a ResNet-18 Φ, all records, 20,000 steps; Harder et al., TMLR 2023, Section 5).
+    a full profile (a ResNet-18 Φ trained on public Fashion-MNIST, all records, 20,000 steps).
 
     ``moments``: φ₁, or φ₁ and φ₂; ``public_only``: the zero-information reference; ``public_records``: public
     images for Φ and that reference (0: all 70k); ``inception_weights``: a local Inception file for FID."""
@@ -114,12 +114,11 @@ def public_extractor(cfg: MepfConfig, public_x: np.ndarray, public_y: np.ndarray
 def calibrate_sigma(cfg: MepfConfig) -> float:
     """Smallest σ whose single ``GaussianEvent(σ)`` is ``(ε, δ)``-DP under replace-one (the ledger's PLD).
 
-    It starts from the exact σ of the continuous Gaussian mechanism (dp-accounting's analytic
-    ``GaussianPrivacyLoss.from_privacy_guarantee``, neighbours 2 apart): the ledger's pessimistic
-    PLD never needs less noise and, measured, accepts that σ itself, so one ledger evaluation
-    replaces a bisection (which took 21 s at ε = 10 and 88 s at ε = 100; now about 1 s and 9 s).
-    Where the ledger asks for more than 0.3 % more noise, :func:`calibrate_noise_multiplier`
-    bisects as before.
+    It starts from the exact σ of the continuous Gaussian mechanism (the analytic Gaussian mechanism of
+    Balle & Wang, ICML 2018, as dp-accounting's ``GaussianPrivacyLoss.from_privacy_guarantee``, neighbours 2
+    apart): the ledger's pessimistic PLD never needs less noise and usually accepts that σ itself, so one
+    ledger evaluation replaces a bisection.  Where the ledger asks for more than 0.3 % more noise,
+    :func:`calibrate_noise_multiplier` bisects.
     """
     from dp_accounting.pld import common
     from dp_accounting.pld.privacy_loss_mechanism import AdjacencyType, GaussianPrivacyLoss

@@ -28,7 +28,7 @@ BOOLS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no":
 
 @dataclass(frozen=True)
 class FlowConfig:
-    """Flow-model hyperparameters (spec §3.5, §3.7).
+    """Flow-model hyperparameters.
 
     ``width``/``depth``/``heads``/``patch``: the image stream; ``caption_*``: the caption encoder and stream;
     ``low_b0``/``b0``/``late_blocks``/``spectral_cap``: the low-B₀ variant (B₀, ℓ₀, s); ``p_uncond``: p(null
@@ -87,12 +87,12 @@ class FlowConfig:
 
     @classmethod
     def cpu(cls, **overrides: Any) -> FlowConfig:
-        """CPU profile (spec §3.5): width 64, depth 2, 2 heads, patch 7 (16 tokens), 10 Euler steps."""
+        """CPU profile (our reduction): width 64, depth 2, 2 heads, patch 7 (16 tokens), 10 Euler steps."""
         return replace(cls(width=64, depth=2, heads=2, patch=7, sample_steps=10), **overrides)
 
     @classmethod
     def full(cls, **overrides: Any) -> FlowConfig:
-        """Full profile (spec §3.5): width 192, depth 6, 6 heads, patch 4 (49 tokens), 25 Euler steps."""
+        """Full profile: width 192, depth 6, 6 heads, patch 4 (49 tokens), 25 Euler steps."""
         return replace(cls(width=192, depth=6, heads=6, patch=4, sample_steps=25), **overrides)
 
     @classmethod
@@ -108,7 +108,7 @@ class FlowConfig:
 
 def caption_table_bytes(classes: int = 10, length: int = 8) -> Tensor:
     """All captions as bytes, ``[classes + 1, length]`` long: row y < classes is ``b"class y"`` padded with byte 0,
-    row ``classes`` (the null caption) is all padding (spec §3.5 [R])."""
+    row ``classes`` (the null caption) is all padding (our choice)."""
     rows = [list(f"class {y}".encode()) for y in range(classes)] + [[]]
     if classes < 1 or any(len(r) > length for r in rows):
         raise ValueError(f"captions of {classes} classes do not fit length {length}")
@@ -150,7 +150,7 @@ def _merge_heads(a: Tensor) -> Tensor:
 
 
 def clamp_tokens(h: Tensor, b0: float) -> Tensor:
-    """The stream-norm clamp h·min(1, B₀/‖h‖) on every token (last axis), spec §3.7; ‖h‖ = √(Σh² + 10⁻¹²)."""
+    """The stream-norm clamp h·min(1, B₀/‖h‖) on every token (last axis); ‖h‖ = √(Σh² + 10⁻¹²)."""
     norm = torch.sqrt(h.pow(2).sum(-1, keepdim=True) + NORM_EPS)
     return h * torch.clamp(b0 / norm, max=1.0)
 
@@ -192,7 +192,7 @@ def zero_init(layer: nn.Linear) -> nn.Linear:
 
 
 class SpectralCappedLinear(nn.Module):
-    """x ↦ x·W̃ᵀ with W̃ = W / max(1, σ_max(W)/s): σ_max(W̃) ≤ s (spec §3.7 item 4), no bias, zero-initialised.
+    """x ↦ x·W̃ᵀ with W̃ = W / max(1, σ_max(W)/s): σ_max(W̃) ≤ s, no bias, zero-initialised.
 
     σ_max is exact (``torch.linalg.matrix_norm(W, 2)``, an SVD) and differentiable, also under ``vmap(grad)``
     with an unbatched W."""
@@ -239,7 +239,7 @@ class _EncoderLayer(nn.Module):
 
 
 class CaptionEncoder(nn.Module):
-    """Byte embedding (256) + learned positions + ``caption_layers`` transformer layers + LN, width 64 [R].
+    """Byte embedding (256) + learned positions + ``caption_layers`` transformer layers + LN, width 64 (our choice).
     No padding mask: the pad byte is an ordinary token (the null caption is all padding)."""
 
     def __init__(self, cfg: FlowConfig):
@@ -313,7 +313,7 @@ class _StreamKV(nn.Module):
 
 
 class MMDiTBlock(nn.Module):
-    """One dual-stream block (Esser et al. 2024): joint attention over the concatenated tokens, or (low-B₀)
+    """One dual-stream block (Esser et al., ICML 2024): joint attention over the concatenated tokens, or (low-B₀)
     decoupled self/cross attention with cross-attention only when ``cross`` (module docstring)."""
 
     def __init__(self, cfg: FlowConfig, last: bool, cross: bool):

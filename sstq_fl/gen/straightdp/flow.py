@@ -1,5 +1,4 @@
-"""StraightDP's conditional flow model: flow matching with a dual-stream MM-DiT on 28×28 grey images (spec §3.1,
-§3.5, §3.7).
+"""StraightDP's conditional flow model: flow matching with a dual-stream MM-DiT on 28×28 grey images.
 
 Flow matching (Lipman, Chen, Ben-Hamu, Nickel & Le, "Flow Matching for Generative Modeling", ICLR 2023) on the
 straight path of rectified flow (Liu, Gong & Liu, "Flow Straight and Fast", ICLR 2023), **t = 0 the noise end**:
@@ -7,19 +6,19 @@ straight path of rectified flow (Liu, Gong & Liu, "Flow Straight and Fast", ICLR
     x_t = (1 − t)·ξ + t·z,   ξ ~ N(0, I),   target v = dx_t/dt = z − ξ,
     ℓ(z, y) = E_{t, ξ, drop} mean_pixels ‖v_θ(x_t, t, c) − (z − ξ)‖²,
 
-with c the caption of y, replaced by the null caption with probability p_uncond = 0.1 (classifier-free guidance,
-Ho & Salimans, "Classifier-Free Diffusion Guidance", 2022).  Sampling integrates dx/dt = v_u + w(v_c − v_u),
-w = 1.5, by Euler steps from t = 0 to 1 (25 full, 10 CPU).
+with c the caption of y, replaced by the null caption with probability p_uncond = 0.1 (classifier-free guidance, Ho &
+Salimans, "Classifier-Free Diffusion Guidance", NeurIPS 2021 Workshop on Deep Generative Models).  Sampling integrates
+dx/dt = v_u + w(v_c − v_u), w = 1.5, by Euler steps from t = 0 to 1 (25 full, 10 CPU).
 
-**Noise multiplicity (spec §3.4):** one example's loss is the mean over its own M (t, ξ, drop) draws, computed
+**Noise multiplicity:** one example's loss is the mean over its own M (t, ξ, drop) draws, computed
 *inside* the per-example loss (:meth:`FlowModel.forward`), so DP-SGD clips that average once.
 
-Captions [R]: the bytes ``b"class y"`` padded with byte 0 to length 8 (the null caption is all padding), encoded
+Captions (our choice): the bytes ``b"class y"`` padded with byte 0 to length 8 (the null caption is all padding), encoded
 by a byte embedding + learned positions + 2 pre-LN transformer layers (width 64).  The encoder is trained in
 public pretraining, then frozen into the buffer ``caption_table`` (:meth:`FlowModel.freeze_captions`), so DP-SGD
 neither clips nor updates it.
 
-Backbone: MM-DiT (Esser et al., "Scaling Rectified Flow Transformers for High-Resolution Image Synthesis", 2024)
+Backbone: MM-DiT (Esser et al., "Scaling Rectified Flow Transformers for High-Resolution Image Synthesis", ICML 2024)
 with DiT's adaLN-Zero (Peebles & Xie, "Scalable Diffusion Models with Transformers", ICCV 2023):
 
 * image stream: patchified tokens (patch p → (28/p)² tokens), linear embedding + learned positions, width D;
@@ -29,20 +28,20 @@ with DiT's adaLN-Zero (Peebles & Xie, "Scalable Diffusion Models with Transforme
   (heads = the image heads, head dim D/heads); softmax runs over the concatenated 49 (or 16) + 8 keys and each
   stream's slice of the result returns through its own D → width output projection.  As in SD3's last block,
   the caption stream of the last block only supplies keys/values (its update would be discarded).
-* adaLN-Zero: c = MLP(sinusoid(1000·t)) + MLP(mean_l e_l) (pooled caption [R]); per stream and block
+* adaLN-Zero: c = MLP(sinusoid(1000·t)) + MLP(mean_l e_l) (pooled caption: our choice); per stream and block
   (shift, scale, gate) × 2 = Linear(SiLU(c)), zero-initialised; final layer adaLN (shift, scale) + linear to the
   p² patch pixels (zero-initialised), unpatchified to ``[n, 1, 28, 28]``.
 
-**Low-B₀ variant** (``low_b0=True``, part of the architecture from the first pretraining step, spec §3.7):
+**Low-B₀ variant** (``low_b0=True``, part of the architecture from the first pretraining step):
 
 1. stream-norm clamp: every token of both streams is h·min(1, B₀/‖h‖) (B₀ = 16) at every block input and at the
    input of the final layer;
 2. late injection: cross-modal attention exists only in the last ℓ₀ = 1 block(s), so it is exactly zero
-   elsewhere, and c = MLP(sinusoid(1000·t)) only (no pooled caption) [R];
+   elsewhere, and c = MLP(sinusoid(1000·t)) only (no pooled caption; our choice);
 3. decoupled attention: h ← h + g ⊙ F(h̃) + G(h̃, ẽ) with separate softmaxes, F = self-attention inside the
    stream, G = cross-attention from the stream's queries to the other stream's keys/values (g: adaLN gate);
-4. G's output projection is spectrally capped, W ← W / max(1, σ_max(W)/s), s = 1 [R target], with σ_max exact
-   (:func:`torch.linalg.matrix_norm`, ord 2).  G has no bias and no gate, so ‖G(h̃, ẽ)‖ ≤ s·‖attention output‖.
+4. G's output projection is spectrally capped, W ← W / max(1, σ_max(W)/s), s = 1 (the cap's target is our choice),
+   with σ_max exact (:func:`torch.linalg.matrix_norm`, ord 2).  G has no bias and no gate, so ‖G(h̃, ẽ)‖ ≤ s·‖attention output‖.
 
 Everything works under ``torch.func.vmap(grad(functional_call))`` per example: no BatchNorm, no dropout, no
 in-place ops, attention written as matmul + softmax, no data-dependent Python control flow.
@@ -80,7 +79,7 @@ from .blocks import (
 
 
 def to_model_space(x: Any) -> Any:
-    """Images in [0, 1] (the records as stored) → StraightDP's pixel scale [−1, 1] (spec §1.1 [R]): 2x − 1."""
+    """Images in [0, 1] (the records as stored) → StraightDP's pixel scale [−1, 1] (our choice): 2x − 1."""
     return 2 * x - 1
 
 
@@ -96,7 +95,8 @@ def interpolate(xi: Tensor, z: Tensor, t: Tensor) -> Tensor:
 
 
 def flow_matching_loss(v: Tensor, z: Tensor, xi: Tensor) -> Tensor:
-    """Per-row mean over pixels of ‖v − (z − ξ)‖² (Lipman et al. 2023; Liu et al. 2023): ``[n, ...]`` → ``[n]``."""
+    """Per-row mean over pixels of ‖v − (z − ξ)‖² (Lipman et al., ICLR 2023; Liu, Gong & Liu, ICLR 2023):
+    ``[n, ...]`` → ``[n]``."""
     return (v - (z - xi)).pow(2).reshape(v.shape[0], -1).mean(1)
 
 
@@ -148,7 +148,7 @@ class FlowModel(nn.Module):
         return cast(Tensor, self.caption_table)
 
     def condition(self, t: Tensor, caption: Tensor) -> Tensor:
-        """adaLN input c = MLP(sinusoid(1000·t)) + MLP(mean_l e_l); the low-B₀ model uses t only (spec §3.7)."""
+        """adaLN input c = MLP(sinusoid(1000·t)) + MLP(mean_l e_l); the low-B₀ model uses t only."""
         c = self.time_mlp(timestep_embedding(t))
         if self.pool_mlp is not None:
             c = c + self.pool_mlp(caption.mean(1))
@@ -215,8 +215,8 @@ class FlowModel(nn.Module):
     def forward(self, x: Tensor, y: Tensor, noise: Tensor) -> Tensor:
         """Per-example loss ``[n]``: (1/M)·Σ_m mean_pixels ‖v_θ(x_t, t_m, c_m) − (z − ξ_m)‖², z = 2x − 1 (images ``x`` in
         [0, 1] as stored, the flow in [−1, 1]: :func:`to_model_space`),
-        x_t = (1 − t_m)ξ_m + t_m·z, c_m = null caption where flag_m = 1 (spec §3.1).  **The multiplicity average
-        over the M (t, ξ) draws is inside the per-example loss, before any clipping** (spec §3.4: average over M
+        x_t = (1 − t_m)ξ_m + t_m·z, c_m = null caption where flag_m = 1.  **The multiplicity average
+        over the M (t, ξ) draws is inside the per-example loss, before any clipping** (average over M
         draws, then clip once)."""
         n = x.shape[0]
         if noise.ndim != 3 or noise.shape[0] != n or noise.shape[2] != NOISE_COLS or tuple(y.shape) != (n,):

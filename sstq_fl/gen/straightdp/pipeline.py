@@ -1,30 +1,33 @@
-"""StraightDP end to end on simulated clients (generative-pipelines spec §3): a DP moment release, the analytic
+"""StraightDP end to end on simulated clients: a DP moment release, the analytic
 flow field of the released Gaussian mixture, and DP-SGD flow matching, on one ``ADD_OR_REMOVE_ONE`` ledger.
 
-Flow convention (spec §3.1; Lipman et al. 2023, Liu et al. 2023): ``x_t = (1−t)ξ + t·z`` with **t = 0 the noise
-end**, target ``v = z − ξ``, Euler sampling from 0 to 1 with classifier-free guidance ``v_u + 1.5(v_c − v_u)``.
-Pixels are scaled to [−1, 1] (spec §1.1 [R]: ``z = 2x − 1``) everywhere StraightDP computes (features, moments,
+Flow convention (flow matching, Lipman et al., ICLR 2023, on the straight path of rectified flow, Liu, Gong & Liu,
+ICLR 2023): ``x_t = (1−t)ξ + t·z`` with **t = 0 the noise
+end**, target ``v = z − ξ``, Euler sampling from 0 to 1 with classifier-free guidance (Ho & Salimans, 2021)
+``v_u + 1.5(v_c − v_u)``.
+Pixels are scaled to [−1, 1] (our choice: ``z = 2x − 1``) everywhere StraightDP computes (features, moments,
 field, flow), and samples are mapped back to [0, 1] for the evaluation.
 
-0. **Public side** (§3.8.6: every calibration constant from public data only): the PCA basis ``P`` (``p`` rows)
+0. **Public side** (:mod:`~sstq_fl.gen.straightdp.public`; every calibration constant from public data only): the PCA
+   basis ``P`` (``p`` rows)
    and mean ``m_pub`` of public Fashion-MNIST, the feature bound ``R_f`` (a public norm quantile), ``τ`` (the
    knee of the time-weighted cosine between the public analytic and empirical fields) and ``t₀`` (the public
    plateau edge); the flow model (:mod:`~sstq_fl.gen.straightdp.flow`) pretrained on public Fashion-MNIST with
    byte captions "class y".  All recorded as public-data steps.
-1. **Stage 1, the moment release** (§3.2): two :meth:`~sstq_fl.gen.runner.DPRunner.additive_release`s on the
+1. **Stage 1, the moment release**: two :meth:`~sstq_fl.gen.runner.DPRunner.additive_release`s on the
    clients (:mod:`~sstq_fl.gen.straightdp.tasks`): whitened counts and per-class sums (declared Δ = 2, noise
    ``2σ₁``) and the average-form second moment over ``N_decl`` (noise ``σ₁·2R_f²/N_decl``); the server
-   post-processes them in the spec's order into a Gaussian mixture (:func:`~.moments.postprocess`).
-2. **Ports** (§3.3): *distillation* trains the model on the analytic field for ``t ∈ [0, τ]`` on the server with
+   post-processes them, in a fixed order, into a Gaussian mixture (:func:`~.moments.postprocess`).
+2. **Ports**: *distillation* trains the model on the analytic field for ``t ∈ [0, τ]`` on the server with
    an equal public replay batch on ``[τ, 1]``; *guidance* starts sampling at ``t₀`` from the released Gaussian.
-3. **Stage 2, DP-SGD** (§3.4): :meth:`~sstq_fl.gen.runner.DPRunner.dpsgd_round`s of the shared
+3. **Stage 2, DP-SGD** (Abadi et al., CCS 2016): :meth:`~sstq_fl.gen.runner.DPRunner.dpsgd_round`s of the shared
    ``dpsgd.clipped_sum`` on the model ``"straightdp-flow"``: Poisson sampling at ``q`` by each client, the
    per-example flow-matching loss averaged over the noise multiplicity **before** the one clip, ``t ~ U[τ, 1]``
    when moments are used (no private gradient at ``t < τ``), noise once, normalisation by ``q·N_decl``; AdamW and
    an EMA on the server.  Optionally THA (:mod:`~.calibration`).
-4. **Evaluation** as DP-MEPF's (§1.4).
+4. **Evaluation** (:func:`~sstq_fl.gen.outputs.evaluate_samples`).
 
-Methods (the spec's rows): ``sgd`` (uniform DP-SGD, all of ε, ``t ~ U[0, 1]``); ``moments`` (all of ε to Stage 1;
+Methods: ``sgd`` (uniform DP-SGD, all of ε, ``t ~ U[0, 1]``); ``moments`` (all of ε to Stage 1;
 samples ``z ~ N(μ_y, Σ)``, or with ``port="guidance"`` the *public prior + guidance* row); ``moments+sgd`` with
 ``port`` ``distill`` (default) or ``guidance``.  ``epsilon=inf`` is the non-private reference (the same releases
 and rounds without noise, recorded as non-private).
@@ -82,7 +85,7 @@ class Setup:
 
 
 def moments_budget(cfg: StraightConfig) -> float:
-    """Stage 1's ε: all of it for ``moments``, the share 0.235ε for ``moments+sgd`` (spec §3.2.4)."""
+    """Stage 1's ε: all of it for ``moments``, the share 0.235ε for ``moments+sgd`` (:data:`~.calibration.MOMENT_SHARE`)."""
     return cfg.epsilon if cfg.method == "moments" else cal.MOMENT_SHARE * cfg.epsilon
 
 
@@ -182,9 +185,9 @@ def _null(labels: torch.Tensor, p: float, gen: torch.Generator, null: int) -> to
 
 def distill_batch(model: Any, analytic: Any, mixture: Any, pub: PublicCalibration, n: int, gen: torch.Generator,
                   np_rng: np.random.Generator) -> torch.Tensor:
-    """One distillation loss (spec §3.3, port 1): ``t ~ U[0, τ]``, ``y ~ π̃``, ``z ~ N(μ_y, Σ)``, ``x = (1−t)ξ + tz``,
-    target the analytic field (the null branch for a null caption, p = 0.1), plus an equal public flow-matching
-    replay batch on ``[τ, 1]`` with targets ``z − ξ``."""
+    """One distillation loss (port 1; the inputs and the replay mix are our choices): ``t ~ U[0, τ]``, ``y ~ π̃``,
+    ``z ~ N(μ_y, Σ)``, ``x = (1−t)ξ + tz``, target the analytic field (the null branch for a null caption, p = 0.1), plus an
+    equal public flow-matching replay batch on ``[τ, 1]`` with targets ``z − ξ``."""
     dev = next(model.parameters()).device
     null = model.cfg.null_label
     y = torch.as_tensor(np_rng.choice(len(mixture.pi), size=n, p=mixture.pi))

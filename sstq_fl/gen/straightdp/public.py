@@ -34,7 +34,7 @@ PROBE_PER_BUCKET = 32
 
 @dataclass(frozen=True)
 class PublicCalibration:
-    """Everything calibrated on public data before any private record is read (spec §3.8.6)."""
+    """Everything calibrated on public data before any private record is read."""
 
     basis: np.ndarray  # P [p, D]
     mean: np.ndarray  # m_pub [D]
@@ -74,7 +74,7 @@ def public_calibration(cfg: StraightConfig, public_x: np.ndarray, public_y: np.n
 
 
 def flow_config(cfg: StraightConfig, t_min: float = 0.0, t_max: float = 1.0) -> Any:
-    """The backbone's hyperparameters (spec §3.5/§3.7) with the run's low-B₀ flag, multiplicity and t range."""
+    """The backbone's hyperparameters (the profile's) with the run's low-B₀ flag, multiplicity and t range."""
     from .flow import FlowConfig
 
     return FlowConfig.profile(cfg.profile, low_b0=cfg.low_b0, multiplicity=cfg.resolved("multiplicity"),
@@ -129,7 +129,7 @@ def range_model(model: Any, cfg: StraightConfig, t_min: float, t_max: float) -> 
 
 def public_grad_norms(model: Any, cfg: StraightConfig, pub: PublicCalibration, edges: np.ndarray) -> list[np.ndarray]:
     """Per-sample gradient norms of the flow-matching loss on public probe images, one array per bucket of
-    ``edges`` (the pretrained model; public data only: γ and the β proxy of THA, spec §3.4)."""
+    ``edges`` (the pretrained model; public data only: γ and the β proxy of THA)."""
     from torch.func import grad, vmap
 
     gen = torch.Generator().manual_seed(cfg.seed + 11)

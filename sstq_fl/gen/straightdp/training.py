@@ -112,7 +112,7 @@ def pretrain(x: Tensor, y: Tensor, cfg: FlowConfig | None = None, steps: int = 3
              lr: float = 1e-4, ema: float = 0.999, seed: int = 0, device: str | torch.device = "cpu",
              progress: Callable[[int, int, float], None] | None = None, freeze: bool = True
              ) -> tuple[FlowModel, list[float]]:
-    """Public (non-private) pretraining on images ``x`` in [0, 1] with labels ``y`` (spec §3.5): AdamW(lr) on the
+    """Public (non-private) pretraining on images ``x`` in [0, 1] with labels ``y``: AdamW(lr) on the
     flow-matching loss, ``steps`` batches of ``batch`` drawn uniformly with replacement; init from ``seed``,
     batches and noise from ``torch.Generator(seed)``.  The EMA uses decay min(ema, (1 + s)/(10 + s)) at step s
     (the usual warm-up, so short runs do not return the initialisation).  ``progress(step, steps, loss)`` after

@@ -1,14 +1,15 @@
-"""DP-VQG end to end on simulated clients (generative-pipelines spec §2; "DP-VQG", a differentially private
-vector-quantised generator: a VQ tokenizer, exponential-mechanism tokens, a MaskGIT prior).
+"""DP-VQG end to end on simulated clients: a differentially private vector-quantised generator made of a VQ-VAE
+tokenizer, exponential-mechanism tokens and a MaskGIT prior.
 
-The whole pipeline is accounted on one ``REPLACE_ONE`` ledger (spec §1.2, §2.7.6), its plan declared
+The whole pipeline is accounted on one ``REPLACE_ONE`` ledger (the record-local exponential mechanism needs a
+fixed number of records, so DP-SGD is accounted under replace-one too), its plan declared
 before any private record is read, and appended to the private data set's ledger
 (:mod:`sstq_fl.privacy.dataset_ledger`).
 
-1. **Stage I, the tokenizer Θ = (E, G, C)** (§2.2; van den Oord et al. 2017 with L2-normalised tokens and
-   codes, R = 1, GroupNorm, stochastic top-k, per-example entropy, explicit codebook gradients):
+1. **Stage I, the tokenizer Θ = (E, G, C)** (van den Oord, Vinyals & Kavukcuoglu, NeurIPS 2017, with L2-normalised
+   tokens and codes, R = 1, GroupNorm, stochastic top-k, per-example entropy, explicit codebook gradients):
 
-   * **FP-VQG**: DP-SGD rounds on the clients (Abadi et al. 2016) through
+   * **FP-VQG**: DP-SGD rounds on the clients (Abadi et al., CCS 2016) through
      :meth:`~sstq_fl.gen.runner.DPRunner.dpsgd_round` (model ``"vqg-tokenizer"``): each client
      Poisson-samples its records at ``q = B/N_decl``, clips per-example gradients to ``C = 1`` and sends the
      sum; the server forms ``g̃ = (Σ sums + N(0, σ²C²I))/(q·N_decl)`` and takes one Adam step (lr 10⁻³).
@@ -18,33 +19,33 @@ before any private record is read, and appended to the private data set's ledger
      (:func:`~sstq_fl.gen.vqg.tokenizer.train_public_tokenizer`), recorded as a public-data computation;
      ``ε₁ = 0``.
 
-2. **Stage II, the tokens** (§2.3): client task ``vqg.tokens`` (:mod:`sstq_fl.gen.vqg.tasks`) through
+2. **Stage II, the tokens**: client task ``vqg.tokens`` (:mod:`sstq_fl.gen.vqg.tasks`) through
    :meth:`~sstq_fl.gen.runner.DPRunner.record_local_release`: per location the exponential mechanism
    ``P(k) ∝ exp(ε₀·u_l(k)/(2Δu))``, ``Δu = 4R² = 4``, over all ``K`` codes, and the label by ``k``-ary RR at
-   ``ε_y = 0.25·ε₂`` (or declared public); the server shuffles the rows.  Charged per record as
+   ``ε_y = 0.25·ε₂`` (our choice; or declared public); the server shuffles the rows.  Charged per record as
    ``HW × ExponentialMechanism(ε₀)`` **with its count** plus ``PureDp(ε_y)`` (parallel composition over
    records).  Mode A: ``ε₀ = (ε₂ − ε_y)/HW`` (pure, basic composition; the total is ``(ε, δ)``).  Mode B:
    ``ε₀`` bisected so that the **joint** ledger (Stage I's events as the prefix) certifies ``ε`` at ``δ``
    (:func:`~sstq_fl.gen.vqg.mechanism.eps0_mode_b`).
 
-3. **Stage III, the prior** (§2.5; Chang et al., "MaskGIT", CVPR 2022): trained on the released (shuffled)
+3. **Stage III, the prior** (Chang, Zhang, Jiang, Liu & Freeman, "MaskGIT", CVPR 2022): trained on the released (shuffled)
    rows only, sampled class-conditionally with classifier-free guidance, decoded by Θ's decoder
    (post-processing).
 
-4. **Evaluation** (§1.4), as DP-MEPF's: LeNet-5 probe accuracy on real ``priv_test``, domain-FD (not
+4. **Evaluation** (:func:`~sstq_fl.gen.outputs.evaluate_samples`): LeNet-5 probe accuracy on real ``priv_test``, domain-FD (not
    comparable to Inception FID), a membership audit, a sample grid (one row per class).
 
-Diagnostics (§2.4): EM peakedness, i.e. the mean probability of the nearest code and the token entropy in
+Diagnostics: EM peakedness, i.e. the mean probability of the nearest code and the token entropy in
 bits, is computed **on public Fashion-MNIST** (a proxy pushed through the same Θ and the same EM at the
 run's ``ε₀``), so no statistic of the private records is published beside the ledger's; its best case (nearest
 code at distance 0, all others at 2R: ``1/(1+(K−1)e^{−ε₀/2})``) and the honest record-level ε of the run's
-``ε₀`` in both modes are reported too.  The feasibility note's prediction, near-uniform tokens at moderate
-budgets, is reported as measured, never "fixed".
+``ε₀`` in both modes are reported too.  The EM's logit range is ``ε₀/2``, so at moderate budgets the tokens are
+near-uniform; that is reported as measured, never "fixed".
 
 References: ``epsilon=inf`` is the non-private reference (FP: the same rounds without noise; argmin tokens
 and true labels; the ledger says ε = ∞); ``reference="argmin"`` keeps Stage I as at ``ε`` (DP-SGD at 0.8ε
 for FP) but releases argmin tokens and true labels in Stage II: **not DP** (ε = ∞), the "what a free Stage
-II would give" reference of §2.4.
+II would give" reference.
 """
 
 from __future__ import annotations
@@ -99,15 +100,14 @@ from .tokenizer import HW, TokenizerConfig, VQTokenizer
 log = logging.getLogger("sstq_fl.gen")
 PIPELINE = "dp-vqg"
 Plan = list[tuple[PrivacyEvent, int]]
-CLIP = 1.0  # C, the per-example clip of Stage I (spec §2.2 [R])
-LR = 1e-3  # Adam on the noisy gradient (spec §2.2)
+CLIP = 1.0  # C, the per-example clip of Stage I (our choice; the DP-VQG paper gives none)
+LR = 1e-3  # Adam on the noisy gradient
 NUM_CLASSES = 10
 REFERENCES = ("", "argmin")
 
 
-# the prior's peak learning rate: the spec's 1e-4 (§2.5) is for ~60k steps (120 epochs of 60k records); at the CPU
-# profile's 50-2,000 steps it barely moves the prior off uniform (measured: evaluator agreement 0.10 at 510 steps,
-# 0.98 at 1e-3 and 1,700 steps, see the closing note of issue 13), so the CPU profile uses 1e-3 [R]
+# the prior's peak learning rate: MaskGIT's 1e-4 is for ~60k steps (120 epochs of 60k records); at the CPU profile's
+# 50-2,000 steps it barely moves the prior off uniform, so the CPU profile uses 1e-3 (our choice)
 PRIOR_LR = {"cpu": 1e-3, "full": 1e-4}
 PROFILE_DEFAULTS: dict[str, dict[str, float]] = {
     "cpu": {"records": 2000, "steps": 300, "batch": 64, "prior_epochs": 3, "eval_samples": 1000, "probe_epochs": 2},
@@ -203,7 +203,7 @@ def stage1_plan(cfg: VqgConfig, q: float, sigma: float | None) -> Plan:
 def stage2_budget(cfg: VqgConfig, prefix: Plan) -> Stage2Budget:
     """The calibrated Stage II budget (:func:`~sstq_fl.gen.vqg.mechanism.calibrate_stage2`).  FP in mode B:
     ``ε₀`` re-bisected so that Stage I's events (``prefix``) plus ``HW × ε₀`` plus ``ε_y`` meet ``ε`` at ``δ``
-    on one ledger (spec §2.3: "if it does not, shrink ε₀").  The argmin reference: ``ε₀ = ∞`` and true labels."""
+    on one ledger (if the joint ledger does not certify ε, ε₀ shrinks).  The argmin reference: ``ε₀ = ∞`` and true labels."""
     budget = calibrate_stage2(cfg.epsilon, cfg.delta, HW, cfg.variant, cfg.mode, cfg.labels)
     if cfg.reference == "argmin":
         return replace(budget, eps0=math.inf, eps_y=0.0 if cfg.labels == "public" else math.inf,
@@ -227,8 +227,8 @@ def run_plan(cfg: VqgConfig, s1: Plan, budget: Stage2Budget) -> Plan:
 
 # ----------------------------------------------------------------------------- Stage I
 def tokenizer_config(cfg: VqgConfig) -> TokenizerConfig:
-    """Θ's hyperparameters: the profile's (§2.6 CPU: 16/32, d = 16, K = 64; full: 64/128, d = 32, K = 1024);
-    PP-VQG keeps the batch entropy p̄ (allowed on public data, §2.2), FP-VQG the per-example one."""
+    """Θ's hyperparameters: the profile's (CPU: 16/32, d = 16, K = 64; full: 64/128, d = 32, K = 1024);
+    PP-VQG keeps the batch entropy p̄ (allowed on public data), FP-VQG the per-example one."""
     return TokenizerConfig.profile(cfg.profile, per_example_entropy=cfg.variant == "fp")
 
 
@@ -318,7 +318,7 @@ def run_clients(cfg: VqgConfig, data: WorkloadData, plan: Plan, budget: Stage2Bu
 # ----------------------------------------------------------------------------- diagnostics
 @torch.no_grad()
 def em_diagnostics(model: VQTokenizer, eps0: float, public_x: np.ndarray, n: int, seed: int) -> dict[str, Any]:
-    """EM peakedness (§2.4) at the run's ``ε₀`` on ``n`` public Fashion-MNIST images (a proxy: no private
+    """EM peakedness at the run's ``ε₀`` on ``n`` public Fashion-MNIST images (a proxy: no private
     statistic): mean ``P(nearest code)`` and mean token entropy ``−Σ_k P log₂ P`` of the exact EM law, chunked."""
     codes = model.codes().double()
     k = codes.shape[0]
@@ -338,7 +338,7 @@ def em_diagnostics(model: VQTokenizer, eps0: float, public_x: np.ndarray, n: int
 
 
 def record_level(budget: Stage2Budget, delta: float) -> dict[str, float]:
-    """The honest record-level ε of Stage II at the run's ``ε₀`` (§2.4): pure basic composition ``HW·ε₀ + ε_y``
+    """The honest record-level ε of Stage II at the run's ``ε₀``: pure basic composition ``HW·ε₀ + ε_y``
     (mode A's claim, δ = 0) and the PLD composition at ``δ`` (mode B's)."""
     return {"basic_pure": record_level_epsilon(budget.eps0, HW, budget.eps_y, delta, "A"),
             "pld_at_delta": record_level_epsilon(budget.eps0, HW, budget.eps_y, delta, "B")}
@@ -346,7 +346,8 @@ def record_level(budget: Stage2Budget, delta: float) -> dict[str, float]:
 
 # ----------------------------------------------------------------------------- Stage III
 def prior_config(cfg: VqgConfig, k: int) -> Any:
-    """MaskGIT's hyperparameters: the profile's (§2.6 CPU: 64/2/2, 3 epochs, S = 8; §2.5 full), vocabulary ``K``,
+    """MaskGIT's hyperparameters: the profile's (CPU: 64/2/2, 3 epochs, S = 8; full: MaskGIT's 384/6/6),
+    vocabulary ``K``,
     peak learning rate :attr:`VqgConfig.prior_peak_lr` (cosine decay to 5·10⁻⁶)."""
     from .maskgit import PriorConfig
 
