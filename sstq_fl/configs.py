@@ -54,9 +54,12 @@ def app_run_config_defaults() -> dict[str, Any]:
 
 def options_reference() -> str:
     """The options reference page (markdown), generated from the declarations."""
+    app = ", ".join(f"`{k} = {v!r}`" for k, v in TRAIN_APP_DEFAULTS.items())
     head = ["# Options reference", "",
             "Generated from the configuration dataclasses by `sstq-fl options` (do not edit by hand). Each option",
-            "is one field: its CLI flag, its key in the Flower run config (`flwr run . -c \"key=value\"`;",
-            "TOML has no null, so an unset optional value is written as the marker in the default column),",
-            "its type, default, allowed values and help.", ""]
+            "is one field: its CLI flag, its key in the Flower run config (`flwr run . -c \"key=value\"`), its type,",
+            "default, allowed values and help. TOML has no null: in the run config an unset optional value is",
+            "written as its marker (`0`, `\"\"` or `-1`, the one `pyproject.toml` holds). The Flower app's own keys",
+            "are " + ", ".join(f"`{k}`" for k in APP_KEYS) + f"; where the app's defaults differ from the CLI's: {app}.",
+            "A pipeline's run-config keys carry its prefix; the keys it shares with training are unprefixed.", "", ""]
     return "\n".join(head) + "\n".join(options_markdown(c.cls, c.title, c.prefix, c.shared) for c in configurations())

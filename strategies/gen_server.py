@@ -34,7 +34,8 @@ from sstq_fl.flower.plumbing import (
     sender,
     simulate,
 )
-from sstq_fl.gen.runner import Arrays, ClientPool, Scalar, WorkloadData, attached_pool
+from sstq_fl.gen.data import WorkloadData
+from sstq_fl.gen.runner import Arrays, ClientPool, Scalar, attached_pool
 
 log = logging.getLogger("sstq_fl.gen")
 GEN_MESSAGE_TYPE = "train.gen"
@@ -97,8 +98,9 @@ def run_on_flower(pipeline: Callable[[ClientPool], dict[str, Any]], data: Worklo
 
 
 def serve_workload(grid: Grid, rc: dict[str, Any]) -> dict[str, Any]:
-    """``flwr run .`` with ``workload="dp-mepf"``, ``"dp-vqg"`` or ``"straightdp"``: run that DP generative
-    pipeline on this federation (its clients are this run's SuperNodes), writing to ``out-dir``."""
+    """``flwr run .`` with ``workload`` naming a registered DP generative pipeline (``"dp-mepf"``, ``"dp-vqg"``,
+    ``"straightdp"``, or a plug-in's; :data:`sstq_fl.gen.pipelines.PIPELINES`): run it on this federation (its
+    clients are this run's SuperNodes), writing to ``out-dir``."""
     from sstq_fl.flower.run_config import out_dir, workload_from_run_config, workload_of
 
     (cfg, run), out, timeout = workload_from_run_config(rc), out_dir(rc), round_timeout(rc, WORKLOAD_TIMEOUT_S)

@@ -223,8 +223,9 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """``flwr run .``: the run-config key ``workload`` picks training (``train``) or a DP generative
-    workload (``dp-mepf``); the rest of the run config configures it (``-c`` overrides)."""
+    """``flwr run .``: the run-config key ``workload`` picks training (``train``) or a registered DP generative
+    pipeline (:data:`sstq_fl.gen.pipelines.PIPELINES`: ``dp-mepf``, ``dp-vqg``, ``straightdp``); the rest of the
+    run config configures it (``-c`` overrides)."""
     configure_logging()
     rc = dict(context.run_config)
     if workload_of(rc) != "train":

@@ -1,4 +1,5 @@
-"""The package's import structure: no import cycles, no private names imported across packages.
+"""The package's import structure: no import cycles, no private names imported across packages, every
+internal import resolves, and Flower stays at the edges (only ``sstq_fl.flower`` imports it).
 
 The import graph is built with :mod:`ast` over every module of ``sstq_fl`` (imports inside
 functions included, ``if TYPE_CHECKING:`` blocks excluded).  Importing ``a.b.c`` also runs the
@@ -16,23 +17,6 @@ import sstq_fl
 
 ROOT = Path(sstq_fl.__file__).parent
 PACKAGE = "sstq_fl"
-
-# Known violations outside sstq_fl.privacy, being removed by the refactor (other branches fix them).
-# (importer, imported module) edges ignored by the cycle check: being removed by the refactor.
-ALLOWED_CYCLE_EDGES = {
-    ("sstq_fl.gen.tasks", "sstq_fl.gen.straightdp.tasks"),
-    ("sstq_fl.gen.tasks", "sstq_fl.gen.vqg.tasks"),
-}
-# (importer, module, private name) imports ignored by the private-name check: being removed by the refactor.
-ALLOWED_PRIVATE_IMPORTS = {
-    ("sstq_fl.gen.straightdp.flow", "sstq_fl.gen.mepf", "_as_images"),
-    ("sstq_fl.gen.straightdp.flow", "sstq_fl.gen.mepf", "_seeded"),
-    ("sstq_fl.gen.straightdp.pipeline", "sstq_fl.gen.tasks", "_example_loss"),
-    ("sstq_fl.gen.vqg.maskgit", "sstq_fl.gen.mepf", "_seeded"),
-    ("sstq_fl.gen.vqg.tokenizer", "sstq_fl.gen.mepf", "_as_images"),
-    ("sstq_fl.gen.vqg.tokenizer", "sstq_fl.gen.mepf", "_seeded"),
-}
-
 
 def _modules() -> dict[str, Path]:
     out = {}
@@ -145,8 +129,6 @@ def _package_of(module: str, modules: dict[str, Path]) -> str:
 
 def test_the_package_has_no_import_cycles() -> None:
     graph, _ = import_graph()
-    for importer, imported in ALLOWED_CYCLE_EDGES:
-        graph[importer].discard(imported)
     assert _cycles(graph) == []
 
 
@@ -159,6 +141,32 @@ def test_no_private_name_is_imported_from_another_package() -> None:
             continue
         source = base if base in modules else base.rpartition(".")[0]
         if source in modules and _package_of(source, modules) != _package_of(importer, modules):
-            if (importer, base, name) not in ALLOWED_PRIVATE_IMPORTS:
-                bad.append(f"{importer}: from {base} import {name}")
+            bad.append(f"{importer}: from {base} import {name}")
+    assert bad == []
+
+
+def test_the_graph_sees_function_local_imports() -> None:
+    """cli imports its commands' modules inside the command functions only: the graph has those edges."""
+    graph, _ = import_graph()
+    assert "sstq_fl.fl.compare" in graph["sstq_fl.cli"] and "sstq_fl.bench.mse" in graph["sstq_fl.cli"]
+
+
+def test_every_internal_import_resolves() -> None:
+    modules = _modules()
+    _, names = import_graph()
+    missing = sorted({f"{importer}: {base}" for importer, base, _ in names
+                      if base.startswith(PACKAGE) and base not in modules})
+    assert missing == []
+
+
+def test_flower_stays_at_the_edges() -> None:
+    """Nothing in the core imports Flower, ``strategies`` or ``clients`` (``sstq_fl.flower`` is the one edge module)."""
+    bad = []
+    for name, path in _modules().items():
+        if name == "sstq_fl.flower" or name.startswith("sstq_fl.flower."):
+            continue
+        for node in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            bad += [f"{name}: {m}" for m in mods if (node.level if isinstance(node, ast.ImportFrom) else 0) == 0
+                    and m.split(".")[0] in ("flwr", "strategies", "clients", "ray")]
     assert bad == []

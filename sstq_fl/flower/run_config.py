@@ -1,40 +1,37 @@
 """The Flower run config (``[tool.flwr.app.config]`` and ``flwr run -c key=value``) → sstq-fl configs.
 
-Keys are the config fields with hyphens.  ``workload`` picks what the app runs: ``train`` (the
-LDP training run, :class:`sstq_fl.fl.engine.RunConfig`) or ``dp-mepf`` (the DP generative
-workload, :class:`sstq_fl.gen.dp_mepf.MepfConfig`, its own keys prefixed ``mepf-``) or ``dp-vqg``
-(:class:`sstq_fl.gen.dp_vqg.VqgConfig`, keys prefixed ``vqg-``).
-``round-timeout`` (seconds) and ``out-dir`` / ``resume`` belong to the app.  TOML has no null:
-``0`` / ``""`` mean unset where a field may be unset.
+Keys are the config fields with hyphens (:func:`sstq_fl.options.run_config_keys`).  ``workload`` picks what the
+app runs: ``train`` (the LDP training run, :class:`sstq_fl.fl.config.RunConfig`) or the name of a registered DP
+generative pipeline (:data:`sstq_fl.gen.pipelines.PIPELINES`: ``dp-mepf``, ``dp-vqg``, ``straightdp``), whose own
+keys carry its prefix (``mepf-``, ``vqg-``, ``sdp-``).  ``round-timeout`` (seconds) and ``out-dir`` / ``resume``
+belong to the app.  TOML has no null: each optional field declares the marker that means unset (``0``, ``""``,
+``-1``).
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-WORKLOADS = ("train", "dp-mepf", "dp-vqg", "straightdp")
-# a DP generative workload: (module, config class, run function, run-config key prefix)
-GEN_WORKLOADS = {"dp-mepf": ("sstq_fl.gen.dp_mepf", "MepfConfig", "run_dp_mepf", "mepf-"),
-                 "dp-vqg": ("sstq_fl.gen.dp_vqg", "VqgConfig", "run_dp_vqg", "vqg-"),
-                 "straightdp": ("sstq_fl.gen.straightdp.pipeline", "StraightConfig", "run_straightdp", "sdp-")}
 APP_KEYS = ("out-dir", "resume", "round-timeout", "workload")
-UNSET_IS_NONE = ("records", "generator_steps", "eval_samples", "probe_epochs", "dataset_budget_epsilon", "steps", "batch",
-                 "prior_epochs", "prior_lr", "public_records", "pretrain_steps", "distill_steps", "sgd_steps",
-                 "multiplicity", "q", "tau", "t0")
-NEGATIVE_IS_NONE = ("beta",)  # 0 is a value here (uniform THA clipping); -1 marks "unset"
-SHARED_KEYS = ("clients", "epsilon", "delta", "seed", "partition", "alpha", "randomness")
+EVERY_RECORD = -1
+"""A DP workload's ``<prefix>records`` marker for "every private record" (``0`` is unset: the profile's size)."""
+
+
+def workloads() -> tuple[str, ...]:
+    """``train`` and every registered DP generative pipeline."""
+    from ..gen.pipelines import PIPELINES
+
+    return ("train", *PIPELINES.names())
 
 
 def workload_of(rc: dict[str, Any]) -> str:
     """The run config's workload (default ``train``); ``ValueError`` for an unknown one."""
-    w = str(rc.get("workload", "train"))
-    if w not in WORKLOADS:
-        raise ValueError(f"unknown workload {w!r} in the Flower run config (known: {', '.join(WORKLOADS)})")
+    w, known = str(rc.get("workload", "train")), workloads()
+    if w not in known:
+        raise ValueError(f"unknown workload {w!r} in the Flower run config (known: {', '.join(known)})")
     return w
 
 
@@ -51,43 +48,24 @@ def config_from_run_config(rc: dict[str, Any]) -> tuple[Any, Path, bool]:
     resume flag.  A DP workload's prefixed keys and the app's own keys are ignored here; any other
     unknown key is refused."""
     from ..fl.config import RunConfig
+    from ..gen.pipelines import prefixes as gen_prefixes
     from ..options import from_run_config
 
-    prefixes = tuple(w[3] for w in GEN_WORKLOADS.values())
+    prefixes = gen_prefixes()
     cfg = from_run_config(RunConfig, rc, ignore=lambda key: key in APP_KEYS or key.startswith(prefixes), engine="flower")
     return cfg, out_dir(rc), bool(rc.get("resume", False))
 
 
 def workload_from_run_config(rc: dict[str, Any]) -> tuple[Any, Callable[..., dict[str, Any]]]:
-    """A DP generative workload's config and run function: the run config's ``<prefix>*`` keys (see
-    :data:`GEN_WORKLOADS`) plus the shared :data:`SHARED_KEYS`; ``"1,2"`` strings for tuple fields;
-    ``0`` for the counts in :data:`UNSET_IS_NONE` means the profile's default (``records = -1``: every
-    private record); an empty ``cache-dir``: the default."""
-    module, cls_name, run_name, prefix = GEN_WORKLOADS[workload_of(rc)]
-    mod = importlib.import_module(module)
-    cls = getattr(mod, cls_name)
-    known = {f.name: f for f in fields(cls)}
-    kw: dict[str, Any] = {k: rc[k] for k in SHARED_KEYS if k in rc and k in known}
-    for key, value in rc.items():
-        if key.startswith(prefix):
-            name = key[len(prefix):].replace("-", "_")
-            if name not in known:
-                raise ValueError(f"unknown key {key!r} in the Flower run config ({prefix} keys: {sorted(known)})")
-            kw[name] = value
-    return cls(**_unset_defaults(kw, known), engine="flower"), getattr(mod, run_name)
+    """A DP generative workload's config and run function: the run config's ``<prefix>*`` keys plus the shared
+    unprefixed ones (:attr:`~sstq_fl.gen.pipelines.Pipeline.shared`), read by :func:`sstq_fl.options.from_run_config`
+    (each field's unset marker, ``"1,2"`` strings for tuple fields); ``<prefix>records = -1`` means every private
+    record; the engine is ``flower``."""
+    from ..gen.pipelines import PIPELINES
+    from ..options import from_run_config
 
-
-def _unset_defaults(kw: dict[str, Any], known: dict[str, Any]) -> dict[str, Any]:
-    """TOML has no null: map the run config's unset markers (``0`` counts, ``""`` cache dir, ``-1`` records)
-    and ``"1,2"`` tuple strings onto the config's own values."""
-    for name, value in list(kw.items()):
-        if isinstance(value, str) and "tuple" in str(known[name].type):
-            kw[name] = tuple(int(m) for m in value.split(","))
-        elif (name in UNSET_IS_NONE and not value) or (name in NEGATIVE_IS_NONE and value < 0):
-            kw[name] = None
-        elif name == "cache_dir" and value == "":
-            del kw[name]
-    if kw.get("records") == -1:
-        kw["records"] = 0  # every private record
-    kw.pop("engine", None)
-    return kw
+    p = PIPELINES[workload_of(rc)]
+    every = rc.get(p.prefix + "records") == EVERY_RECORD
+    keys = {k: v for k, v in rc.items() if not (every and k == p.prefix + "records")}
+    extra: dict[str, Any] = {"records": 0} if every else {}
+    return from_run_config(p.config, keys, p.prefix, p.shared, engine="flower", **extra), p.run

@@ -1,9 +1,9 @@
-"""Evaluation of DP generators, offline and CPU-friendly (generative-pipelines spec §1.4).
+"""Evaluation of DP generators, offline and CPU-friendly.
 
 1. Downstream accuracy: a probe (LeNet-5; optionally logistic regression or an MLP) is trained on labelled
    synthetic samples for a fixed number of epochs and tested once on real ``priv_test`` (no model selection
    on the test split).
-2. Domain-FD: an evaluator CNN (conv 32-64-128, 128-d penultimate layer [R]) trained once on real
+2. Domain-FD: an evaluator CNN (conv 32-64-128, 128-d penultimate layer; the architecture is our choice) trained once on real
    ``priv_train``, cached with its sha256; the Fréchet distance between its penultimate features of real
    and generated images, per class too, plus label consistency.  It is *not* comparable to Inception FID.
 3. Inception FID, only from a user-supplied local weights file (never downloaded).
@@ -73,8 +73,8 @@ def as_labels(y: Images, n: int, name: str = "labels") -> torch.Tensor:
 
 # ----------------------------------------------------------------------------------------------- models
 class LeNet5(nn.Module):
-    """LeNet-5 probe (§1.4): conv 6@5×5 (pad 2 on 28×28), pool, conv 16@5×5, pool, FC 120-84-10; ReLU and
-    max-pooling [R]."""
+    """LeNet-5 probe (LeCun, Bottou, Bengio & Haffner, Proc. IEEE 1998): conv 6@5×5 (pad 2 on 28×28), pool, conv 16@5×5,
+    pool, FC 120-84-10; ReLU and max-pooling (our choice)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -88,7 +88,7 @@ class LeNet5(nn.Module):
 
 
 class EvaluatorCNN(nn.Module):
-    """Evaluation-only CNN (§1.4 [R]): conv 32-64-128 (3×3, ReLU, max-pool after each), FC to a 128-d
+    """Evaluation-only CNN (its architecture is our choice): conv 32-64-128 (3×3, ReLU, max-pool after each), FC to a 128-d
     penultimate layer (ReLU) whose activations are the domain-FD features, then a 10-way head.  No BatchNorm,
     so features do not depend on the batch."""
 
@@ -144,9 +144,9 @@ def _batched(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, batch_
 # ----------------------------------------------------------------------------------------------- 1. downstream accuracy
 def downstream_accuracy(syn_x: Images, syn_y: Images, test_x: Images, test_y: Images, epochs: int = 2, seed: int = 0,
                         probe: str = "lenet", batch_size: int = 32) -> float:
-    """Downstream accuracy (§1.4.1): train a fresh ``probe`` ("lenet", "logreg" or "mlp") on the labelled
+    """Downstream accuracy: train a fresh ``probe`` ("lenet", "logreg" or "mlp") on the labelled
     synthetic set with Adam 1e-3 for ``epochs`` epochs (10 full, 2 on CPU), then return its accuracy on the
-    real test set, evaluated once with the final weights.  Batch 32 [R], so that the CPU configuration
+    real test set, evaluated once with the final weights.  Batch 32 (our choice), so that the CPU configuration
     (10³ samples, 2 epochs) still takes ~60 Adam steps per epoch."""
     if probe not in PROBES:
         raise ValueError(f"unknown probe {probe!r}; choose one of {sorted(PROBES)}")
@@ -212,7 +212,7 @@ def load_evaluator(path: str | os.PathLike[str], expected_sha256: str | None = N
 
 def train_evaluator(train_x: Images, train_y: Images, epochs: int = 3, seed: int = 0,
                     cache_path: str | os.PathLike[str] | None = None, batch_size: int = 128) -> Evaluator:
-    """Train the evaluator CNN once on real ``priv_train`` (Adam 1e-3; 3 epochs, batch 128 by default [R]) or reuse
+    """Train the evaluator CNN once on real ``priv_train`` (Adam 1e-3; 3 epochs, batch 128 by default; our choice) or reuse
     the cache at ``cache_path`` when it was trained from the same data, epochs, seed and batch size.  The file
     is a ``torch.save`` of ``{"state_dict", "meta"}`` written atomically; ``Evaluator.sha256`` is the file's
     hash (record it)."""
@@ -302,9 +302,10 @@ def _check_real_balance(ry: np.ndarray, fy: np.ndarray) -> None:
 
 
 def domain_fd(evaluator: Evaluator, real_x: Images, real_y: Images, fake_x: Images, fake_y: Images) -> dict[str, Any]:
-    """Domain-FD (§1.4.2) between evaluator features of real ``priv_test`` and equally many generated samples,
-    per-class FD (None where a class has fewer than 2 images on either side) and label consistency, the
-    fraction of generated samples the evaluator assigns to their conditioning label ``fake_y``.
+    """Domain-FD (the Fréchet distance of Heusel et al., NeurIPS 2017, in our evaluator's feature space) between
+    evaluator features of real ``priv_test`` and equally many generated samples, per-class FD (None where a class has
+    fewer than 2 images on either side) and label consistency, the fraction of generated samples the evaluator assigns
+    to their conditioning label ``fake_y``.
 
     The real set must be class-balanced (:func:`_check_real_balance`, ValueError otherwise): the FD of an
     unbalanced real set measures its label shift, not sample quality."""
@@ -374,7 +375,8 @@ def inception_preprocess(x: torch.Tensor) -> torch.Tensor:
 
 
 def inception_fid(weights_path: str | os.PathLike[str], real_x: Images, fake_x: Images, batch_size: int = 50) -> dict[str, Any]:
-    """Inception FID (§1.4.3) between real and generated images from pool3 features of a *local* Inception-v3
+    """Inception FID (Heusel et al., "GANs Trained by a Two Time-Scale Update Rule Converge to a Local Nash
+    Equilibrium", NeurIPS 2017) between real and generated images from pool3 features of a *local* Inception-v3
     weights file (pytorch-fid ``pt_inception-2015-12-05-*.pth`` or torchvision ``inception_v3_google-*.pth``).
     Never downloads: a missing file raises FileNotFoundError naming it.  Images: ``[n, 1|3, H, W]`` in [0, 1]."""
     p = Path(weights_path).expanduser()
@@ -419,7 +421,7 @@ def _class_strip(imgs: torch.Tensor, per_class: int, pad: int) -> np.ndarray:
 
 
 def membership_auc(member_scores: np.ndarray, nonmember_scores: np.ndarray) -> float:
-    """Membership-inference AUC (§1.4.4a) with the convention *lower score = more likely a member* (e.g. a per-record
+    """Membership-inference AUC with the convention *lower score = more likely a member* (e.g. a per-record
     loss): AUC = P(s_nonmember > s_member) + ½·P(tie), from the Mann–Whitney rank statistic with average ranks.
     ≈ 0.5 means the attack learns nothing; audits only ever give lower bounds on leakage."""
     from scipy.stats import rankdata

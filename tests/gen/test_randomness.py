@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from sstq_fl import rng
-from sstq_fl.gen.runner import ClientContext, DPRunner, InProcessPool, WorkloadData, register_client_task
+from sstq_fl.gen.data import WorkloadData
+from sstq_fl.gen.runner import ClientContext, DPRunner, InProcessPool, register_client_task
 from sstq_fl.privacy.events import RandomizedResponseEvent
 
 from .test_runner import _true_class_sums
@@ -58,8 +59,8 @@ def test_seed_holder_attack_on_the_class_sums_release(mode):
 @pytest.mark.parametrize("mode", ["reproducible", "secure"])
 def test_seed_holder_attack_on_the_real_dp_mepf_release(mode, tmp_path):
     """The real path: ``release_statistics`` runs ``mepf.class_sums`` (a tiny, untrained Φ) on the clients."""
-    from sstq_fl.gen.dp_mepf import MepfConfig, release_statistics
-    from sstq_fl.gen.mepf import build_feature_extractor, embedded_class_sums
+    from sstq_fl.gen.mepf.features import build_feature_extractor, embedded_class_sums
+    from sstq_fl.gen.mepf.pipeline import MepfConfig, release_statistics
 
     data = WorkloadData(dataset="synthetic", clients=2, records=120, seed=1)
     cfg = MepfConfig(epsilon=1.0, clients=2, seed=7, randomness=mode, cache_dir=str(tmp_path))

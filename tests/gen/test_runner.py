@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from sstq_fl.cli import main as cli
-from sstq_fl.gen.runner import DPRunner, InProcessPool, WorkloadData, run_workload
-from sstq_fl.gen.tasks import build_model, per_example_clipped_sum
+from sstq_fl.gen.data import WorkloadData
+from sstq_fl.gen.dpsgd import build_model, per_example_clipped_sum
+from sstq_fl.gen.runner import DPRunner, InProcessPool, run_workload
 from sstq_fl.privacy.events import GaussianEvent, PoissonSampledEvent, RandomizedResponseEvent
 from sstq_fl.privacy.ledger import PrivacyLedger
 
@@ -172,7 +173,7 @@ class _NoisyRegression(torch.nn.Module):
 
 
 def test_per_example_noise_draws_come_from_the_clients_rng_and_are_averaged_before_clipping():
-    from sstq_fl.gen.tasks import register_model
+    from sstq_fl.gen.dpsgd import register_model
 
     register_model("noisy-regression")(lambda cfg: _NoisyRegression())
     pool = InProcessPool(DATA)

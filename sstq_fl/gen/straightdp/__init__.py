@@ -1,2 +1,17 @@
-"""StraightDP (generative-pipelines spec §3): a DP moment release, the analytic flow field of the released
-Gaussian mixture, and DP-SGD flow matching on simulated clients, on one add/remove ledger."""
+"""StraightDP: a DP release of class moments in a public PCA feature space, the analytic flow field of the
+released Gaussian mixture, and DP-SGD (Abadi et al., CCS 2016) flow matching (Lipman et al., "Flow Matching for
+Generative Modeling", ICLR 2023) on simulated clients, on one add/remove ledger.
+
+Importing the package registers the pipeline ``straightdp`` (run-config keys ``sdp-*``), its client tasks
+``straightdp.class_moments`` and ``straightdp.second_moment``, and its DP-SGD model ``straightdp-flow``.
+"""
+
+from ..config import SHARED_KEYS
+from ..pipelines import Pipeline, register_pipeline
+from . import tasks  # noqa: F401  (registers the client tasks and, through the flow model, the model)
+from .config import StraightConfig
+from .pipeline import PIPELINE, run_straightdp, summary
+
+register_pipeline(Pipeline(PIPELINE, "sdp-", StraightConfig, run_straightdp, summary, title="StraightDP",
+                           shared=SHARED_KEYS, help="StraightDP: DP moment release, analytic flow field, DP-SGD flow "
+                                                    "matching (add/remove ledger)"))

@@ -1,7 +1,7 @@
-"""StraightDP's budget: the Stage 1 share, the joint DP-SGD calibration and the THA clip profile (spec §3.2.4,
-§3.4), all on one ``ADD_OR_REMOVE_ONE`` PLD ledger (spec §3.8.3).
+"""StraightDP's budget: the Stage 1 share, the joint DP-SGD calibration and the THA clip profile, all on one
+``ADD_OR_REMOVE_ONE`` PLD ledger (DP-SGD's accounting: Abadi et al., CCS 2016).
 
-* Stage 1 is two Gaussian releases with the same multiplier ``σ₁`` (``σ₂ = σ₁`` [R]): the whitened counts and
+* Stage 1 is two Gaussian releases with the same multiplier ``σ₁`` (``σ₂ = σ₁``, our choice): the whitened counts and
   sums (declared Δ = 2: ``GaussianEvent(σ₁)`` with the noise std ``2σ₁``) and the average-form second moment
   (Frobenius Δ = 2R_f²/N_decl: ``GaussianEvent(σ₁)`` with the std ``σ₁·2R_f²/N_decl``).  ``σ₁`` is calibrated so
   that Stage 1 **alone** is ``(ρ_mom/(ρ_mom+ρ_sgd)·ε, δ)``, with the declared weights ρ_mom = 0.2, ρ_sgd = 0.65
@@ -26,7 +26,7 @@ from ...privacy.calibrate import calibrate_noise_multiplier
 from ...privacy.events import GaussianEvent, PoissonSampledEvent, PrivacyEvent
 
 RELATION = "add_or_remove_one"
-RHO_MOM, RHO_SGD = 0.2, 0.65  # declared weights (spec §3.2.4); the moment share is ρ_mom/(ρ_mom+ρ_sgd)
+RHO_MOM, RHO_SGD = 0.2, 0.65  # declared weights; the moment share is ρ_mom/(ρ_mom+ρ_sgd)
 MOMENT_SHARE = RHO_MOM / (RHO_MOM + RHO_SGD)
 MOMENT_RELEASES = 2  # counts + sums, and the second moment, each GaussianEvent(σ₁)
 Plan = list[tuple[PrivacyEvent, int]]
@@ -61,7 +61,7 @@ def bucket_steps(steps: int, k: int) -> list[int]:
 
 
 def bucket_edges(tau: float, k: int) -> np.ndarray:
-    """``k + 1`` edges of equal-width buckets on ``[τ, 1]`` [R]."""
+    """``k + 1`` edges of equal-width buckets on ``[τ, 1]`` (our choice)."""
     if not (0 <= tau < 1 and k >= 1):
         raise ValueError(f"need 0 <= tau < 1 and k >= 1, got {tau}, {k}")
     return np.linspace(tau, 1.0, k + 1)
@@ -107,7 +107,7 @@ class ThaPlan:
 def tha_plan(epsilon: float, delta: float, prefix: Plan, q: float, steps: int, edges: np.ndarray,
              clips: np.ndarray, beta: float) -> ThaPlan:
     """Bisect the shared absolute noise std ``s`` (``σ_k = s/C_k``) so that ``prefix`` plus every bucket's steps meet
-    ``(epsilon, δ)`` on the PLD of the whole declared plan (spec §3.4: the paper bisects with RDP; we use PLD)."""
+    ``(epsilon, δ)`` on the PLD of the whole declared plan (bisected on the PLD of the whole plan, not on an RDP bound)."""
     per = bucket_steps(steps, len(clips))
     s = calibrate_noise_multiplier(
         epsilon, delta, lambda std: [*prefix, *sgd_plan(q, [(std / c, n) for c, n in zip(clips, per, strict=True)])],

@@ -1,10 +1,10 @@
-"""StraightDP Stage 2: the analytic flow field of the released Gaussian mixture and its time calibration (spec §3.3).
+"""StraightDP Stage 2: the analytic flow field of the released Gaussian mixture and its time calibration.
 
-Convention (flow matching, Lipman et al. 2023; rectified flow, Liu et al. 2023): ``x_t = (1 − t)ξ + t·z`` with
+Convention (flow matching, Lipman et al., ICLR 2023; rectified flow, Liu, Gong & Liu, ICLR 2023): ``x_t = (1 − t)ξ + t·z`` with
 **t = 0 the noise end** (``ξ ~ N(0, I)``) and ``z`` data; the Bayes (minimum-MSE) velocity is
 ``v*(x, t) = (E[z | x_t = x] − x)/(1 − t)``.
 
-Proposition 3.1 (spec §3.3): for ``z ~ Σ_y π_y N(μ_y, Σ)``, with ``A_t = (1 − t)²I + t²Σ``,
+The field in closed form (Gaussian conditioning): for ``z ~ Σ_y π_y N(μ_y, Σ)``, with ``A_t = (1 − t)²I + t²Σ``,
 
 * ``E[z | x_t = x, y] = μ_y + tΣA_t⁻¹(x − tμ_y)``;
 * ``E[z | x_t = x] = Σ_y w_y E[z | x, y]``, ``w_y = softmax_y(log π_y − ½(x − tμ_y)ᵀA_t⁻¹(x − tμ_y))`` (``log det A_t``
@@ -95,7 +95,7 @@ def _t64(a: np.ndarray, device: torch.device) -> Tensor:
 
 
 class AnalyticField:
-    """The Bayes field ``v*(x, t | y)`` of a :class:`GaussianMixture` (spec §3.3, Proposition 3.1), batched in torch.
+    """The Bayes field ``v*(x, t | y)`` of a :class:`GaussianMixture` (the closed form above), batched in torch.
 
     Parameters are held in float64 on ``device``; inputs on another device are served by moving the (small)
     parameters there.  ``y = null`` (``= classes``) rows take the unconditional branch.
@@ -225,7 +225,7 @@ def guidance_start(
     dtype: torch.dtype = torch.float64,
 ) -> Tensor:
     """``x_{t₀} ~ N(t₀μ_y, t₀²Σ + (1 − t₀)²I)`` ``[n, D]``: the exact law of ``x_{t₀}`` under component ``y``
-    (spec §3.3).
+    (the time calibration; the knee and plateau rules are our own).
 
     Drawn as ``t₀μ_y + B^{1/2}η``, ``η ~ N(0, I)``, where ``B = t₀²Σ + (1 − t₀)²I`` has eigenvalues
     ``b_i = t₀²s_i + (1 − t₀)²`` on span(W) and ``b₀ = t₀²λ₀ + (1 − t₀)²`` elsewhere.  Rows with ``y = Y`` (null) draw
@@ -332,7 +332,7 @@ def knee(ts: Any, values: Any) -> float:
 
 
 def tau_from_curve(ts: Any, cosines: Any) -> float:
-    """``τ`` = knee of the time-weighted cosine ``t·cos(t)`` (spec §3.3), clamped to :data:`TAU_RANGE`.
+    """``τ`` = knee of the time-weighted cosine ``t·cos(t)`` (our rule), clamped to :data:`TAU_RANGE`.
 
     Weighting by ``t`` makes the curve rise linearly while the analytic field agrees with the empirical one
     (``cos ≈ 1``) and bend once it stops agreeing; the knee is that bend.
@@ -342,7 +342,7 @@ def tau_from_curve(ts: Any, cosines: Any) -> float:
 
 
 def t0_from_curve(ts: Any, cosines: Any, tol: float = 0.02) -> float:
-    """``t₀`` = the public plateau edge (spec §3.3): starting at the argmax ``t*`` of the cosine curve (first on ties),
+    """``t₀`` = the public plateau edge (our rule): starting at the argmax ``t*`` of the cosine curve (first on ties),
     the largest ``t ≥ t*`` such that every grid point in ``[t*, t]`` has ``cos ≥ max cos − tol``."""
     t = np.asarray(ts, dtype=np.float64)
     c = np.asarray(cosines, dtype=np.float64)

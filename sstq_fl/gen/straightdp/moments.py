@@ -1,6 +1,8 @@
-"""StraightDP Stage 1: the moment release and its post-processing into a Gaussian mixture (spec §3.2).
+"""StraightDP Stage 1: the moment release and its post-processing into a Gaussian mixture.
 
-Per-record feature (spec §3.2): ``f(z) = clip_{R_f}(P(z − m_pub))`` where ``P`` is a public-PCA basis with orthonormal
+The PCA feature space and the order of the post-processing steps are our own reading.
+
+Per-record feature: ``f(z) = clip_{R_f}(P(z − m_pub))`` where ``P`` is a public-PCA basis with orthonormal
 rows (``p = 64``; CPU profile ``p = 16``), ``m_pub`` the public mean and ``R_f`` a public norm quantile, with
 ``clip_R(v) = v·min(1, R/‖v‖)``.  A client sends, per class ``y``, the count and the whitened sum
 ``Σ_{i: y_i = y} f_i/(2R_f)`` (whitening by ``(1, 2R_f)``), and the unnormalised second moment ``Σ_i f_i f_iᵀ``.
@@ -12,7 +14,7 @@ Sensitivities (add/remove and replace-one, used by the ledger elsewhere):
   (same class);
 * replacing one record moves ``Σ f fᵀ`` by ``‖f fᵀ − f' f'ᵀ‖_F ≤ ‖f‖² + ‖f'‖² ≤ 2R_f²``.
 
-Everything after the Gaussian release is post-processing (:func:`postprocess`, spec §3.2 steps 1–6), and yields the
+Everything after the Gaussian release is post-processing (:func:`postprocess`, steps 1–6), and yields the
 :class:`GaussianMixture` whose Bayes flow field is :mod:`sstq_fl.gen.straightdp.field`.  All maths is numpy float64;
 nothing here touches the network or the global RNG.
 """
@@ -100,7 +102,7 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 
 
 def public_pca(public_x: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray]:
-    """Public-PCA basis ``P [p, D]`` and public mean ``m_pub [D]`` (spec §3.2, pixel space).
+    """Public-PCA basis ``P [p, D]`` and public mean ``m_pub [D]`` (pixel space).
 
     ``m_pub = (1/n) Σ_i z_i`` and the rows of ``P`` are the top-``p`` eigenvectors of the public scatter matrix
     ``Σ_i (z_i − m_pub)(z_i − m_pub)ᵀ`` (orthonormal, by decreasing eigenvalue).  Sign convention, for
@@ -128,7 +130,7 @@ def _project(x: np.ndarray, basis: np.ndarray, m_pub: np.ndarray) -> np.ndarray:
 
 
 def norm_quantile(public_x: np.ndarray, P: np.ndarray, m_pub: np.ndarray, q: float = 0.99) -> float:
-    """``R_f``: the ``q``-quantile of ``‖P(z − m_pub)‖`` over the public records (spec §3.2; linear interpolation)."""
+    """``R_f``: the ``q``-quantile of ``‖P(z − m_pub)‖`` over the public records (linear interpolation)."""
     if not 0 < float(q) <= 1:
         raise ValueError(f"q: must lie in (0, 1], got {q}")
     norms = np.linalg.norm(_project(public_x, P, m_pub), axis=1)
@@ -141,7 +143,7 @@ def norm_quantile(public_x: np.ndarray, P: np.ndarray, m_pub: np.ndarray, q: flo
 
 
 def features(x: np.ndarray, P: np.ndarray, m_pub: np.ndarray, r_f: float) -> np.ndarray:
-    """Per-record features ``f(z) = clip_{R_f}(P(z − m_pub))`` with ``clip_R(v) = v·min(1, R/‖v‖)`` (spec §3.2)."""
+    """Per-record features ``f(z) = clip_{R_f}(P(z − m_pub))`` with ``clip_R(v) = v·min(1, R/‖v‖)``."""
     r = _positive(r_f, "r_f")
     return clip_rows(_project(x, P, m_pub), r)
 
@@ -158,7 +160,7 @@ def _clipped(f: Any, r_f: float) -> np.ndarray:
 
 
 def record_contributions(f: np.ndarray, y: np.ndarray, r_f: float, classes: int = 10) -> dict[str, np.ndarray]:
-    """A client's per-class sums (spec §3.2): ``{"counts": [Y], "sums_w": [Y, p]}``.
+    """A client's per-class sums: ``{"counts": [Y], "sums_w": [Y, p]}``.
 
     ``counts_y = #{i: y_i = y}`` and ``sums_w_y = Σ_{i: y_i = y} f_i/(2R_f)`` (whitening by ``(1, 2R_f)``), so one
     record adds ``(e_y, f_i/(2R_f))``, of norm ``≤ √5/2``; the declared ``Δ = 2`` covers it.
@@ -175,7 +177,7 @@ def record_contributions(f: np.ndarray, y: np.ndarray, r_f: float, classes: int 
 
 
 def second_moment_sum(f: np.ndarray) -> np.ndarray:
-    """``Σ_i f_i f_iᵀ`` ``[p, p]``, NOT divided (the server divides the noisy total by ``N_decl``; spec §3.2)."""
+    """``Σ_i f_i f_iᵀ`` ``[p, p]``, NOT divided (the server divides the noisy total by ``N_decl``)."""
     fm = _matrix(f, "f")
     return fm.T @ fm
 
@@ -185,7 +187,7 @@ def second_moment_sum(f: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class MomentRelease:
-    """The noisy released moments (spec §3.2), all float64.
+    """The noisy released moments, all float64.
 
     ``counts [Y]`` noisy ``n̂_y``; ``sums_w [Y, p]`` noisy whitened sums ``Σ f_i/(2R_f)``; ``m2 [p, p]`` noisy
     average-form second moment ``M̃₂ ≈ Σ f fᵀ/N_decl`` (already divided); ``count_std`` the noise std on the counts
@@ -234,7 +236,7 @@ class GaussianMixture:
     """``z ~ Σ_y π_y N(μ_y, Σ)`` in ambient space ``R^D`` with a shared low-rank-plus-floor covariance.
 
     ``Σ = W diag(s) Wᵀ + λ₀(I − W Wᵀ)``: ``mu [Y, D]``, ``pi [Y]`` (≥ 0, sums to 1), ``basis W [D, r]`` (orthonormal
-    columns, ``0 ≤ r ≤ D``), ``evals s [r]`` (each ≥ λ₀) and ``floor λ₀ > 0`` (spec §3.2 step 6).
+    columns, ``0 ≤ r ≤ D``), ``evals s [r]`` (each ≥ λ₀) and ``floor λ₀ > 0`` (step 6).
     """
 
     mu: np.ndarray
@@ -283,7 +285,7 @@ class GaussianMixture:
 
 
 def _class_means(release: MomentRelease, fallback_factor: float) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """Spec §3.2 steps 1–3: ``ñ_y = max(n̂_y, 1)``, ``μ^f_y = 2R_f·sums_w_y/ñ_y``, and classes with
+    """Steps 1–3: ``ñ_y = max(n̂_y, 1)``, ``μ^f_y = 2R_f·sums_w_y/ñ_y``, and classes with
     ``ñ_y < fallback_factor·count_std`` replaced by the global mean ``ΣŜ/Σñ``; returns ``(μ^f, ñ, fallback)``."""
     n_tilde = np.maximum(release.counts, 1.0)
     s_hat = 2.0 * release.r_f * release.sums_w
@@ -295,7 +297,7 @@ def _class_means(release: MomentRelease, fallback_factor: float) -> tuple[np.nda
 
 
 def _psd_truncate(cov: np.ndarray, rank: int, floor: float) -> tuple[np.ndarray, np.ndarray, int, float]:
-    """Spec §3.2 step 5 (after the mean subtraction): eigendecompose ``cov``, clip negative eigenvalues to 0, keep
+    """Step 5 (after the mean subtraction): eigendecompose ``cov``, clip negative eigenvalues to 0, keep
     the top ``rank`` eigenpairs and floor them at ``λ₀``; returns ``(V_r [p, r], max(λ_r, λ₀), #negative, λ_min)``."""
     lam, vecs = np.linalg.eigh(cov)
     lam, vecs = lam[::-1], vecs[:, ::-1]
@@ -312,7 +314,7 @@ def postprocess(
     floor: float = 1e-2,
     fallback_factor: float = 3.0,
 ) -> tuple[GaussianMixture, dict[str, Any]]:
-    """The released moments → :class:`GaussianMixture`, in the order of spec §3.2 (post-processing only).
+    """The released moments → :class:`GaussianMixture`, in order (post-processing only).
 
     1. ``ñ_y = max(n̂_y, 1)``;  2. ``μ^f_y = Ŝ_y/ñ_y`` with ``Ŝ_y = 2R_f·sums_w_y``;  3. classes with
     ``ñ_y < fallback_factor·count_std`` take the global mean ``ΣŜ/Σñ``;  4. ``π̃_y = ñ_y/Σñ``;
@@ -356,7 +358,7 @@ def public_mixture(
     classes: int = 10,
 ) -> GaussianMixture:
     """The noiseless mixture of the PUBLIC data (``N_decl = n``): :func:`features` → :func:`exact_moments` →
-    :func:`postprocess`; the public analytic field used to calibrate τ and t₀ (spec §3.3)."""
+    :func:`postprocess`; the public analytic field used to calibrate τ and t₀."""
     f = features(public_x, P, m_pub, r_f)
     release = exact_moments(f, public_y, f.shape[0], r_f, classes)
     return postprocess(release, P, m_pub, rank, floor)[0]

@@ -1,30 +1,33 @@
-"""StraightDP end to end on simulated clients (generative-pipelines spec §3): a DP moment release, the analytic
+"""StraightDP end to end on simulated clients: a DP moment release, the analytic
 flow field of the released Gaussian mixture, and DP-SGD flow matching, on one ``ADD_OR_REMOVE_ONE`` ledger.
 
-Flow convention (spec §3.1; Lipman et al. 2023, Liu et al. 2023): ``x_t = (1−t)ξ + t·z`` with **t = 0 the noise
-end**, target ``v = z − ξ``, Euler sampling from 0 to 1 with classifier-free guidance ``v_u + 1.5(v_c − v_u)``.
-Pixels are scaled to [−1, 1] (spec §1.1 [R]: ``z = 2x − 1``) everywhere StraightDP computes (features, moments,
+Flow convention (flow matching, Lipman et al., ICLR 2023, on the straight path of rectified flow, Liu, Gong & Liu,
+ICLR 2023): ``x_t = (1−t)ξ + t·z`` with **t = 0 the noise
+end**, target ``v = z − ξ``, Euler sampling from 0 to 1 with classifier-free guidance (Ho & Salimans, 2021)
+``v_u + 1.5(v_c − v_u)``.
+Pixels are scaled to [−1, 1] (our choice: ``z = 2x − 1``) everywhere StraightDP computes (features, moments,
 field, flow), and samples are mapped back to [0, 1] for the evaluation.
 
-0. **Public side** (§3.8.6: every calibration constant from public data only): the PCA basis ``P`` (``p`` rows)
+0. **Public side** (:mod:`~sstq_fl.gen.straightdp.public`; every calibration constant from public data only): the PCA
+   basis ``P`` (``p`` rows)
    and mean ``m_pub`` of public Fashion-MNIST, the feature bound ``R_f`` (a public norm quantile), ``τ`` (the
    knee of the time-weighted cosine between the public analytic and empirical fields) and ``t₀`` (the public
    plateau edge); the flow model (:mod:`~sstq_fl.gen.straightdp.flow`) pretrained on public Fashion-MNIST with
    byte captions "class y".  All recorded as public-data steps.
-1. **Stage 1, the moment release** (§3.2): two :meth:`~sstq_fl.gen.runner.DPRunner.additive_release`s on the
+1. **Stage 1, the moment release**: two :meth:`~sstq_fl.gen.runner.DPRunner.additive_release`s on the
    clients (:mod:`~sstq_fl.gen.straightdp.tasks`): whitened counts and per-class sums (declared Δ = 2, noise
    ``2σ₁``) and the average-form second moment over ``N_decl`` (noise ``σ₁·2R_f²/N_decl``); the server
-   post-processes them in the spec's order into a Gaussian mixture (:func:`~.moments.postprocess`).
-2. **Ports** (§3.3): *distillation* trains the model on the analytic field for ``t ∈ [0, τ]`` on the server with
+   post-processes them, in a fixed order, into a Gaussian mixture (:func:`~.moments.postprocess`).
+2. **Ports**: *distillation* trains the model on the analytic field for ``t ∈ [0, τ]`` on the server with
    an equal public replay batch on ``[τ, 1]``; *guidance* starts sampling at ``t₀`` from the released Gaussian.
-3. **Stage 2, DP-SGD** (§3.4): :meth:`~sstq_fl.gen.runner.DPRunner.dpsgd_round`s of the shared
+3. **Stage 2, DP-SGD** (Abadi et al., CCS 2016): :meth:`~sstq_fl.gen.runner.DPRunner.dpsgd_round`s of the shared
    ``dpsgd.clipped_sum`` on the model ``"straightdp-flow"``: Poisson sampling at ``q`` by each client, the
    per-example flow-matching loss averaged over the noise multiplicity **before** the one clip, ``t ~ U[τ, 1]``
    when moments are used (no private gradient at ``t < τ``), noise once, normalisation by ``q·N_decl``; AdamW and
    an EMA on the server.  Optionally THA (:mod:`~.calibration`).
-4. **Evaluation** as DP-MEPF's (§1.4).
+4. **Evaluation** (:func:`~sstq_fl.gen.outputs.evaluate_samples`).
 
-Methods (the spec's rows): ``sgd`` (uniform DP-SGD, all of ε, ``t ~ U[0, 1]``); ``moments`` (all of ε to Stage 1;
+Methods: ``sgd`` (uniform DP-SGD, all of ε, ``t ~ U[0, 1]``); ``moments`` (all of ε to Stage 1;
 samples ``z ~ N(μ_y, Σ)``, or with ``port="guidance"`` the *public prior + guidance* row); ``moments+sgd`` with
 ``port`` ``distill`` (default) or ``guidance``.  ``epsilon=inf`` is the non-private reference (the same releases
 and rounds without noise, recorded as non-private).
@@ -32,256 +35,40 @@ and rounds without noise, recorded as non-private).
 
 from __future__ import annotations
 
-import hashlib
-import io
 import logging
-import math
-import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from ... import rng
-from ...io import atomic_write_bytes, atomic_write_json, finite_json, run_meta
 from ...privacy.calibrate import plan_epsilon
-from ...privacy.dataset_ledger import DatasetLedger
 from ...privacy.errors import Budget
 from ...privacy.events import NonPrivateEvent, PublicDataEvent
-from ...progress import PhaseClock, progress
-from ..dp_mepf import SampleGrid, evaluate_samples, run_in
-from ..runner import (
-    NONPRIVATE_SUMS,
-    ClientPool,
-    DPRunner,
-    WorkloadData,
-    check_dp_target,
-    deterministic_kernels,
-    run_workload,
+from ...progress import progress
+from ..data import WorkloadData
+from ..outputs import (
+    SampleGrid,
+    common_metrics,
+    dataset_ledger,
+    evaluate_samples,
+    run_in,
+    start_run,
+    workload_data,
+    write_metrics,
 )
+from ..runner import NONPRIVATE_SUMS, ClientPool, DPRunner, run_workload
 from . import calibration as cal
+from .config import StraightConfig
 from .flow import to_model_space, to_pixels
+from .public import FLOOR, PIPELINE, PublicCalibration, pretrained_flow, public_calibration, public_grad_norms
 
 log = logging.getLogger("sstq_fl.gen")
-PIPELINE = "straightdp"
 RELATION = cal.RELATION
-MAX_EPSILON = 100.0  # as DP-MEPF: a larger finite ε guarantees nothing; inf is the reference
-METHODS = ("sgd", "moments", "moments+sgd")
-PORTS = ("none", "distill", "guidance")
-CFG_SCALE = 1.5  # v_u + 1.5(v_c − v_u) (spec §3.1)
-FLOOR = 1e-2  # λ₀ (spec §3.2)
-# per profile (spec §3.7 CPU; §3.2–3.5 full).  CPU [R]: the DP-SGD lr and EMA (5e-4, 0.95) and the pretraining
-# lr and EMA (1e-3, 0.99) are raised, since the spec's 5e-5/1e-4 and 0.999 are for 2,000/20,000 steps and leave
-# 100- and 300-step runs near their starting weights.
-PROFILE_DEFAULTS: dict[str, dict[str, float]] = {
-    "cpu": {"records": 2000, "pca": 16, "rank": 8, "public_records": 5000, "pretrain_steps": 300,
-            "pretrain_batch": 128, "distill_steps": 100, "distill_batch": 128, "sgd_steps": 100, "q": 0.05,
-            "multiplicity": 2, "euler_steps": 10, "eval_samples": 1000, "probe_epochs": 2, "sgd_lr": 5e-4,
-            "ema": 0.95, "pretrain_lr": 1e-3, "pretrain_ema": 0.99},
-    "full": {"records": 0, "pca": 64, "rank": 32, "public_records": 0, "pretrain_steps": 20_000,
-             "pretrain_batch": 256, "distill_steps": 3000, "distill_batch": 256, "sgd_steps": 2000, "q": 0.02,
-             "multiplicity": 4, "euler_steps": 25, "eval_samples": 10_000, "probe_epochs": 10, "sgd_lr": 5e-5,
-             "ema": 0.999, "pretrain_lr": 1e-4, "pretrain_ema": 0.999}}
-FLOAT_KNOBS = ("q", "sgd_lr", "ema", "pretrain_lr", "pretrain_ema")
-
-
-@dataclass(frozen=True)
-class StraightConfig:
-    """A StraightDP run (spec §3.7 profiles); ``None`` sizes take the profile's value (:data:`PROFILE_DEFAULTS`).
-
-    ``method``/``port``: the row (module docstring; ``port=""`` is the method's default); ``tha``: time-bucketed
-    clipping with ``beta`` (``None``: the public proxy picks it from {0, ¼, ½, ¾, 1}); ``tau``/``t0``: ``None``
-    calibrates them on public data; ``low_b0``: the low-B₀ backbone (constraints active from pretraining on)."""
-
-    method: str = "moments+sgd"
-    port: str = ""
-    epsilon: float = 3.0
-    delta: float = 1e-5
-    profile: str = "cpu"
-    clients: int = 4
-    tha: bool = False
-    beta: float | None = None
-    low_b0: bool = False
-    clip: float = 1.0
-    tau: float | None = None
-    t0: float | None = None
-    records: int | None = None
-    partition: str = "iid"
-    alpha: float = 0.5
-    seed: int = 0
-    engine: str = "inprocess"
-    device: str = "cpu"
-    public_records: int | None = None
-    pretrain_steps: int | None = None
-    distill_steps: int | None = None
-    sgd_steps: int | None = None
-    q: float | None = None
-    multiplicity: int | None = None
-    eval_samples: int | None = None
-    probe_epochs: int | None = None
-    evaluator_epochs: int = 3
-    data_path: str = ""
-    randomness: str = "secure"
-    dataset_ledger: str = ""
-    dataset_budget_epsilon: float | None = None
-    cache_dir: str = field(default_factory=lambda: str(Path.home() / ".cache" / "sstq-fl" / "straightdp"))
-
-    def __post_init__(self) -> None:
-        check_dp_target(self.epsilon, self.delta, MAX_EPSILON)
-        rng.check_mode(self.randomness)
-        self._check_choices()
-        self._check_numbers()
-
-    def _check_choices(self) -> None:
-        choices = {"method": METHODS, "profile": ("cpu", "full"), "partition": ("iid", "dirichlet"),
-                   "engine": ("inprocess", "flower"), "port": ("", *PORTS)}
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
-        allowed_ports = {"sgd": ("none",), "moments": ("none", "guidance"), "moments+sgd": ("distill", "guidance")}
-        if self.resolved_port not in allowed_ports[self.method]:
-            raise ValueError(f"port {self.port!r} does not apply to method {self.method!r} "
-                             f"(allowed: {list(allowed_ports[self.method])})")
-        if self.tha and "sgd" not in self.method:
-            raise ValueError("--tha needs a method with DP-SGD (sgd or moments+sgd)")
-        if not (self.device == "cpu" or self.device.startswith("cuda")):
-            raise ValueError(f"device must be cpu or cuda[:N], got {self.device!r}")
-
-    def _check_numbers(self) -> None:
-        if self.clients < 1 or not self.alpha > 0 or not self.clip > 0:
-            raise ValueError(f"need clients >= 1, alpha > 0, clip > 0; got {self.clients}, {self.alpha}, {self.clip}")
-        for name in ("tau", "t0"):
-            v = getattr(self, name)
-            if v is not None and not 0 < v < 1:
-                raise ValueError(f"{name} must lie in (0, 1), got {v}")
-        if self.beta is not None and not 0 <= self.beta <= 1:
-            raise ValueError(f"beta must lie in [0, 1], got {self.beta}")
-        if self.q is not None and not 0 < self.q <= 1:
-            raise ValueError(f"q must lie in (0, 1], got {self.q}")
-        if self.dataset_budget_epsilon is not None and not self.dataset_budget_epsilon > 0:
-            raise ValueError(f"dataset budget epsilon must be positive, got {self.dataset_budget_epsilon}")
-        least = {"records": 0, "public_records": 0, "pretrain_steps": 1, "distill_steps": 1, "sgd_steps": 1,
-                 "multiplicity": 1, "eval_samples": 10, "probe_epochs": 1, "evaluator_epochs": 1}
-        for name, low in least.items():
-            value = getattr(self, name)
-            if value is not None and not value >= low:
-                raise ValueError(f"{name.replace('_', '-')} must be at least {low}, got {value}")
-
-    def resolved(self, name: str) -> Any:
-        """``name``'s value, or the profile's default when it is ``None`` (ints stay ints)."""
-        value = getattr(self, name, None)
-        if value is None:
-            value = PROFILE_DEFAULTS[self.profile][name]
-        return float(value) if name in FLOAT_KNOBS else int(value)
-
-    @property
-    def resolved_port(self) -> str:
-        """The port: the given one, or the method's default (``distill`` for moments+sgd, else ``none``)."""
-        return self.port or ("distill" if self.method == "moments+sgd" else "none")
-
-    @property
-    def uses_moments(self) -> bool:
-        return self.method != "sgd"
-
-    @property
-    def uses_sgd(self) -> bool:
-        return "sgd" in self.method
-
-    @property
-    def uses_flow(self) -> bool:
-        """Whether samples come from the flow model (all rows but plain moments-only)."""
-        return self.uses_sgd or self.resolved_port == "guidance"
-
-    @property
-    def private(self) -> bool:
-        return math.isfinite(self.epsilon)
-
-
-# ----------------------------------------------------------------------------- public side
-@dataclass(frozen=True)
-class PublicCalibration:
-    """Everything calibrated on public data before any private record is read (spec §3.8.6)."""
-
-    basis: np.ndarray  # P [p, D]
-    mean: np.ndarray  # m_pub [D]
-    r_f: float
-    tau: float
-    t0: float
-    tau_curve: dict[str, list[float]]
-    field: Any  # the public data's analytic field (THA's V̄(t))
-    replay_x: np.ndarray  # public images for distillation's replay batch [n, 1, 28, 28]
-    replay_y: np.ndarray
-
-    @property
-    def probe_x(self) -> np.ndarray:
-        """The first public images, THA's gradient-norm probe."""
-        return self.replay_x[:PROBE_PER_BUCKET]
-
-    @property
-    def probe_y(self) -> np.ndarray:
-        return self.replay_y[:PROBE_PER_BUCKET]
-
-
-def public_calibration(cfg: StraightConfig, public_x: np.ndarray, public_y: np.ndarray) -> PublicCalibration:
-    """``P``, ``m_pub`` (public PCA, ``p`` rows), ``R_f`` (the 0.99 quantile of public feature norms), and ``τ``,
-    ``t₀`` from the cosine between the public data's own (noiseless) mixture field and its empirical field over
-    ``t`` (:func:`~.field.field_agreement`; τ its time-weighted knee, t₀ its plateau edge), unless given."""
-    from . import field as fld
-    from .moments import norm_quantile, public_mixture, public_pca
-
-    flat = to_model_space(public_x.reshape(len(public_x), -1).astype(np.float64))  # [−1, 1], as the clients
-    basis, mean = public_pca(flat, cfg.resolved("pca"))
-    r_f = float(norm_quantile(flat, basis, mean, 0.99))
-    public_field = fld.AnalyticField(public_mixture(flat, public_y, basis, mean, r_f, cfg.resolved("rank"), FLOOR))
-    tau, t0, cos = fld.calibrate_times(public_field, flat, public_y, seed=cfg.seed)
-    curve = {"t": list(fld.DEFAULT_TS), "cosine": [float(c) for c in cos]}
-    tau, t0 = (cfg.tau if cfg.tau is not None else tau), (cfg.t0 if cfg.t0 is not None else t0)
-    return PublicCalibration(basis, mean, r_f, float(tau), float(t0), curve, public_field, public_x, public_y)
-
-
-def flow_config(cfg: StraightConfig, t_min: float = 0.0, t_max: float = 1.0) -> Any:
-    """The backbone's hyperparameters (spec §3.5/§3.7) with the run's low-B₀ flag, multiplicity and t range."""
-    from .flow import FlowConfig
-
-    return FlowConfig.profile(cfg.profile, low_b0=cfg.low_b0, multiplicity=cfg.resolved("multiplicity"),
-                              t_min=t_min, t_max=t_max)
-
-
-def _pretrain_key(cfg: StraightConfig, public_x: np.ndarray) -> str:
-    """The pretraining cache's key: the backbone, every pretraining setting, the seed and the public images."""
-    settings = (replace(flow_config(cfg), multiplicity=1), cfg.resolved("pretrain_steps"),
-                cfg.resolved("pretrain_batch"), cfg.resolved("pretrain_lr"), cfg.resolved("pretrain_ema"), cfg.seed,
-                public_x.shape)
-    h = hashlib.sha256(repr(settings).encode())
-    h.update(np.ascontiguousarray(public_x[:: max(1, len(public_x) // 512)]).tobytes())
-    return h.hexdigest()[:20]
-
-
-def pretrained_flow(cfg: StraightConfig, public_x: np.ndarray, public_y: np.ndarray) -> Any:
-    """The flow model pretrained on public Fashion-MNIST (EMA weights, captions frozen), cached in ``cache_dir`` by
-    its settings (a public computation: the cache holds public weights only; ``weights_only`` loads)."""
-    from .flow import FlowModel, pretrain
-
-    path = Path(cfg.cache_dir) / f"pretrain-{_pretrain_key(cfg, public_x)}.pt"
-    model = FlowModel(flow_config(cfg), frozen_captions=True)
-    if path.is_file():
-        model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-        log.info("%s: public pretraining reused from %s", PIPELINE, path)
-        return model.to(cfg.device)
-    steps = cfg.resolved("pretrain_steps")
-    with progress(steps, f"{PIPELINE} public pretraining") as bar:  # one (t, ξ) draw per image: batch = images
-        trained, _ = pretrain(torch.as_tensor(public_x), torch.as_tensor(public_y),
-                              replace(flow_config(cfg), multiplicity=1), steps,
-                              cfg.resolved("pretrain_batch"), lr=cfg.resolved("pretrain_lr"),
-                              ema=cfg.resolved("pretrain_ema"), seed=cfg.seed, device=cfg.device,
-                              progress=lambda s, n, loss: bar.update(s, loss=loss))
-    trained.freeze_captions()
-    buf = io.BytesIO()
-    torch.save({k: v.detach().cpu() for k, v in trained.state_dict().items()}, buf)
-    atomic_write_bytes(path, buf.getvalue())
-    return trained.to(cfg.device)
+CFG_SCALE = 1.5  # classifier-free guidance v_u + 1.5(v_c − v_u)
+BETAS = (0.0, 0.25, 0.5, 0.75, 1.0)
+THA_BUCKETS = 4
 
 
 # ----------------------------------------------------------------------------- budget and plan
@@ -298,7 +85,7 @@ class Setup:
 
 
 def moments_budget(cfg: StraightConfig) -> float:
-    """Stage 1's ε: all of it for ``moments``, the share 0.235ε for ``moments+sgd`` (spec §3.2.4)."""
+    """Stage 1's ε: all of it for ``moments``, the share 0.235ε for ``moments+sgd`` (:data:`~.calibration.MOMENT_SHARE`)."""
     return cfg.epsilon if cfg.method == "moments" else cal.MOMENT_SHARE * cfg.epsilon
 
 
@@ -330,50 +117,6 @@ def full_plan(setup: Setup) -> list[tuple[Any, int]]:
 
 
 PUBLIC_STEPS = 3  # public calibration, public pretraining, server post-processing (field, distillation, sampling)
-
-
-def dataset_ledger(cfg: StraightConfig, data: WorkloadData, setup: Setup) -> DatasetLedger:
-    """The private data set's ledger after checking the plan against ``cfg.dataset_budget_epsilon``."""
-    book = DatasetLedger(data.digest, cfg.dataset_ledger or None)
-    book.check_plan(setup.plan, RELATION, cfg.delta, cfg.dataset_budget_epsilon)
-    return book
-
-
-
-# ----------------------------------------------------------------------------- THA (optional)
-BETAS = (0.0, 0.25, 0.5, 0.75, 1.0)
-THA_BUCKETS = 4
-PROBE_PER_BUCKET = 32
-
-
-def range_model(model: Any, cfg: StraightConfig, t_min: float, t_max: float) -> Any:
-    """A copy of ``model`` whose per-example noise draws ``t ~ U[t_min, t_max]`` (what a client builds for a bucket)."""
-    from .flow import FlowModel
-
-    twin = FlowModel(flow_config(cfg, t_min, t_max), frozen_captions=True).to(cfg.device)
-    twin.load_state_dict(model.state_dict())
-    return twin.train()
-
-
-def public_grad_norms(model: Any, cfg: StraightConfig, pub: PublicCalibration, edges: np.ndarray) -> list[np.ndarray]:
-    """Per-sample gradient norms of the flow-matching loss on public probe images, one array per bucket of
-    ``edges`` (the pretrained model; public data only: γ and the β proxy of THA, spec §3.4)."""
-    from torch.func import grad, vmap
-
-    from ..tasks import _example_loss
-
-    gen = torch.Generator().manual_seed(cfg.seed + 11)
-    x = torch.as_tensor(pub.probe_x, device=cfg.device)
-    y = torch.as_tensor(pub.probe_y, device=cfg.device)
-    out = []
-    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
-        twin = range_model(model, cfg, float(lo), float(hi))
-        params = {k: v.detach() for k, v in twin.named_parameters()}
-        buffers = {k: v.detach() for k, v in twin.named_buffers()}
-        noise = twin.draw_noise(len(y), gen).to(cfg.device)
-        g = vmap(grad(_example_loss(twin, buffers)), in_dims=(None, 0, 0, 0))(params, x, y, noise)
-        out.append(torch.sqrt(sum(v.reshape(len(y), -1).pow(2).sum(1) for v in g.values())).cpu().numpy())
-    return out
 
 
 def tha_setup(cfg: StraightConfig, pub: PublicCalibration, model: Any, prefix: list[tuple[Any, int]], q: float,
@@ -442,9 +185,9 @@ def _null(labels: torch.Tensor, p: float, gen: torch.Generator, null: int) -> to
 
 def distill_batch(model: Any, analytic: Any, mixture: Any, pub: PublicCalibration, n: int, gen: torch.Generator,
                   np_rng: np.random.Generator) -> torch.Tensor:
-    """One distillation loss (spec §3.3, port 1): ``t ~ U[0, τ]``, ``y ~ π̃``, ``z ~ N(μ_y, Σ)``, ``x = (1−t)ξ + tz``,
-    target the analytic field (the null branch for a null caption, p = 0.1), plus an equal public flow-matching
-    replay batch on ``[τ, 1]`` with targets ``z − ξ``."""
+    """One distillation loss (port 1; the inputs and the replay mix are our choices): ``t ~ U[0, τ]``, ``y ~ π̃``,
+    ``z ~ N(μ_y, Σ)``, ``x = (1−t)ξ + tz``, target the analytic field (the null branch for a null caption, p = 0.1), plus an
+    equal public flow-matching replay batch on ``[τ, 1]`` with targets ``z − ξ``."""
     dev = next(model.parameters()).device
     null = model.cfg.null_label
     y = torch.as_tensor(np_rng.choice(len(mixture.pi), size=n, p=mixture.pi))
@@ -516,7 +259,7 @@ def private_sgd(run: DPRunner, cfg: StraightConfig, model: Any, setup: Setup, pu
     returns the EMA model (eval mode)."""
     import copy
 
-    from .flow import ema_update
+    from .training import ema_update
 
     model.train()
     ema = copy.deepcopy(model).eval()
@@ -568,7 +311,7 @@ def generate(cfg: StraightConfig, model: Any, mixture: Any, pub: PublicCalibrati
     """``n`` class-balanced samples (labels ``i mod 10``): ``z ~ N(μ_y, Σ)`` for moments only; with guidance,
     ``x_{t₀} ~ N(t₀μ_y, t₀²Σ + (1−t₀)²I)`` integrated by the model from ``t₀`` to 1; else Euler from ``t = 0``."""
     from .field import guidance_start
-    from .flow import sample
+    from .training import sample
 
     y = torch.arange(n) % 10
     gen = torch.Generator().manual_seed(cfg.seed + 3)
@@ -606,51 +349,51 @@ def _run(cfg: StraightConfig, out: Path) -> dict[str, Any]:
     """The run itself, into the folder :func:`run_straightdp` prepared."""
     from ..data import load_private_split
 
-    t0, clock = time.perf_counter(), PhaseClock(PIPELINE)
-    deterministic_kernels(cfg.device, cfg.randomness)
+    t0, clock = start_run(cfg, PIPELINE)
     public_x, public_y = _public(cfg)
-    data = WorkloadData("mnist-subset", cfg.clients, cfg.partition, cfg.alpha, cfg.seed, cfg.resolved("records"),
-                        cfg.data_path)
+    data = workload_data(cfg)
     pub = clock("public_calibration", lambda: public_calibration(cfg, public_x, public_y))
     model = clock("public_pretraining", lambda: pretrained_flow(cfg, public_x, public_y)) if cfg.uses_flow else None
     setup = clock("calibration", lambda: calibrate(cfg, data.n_decl, pub, model))
-    book = dataset_ledger(cfg, data, setup)  # refuses here, before any private computation
+    book = dataset_ledger(cfg, data, setup.plan, RELATION)  # refuses here, before any private computation
     res = clock("clients", lambda: run_clients(cfg, data, setup, pub, model))
     privacy = res["runner"].finish(out, cfg.delta, book)  # transcript and data-set ledger before any output
     x, y = clock("sampling", lambda: generate(cfg, res["model"], res["mixture"], pub, cfg.resolved("eval_samples")))
-    grid = SampleGrid(PIPELINE, cfg.epsilon, _grid_detail(cfg))
+    grid = SampleGrid(PIPELINE, cfg.epsilon, grid_detail(cfg))
     split = load_private_split(cfg.data_path or None)  # priv_test, for the offline evaluation only
     evals = clock("evaluation", lambda: evaluate_samples(x, y, data, split, out, grid, cfg.resolved("probe_epochs"),
                                                          cfg.evaluator_epochs, cfg.cache_dir, cfg.seed))
-    metrics = _metrics(cfg, data, setup, pub, privacy, evals, res)
-    metrics = finite_json({**metrics, "wall_s": time.perf_counter() - t0, "timings_s": clock.seconds})
-    atomic_write_json(out / "metrics.json", metrics)
-    return metrics
+    metrics = {**common_metrics(cfg, data, privacy, evals, res["dropped"]), **_metrics(cfg, setup, pub, res)}
+    return write_metrics(out, metrics, t0, clock)
 
 
-def _grid_detail(cfg: StraightConfig) -> str:
+def grid_detail(cfg: StraightConfig) -> str:
+    """What the sample grid's title says beside ε: the row (method, port, THA, backbone), its kind, the relation
+    and the shared detail."""
     kind = "DP" if cfg.private else "not DP"
     return (f"{cfg.method}, port {cfg.resolved_port}{', THA' if cfg.tha else ''}{', low-B0' if cfg.low_b0 else ''}, "
-            f"{kind}, add/remove, δ {cfg.delta:g}, {cfg.resolved('records') or 'all'} records, {cfg.clients} clients, "
-            f"{cfg.profile} profile, randomness {cfg.randomness}")
+            f"{kind}, add/remove, {cfg.describe()}")
 
 
-def _metrics(cfg: StraightConfig, data: WorkloadData, setup: Setup, pub: PublicCalibration, privacy: dict[str, Any],
-             evals: dict[str, Any], res: dict[str, Any]) -> dict[str, Any]:
-    """``metrics.json``: DP-MEPF's fields plus the method, port, the stages' budgets and noise, τ and t₀."""
+def _metrics(cfg: StraightConfig, setup: Setup, pub: PublicCalibration, res: dict[str, Any]) -> dict[str, Any]:
+    """StraightDP's own ``metrics.json`` fields: the method, port, the stages' budgets and noise, τ and t₀."""
     tha = asdict(setup.tha) if setup.tha is not None else None
-    return {**privacy, "method": cfg.method, "port": cfg.resolved_port, "tha": tha, "low_b0": cfg.low_b0,
-            "reference": "dp" if cfg.private else "non-private (epsilon = inf: the same releases without noise; not DP)",
-            "downstream_accuracy": evals["downstream_accuracy"], "domain_fd": evals["domain_fd"],
-            "domain_fd_note": "domain-FD, not comparable to Inception FID",
-            "sample_label_agreement": evals["sample_label_agreement"], "records": data.n_decl,
-            "clients": cfg.clients, "epsilon_moments": setup.epsilon_moments,
+    return {"method": cfg.method, "port": cfg.resolved_port, "tha": tha, "low_b0": cfg.low_b0,
+            "epsilon_moments": setup.epsilon_moments,
             "epsilon_moments_certified": plan_epsilon(cal.moment_plan(setup.sigma_moments), cfg.delta, RELATION)
             if setup.sigma_moments is not None else None, "sigma_moments": setup.sigma_moments,
             "sigma_sgd": setup.sigma_sgd, "q": setup.q, "clip": cfg.clip, "tau": pub.tau, "t0": pub.t0,
             "r_f": pub.r_f, "pca_dim": int(pub.basis.shape[0]), "rank": cfg.resolved("rank"),
             "sgd_steps": cfg.resolved("sgd_steps") if cfg.uses_sgd else 0, "tau_curve": pub.tau_curve,
-            "moments_diagnostics": res["moments_diagnostics"], "dropped": res["dropped"],
-            "evaluation": {k: v for k, v in evals.items()
-                           if k not in ("downstream_accuracy", "domain_fd", "sample_label_agreement")},
-            "config": asdict(cfg), "meta": run_meta()}
+            "moments_diagnostics": res["moments_diagnostics"]}
+
+
+def summary(m: dict[str, Any]) -> str:
+    """What ``sstq-fl gen straightdp`` prints about a run: ε, the noise of both stages, τ, accuracy, domain-FD."""
+    eps = "inf" if m["epsilon"] is None else f"{m['epsilon']:.4g}"
+    return (f"straightdp {m['method']} (port {m['port']}, {m['reference']}): epsilon {eps} at delta {m['delta']:g} "
+            f"({m['relation']}, randomness {m['randomness']}), sigma moments {m['sigma_moments']}, sigma sgd "
+            f"{m['sigma_sgd']}, tau {m['tau']:.3g}\n"
+            f"downstream accuracy {m['downstream_accuracy']:.4f}, label agreement {m['sample_label_agreement']:.3f}, "
+            f"domain-FD {m['domain_fd']:.4g} (not comparable to Inception FID), {m['records']} records on "
+            f"{m['clients']} clients, {m['wall_s']:.1f} s")

@@ -1,18 +1,18 @@
-"""StraightDP's client tasks (spec §3.7, federated mapping), registered next to the pipeline's code.
+"""StraightDP's client tasks, registered next to the pipeline's code.
 
 Every client receives the **public** calibration (the PCA basis ``P`` ``[p, D]``, the public mean ``m_pub``
-and the feature bound ``R_f``; spec §3.8.6: all of them from public data only) and sends sums over its own
+and the feature bound ``R_f``, all of them from public data only) and sends sums over its own
 records of bounded per-record contributions; the server adds Gaussian noise once
 (:meth:`~sstq_fl.gen.runner.DPRunner.additive_release`).
 
 * ``straightdp.class_moments`` — counts and whitened per-class sums: record ``i`` contributes
   ``(e_{y_i}, f_i/(2R_f))`` with ``f_i = clip_{R_f}(P(z_i − m_pub))``, of norm ``≤ √(1 + 1/4) = √5/2``;
-  the release declares ``Δ = 2`` (spec §3.2.1), which bounds the add/remove shift ``√5/2`` and the
+  the release declares ``Δ = 2``, which bounds the add/remove shift ``√5/2`` and the
   replace-one shift ``√(5/2)`` alike.  The contribution is clipped to ``config["bound"]`` on the client
   all the same (a no-op for any ``bound ≥ √5/2``), so the declared bound holds whatever ``R_f`` says.
 * ``straightdp.second_moment`` — ``Σ_i f_i f_iᵀ`` (``p × p``, never the ambient ``D × D``), each term of
   Frobenius norm ``‖f_i‖² ≤ R_f²``, clipped on the client to ``config["bound"]`` (the pipeline passes
-  ``2R_f²``: the replace-one Frobenius sensitivity of spec §3.2.2, conservative under add/remove).
+  ``2R_f²``: the replace-one Frobenius sensitivity, conservative under add/remove).
 
 The flow model's DP-SGD rounds use the shared ``dpsgd.clipped_sum`` with the model ``"straightdp-flow"``
 (:mod:`sstq_fl.gen.straightdp.flow`).
@@ -24,13 +24,13 @@ import numpy as np
 
 from ...privacy.clipping import clip_rows
 from ..runner import Arrays, ClientContext, Scalar, register_client_task
-from . import flow  # a module import (flow -> gen.tasks -> this module is a cycle); registers "straightdp-flow"
+from . import flow  # registers the model "straightdp-flow"
 from .moments import features, second_moment_sum
 
 
 def client_features(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]) -> np.ndarray:
-    """``f_i = clip_{R_f}(P(z_i − m_pub))`` of this client's records, ``z_i = 2x_i − 1`` (StraightDP's [−1, 1] pixels,
-    spec §1.1), with the broadcast public ``P``, ``m_pub``."""
+    """``f_i = clip_{R_f}(P(z_i − m_pub))`` of this client's records, ``z_i = 2x_i − 1`` (StraightDP's [−1, 1] pixels),
+    with the broadcast public ``P``, ``m_pub``."""
     p, m_pub = np.asarray(payload["P"], dtype=np.float64), np.asarray(payload["m_pub"], dtype=np.float64)
     if p.ndim != 2 or m_pub.shape != (p.shape[1],):
         raise ValueError(f"payload: P must be [p, D] and m_pub [D]; got {p.shape}, {m_pub.shape}")

@@ -1,17 +1,18 @@
-"""DP-VQG Stage III: a class-conditional MaskGIT prior over released token maps (spec §2.5).
+"""DP-VQG Stage III: a class-conditional MaskGIT prior over released token maps.
 
 Chang, Zhang, Jiang, Liu & Freeman, "MaskGIT: Masked Generative Image Transformer", CVPR 2022; classifier-free
-guidance after Ho & Salimans, "Classifier-Free Diffusion Guidance", 2022.  The prior is trained only on the
+guidance after Ho & Salimans, "Classifier-Free Diffusion Guidance", NeurIPS 2021 Workshop on Deep Generative
+Models.  The prior is trained only on the
 sanitised Stage II output (Z̃, ỹ), so it is post-processing and charged nothing.
 
 * Input: ``[class token, x_1, …, x_HW]`` with x_l ∈ {0, …, K−1} ∪ {[MASK] = K}, learned positional embeddings, a
   class embedding over ``num_classes + 1`` entries (the last one is the null class ∅ used for CFG); a pre-LN
   transformer encoder (bidirectional) and a linear head to K logits per token position.
-* Training: r ~ U(0, 1) per sequence, mask ⌈cos(πr/2)·HW⌉ uniformly chosen positions (:func:`draw_mask`),
-  cross-entropy on the masked positions only; the label is replaced by ∅ with probability 0.1 (label dropout
-  [R]); AdamW (β = (0.9, 0.96), weight decay 0.045, MaskGIT's values [R]) with a cosine learning-rate decay
-  10⁻⁴ → 5·10⁻⁶ over all steps (:func:`cosine_lr`).  Dropout inside the transformer is 0 by default, so every
-  random draw (init, batches, masks, label dropout) comes from the passed ``torch.Generator``.
+* Training: r ~ U(0, 1) per sequence, mask ⌈cos(πr/2)·HW⌉ uniformly chosen positions (:func:`draw_mask`), cross-entropy
+  on the masked positions only; the label is replaced by ∅ with probability 0.1 (label dropout rate: our choice); AdamW
+  (β = (0.9, 0.96), weight decay 0.045: MaskGIT's values, our choice here) with a cosine learning-rate decay 10⁻⁴ →
+  5·10⁻⁶ over all steps (:func:`cosine_lr`).  Dropout inside the transformer is 0 by default, so every random draw
+  (init, batches, masks, label dropout) comes from the passed ``torch.Generator``.
 * Sampling (MaskGIT's iterative decoding, T steps): start fully masked; at step t draw every masked token from
   softmax(ℓ) with the guided logits ℓ = ℓ_u + w(ℓ_c − ℓ_u) (ℓ_c with the class, ℓ_u with ∅); confidence
   log p(sampled) + τ_t·Gumbel with the annealed choice temperature τ_t = 4.5·(1 − (t+1)/T); keep the most
@@ -30,12 +31,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..mepf import _seeded
+from ..tensors import seeded
 
 
 @dataclass(frozen=True)
 class PriorConfig:
-    """MaskGIT prior hyperparameters (spec §2.5, §2.6).
+    """MaskGIT prior hyperparameters.
 
     ``vocab_size``: K; ``hw``: tokens per image; ``num_classes``: class labels (∅ = ``num_classes``);
     ``d_model``/``layers``/``heads``: the transformer; ``epochs``/``batch``/``lr``/``lr_min``: training;
@@ -85,12 +86,13 @@ class PriorConfig:
 
     @classmethod
     def cpu(cls, **overrides: Any) -> PriorConfig:
-        """CPU profile (spec §2.6): K = 64, 7×7 grid, d_model/L/heads = 64/2/2, 3 epochs, T = S = 8."""
+        """CPU profile (our reduction): K = 64, 7×7 grid, d_model/L/heads = 64/2/2, 3 epochs, T = S = 8."""
         return replace(cls(vocab_size=64, hw=49, d_model=64, layers=2, heads=2, epochs=3, sample_steps=8), **overrides)
 
     @classmethod
     def full(cls, **overrides: Any) -> PriorConfig:
-        """Full (F)MNIST profile (spec §2.5 table): K = 1024, 384/6/6, 120 epochs, batch 120, T = 16, CFG 4.0."""
+        """Full (F)MNIST profile (MaskGIT's transformer at (F)MNIST scale): K = 1024, 384/6/6, 120 epochs, batch 120, T
+        = 16, CFG 4.0."""
         return replace(cls(vocab_size=1024, hw=49, d_model=384, layers=6, heads=6, epochs=120, batch=120,
                            sample_steps=16, cfg_scale=4.0), **overrides)
 
@@ -118,7 +120,7 @@ class MaskGIT(nn.Module):
 
 def build_prior(cfg: PriorConfig, seed: int = 0) -> MaskGIT:
     """A freshly initialised prior from ``seed`` (private CPU RNG)."""
-    return _seeded(lambda: MaskGIT(cfg), seed)
+    return seeded(lambda: MaskGIT(cfg), seed)
 
 
 # ----------------------------------------------------------------------------------------------- schedules

@@ -1,11 +1,10 @@
-"""DP-VQG Stage II (spec §2.3–§2.4, §2.7): exponential-mechanism tokens and randomized-response labels.
+"""DP-VQG Stage II: exponential-mechanism tokens and randomized-response labels.
 
-Each private record's token map is released location by location with the exponential
-mechanism (EM, McSherry & Talwar 2007) over **all** ``K`` codes of a frozen codebook, and its
-label with ``k``-ary randomized response (RR; Warner 1965, Kairouz, Oh & Viswanath 2016).  The
-mechanisms run on the clients from uniforms the caller draws with
-:meth:`~sstq_fl.gen.runner.ClientContext.uniform` (so the coins follow the run's randomness
-mode); every function here is deterministic given those uniforms.
+Each private record's token map is released location by location with the exponential mechanism (EM; McSherry & Talwar,
+"Mechanism Design via Differential Privacy", FOCS 2007) over **all** ``K`` codes of a frozen codebook, and its label
+with ``k``-ary randomized response (RR; Warner, JASA 1965; Kairouz, Oh & Viswanath, JMLR 2016).  The mechanisms run on
+the clients from uniforms the caller draws with :meth:`~sstq_fl.gen.runner.ClientContext.uniform` (so the coins follow
+the run's randomness mode); every function here is deterministic given those uniforms.
 
 Bounded representation: tokens and codes are both projected onto the same ``R``-ball,
 ``Π_R(v) = v·min(1, R/(‖v‖+10⁻⁸))``, so the utility ``u_l(k) = −‖ē_l − c̄_k‖²`` lies in
@@ -18,7 +17,7 @@ Bounded representation: tokens and codes are both projected onto the same ``R``-
 * **Mode B** (PLD): ``ε₀`` is bisected so that the ledger's privacy-loss distribution of
   ``HW × ε₀-DP`` (recorded with its count) plus the label's ``ε_y``-DP certifies ``ε₂`` at ``δ``.
 
-Feasibility (§2.4): the EM logit range is ``ε₀/2`` whatever ``R`` is, so at the paper's
+Feasibility: the EM logit range is ``ε₀/2`` whatever ``R`` is, so at the paper's
 budgets (``HW = 49``, ``ε₂ = 2``, ``ε₀ ≈ 0.03–0.07``) the released tokens are near-uniform.
 That is reported (:func:`em_peakedness`, :func:`ideal_argmin_probability`,
 :func:`record_level_epsilon`), never "fixed".  ``ε = ∞`` is the non-private reference: argmin
@@ -50,10 +49,10 @@ from ...privacy.ledger import PrivacyLedger
 Array = TypeVar("Array", np.ndarray, torch.Tensor)
 Plan = list[tuple[PrivacyEvent, int]]
 
-RELATION = "replace_one"  # all of DP-VQG (spec §1.2, §2.7.6)
+RELATION = "replace_one"  # all of DP-VQG, DP-SGD included
 PROJECTION_EPS = 1e-8  # Π_R(v) = v·min(1, R/(‖v‖ + PROJECTION_EPS))
 FP_STAGE2_SHARE = 0.2  # FP-VQG: ε₁ : ε₂ = 4 : 1
-LABEL_SHARE = 0.25  # ε_y = 0.25·ε₂ when labels are private [R]
+LABEL_SHARE = 0.25  # ε_y = 0.25·ε₂ when labels are private (our choice)
 VARIANTS = ("fp", "pp")
 MODES = ("A", "B")
 LABELS = ("private", "public")
@@ -192,8 +191,8 @@ def rr_law(eps_y: float, k: int) -> NDArray[np.float64]:
     """The ``k × k`` transition matrix ``P[y, ỹ]`` of flat ``k``-ary randomized response at ``ε_y``.
 
     Keep with ``p = e^ε/(e^ε+k−1)``, else a uniform one of the other ``k−1`` labels, each with
-    ``q = 1/(e^ε+k−1)``; so ``P[y,y]/P[y',y] = p/q = e^ε`` (Warner 1965; Kairouz, Oh & Viswanath
-    2016).  ``ε_y = ∞`` is the identity (true labels, not DP).
+    ``q = 1/(e^ε+k−1)``; so ``P[y,y]/P[y',y] = p/q = e^ε`` (Warner, JASA 1965; Kairouz, Oh & Viswanath
+    JMLR 2016).  ``ε_y = ∞`` is the identity (true labels, not DP).
     """
     k = _check_classes(k)
     if eps_y == math.inf:
@@ -255,7 +254,7 @@ def split_budget(epsilon: float, variant: str) -> tuple[float, float]:
 
 
 def label_epsilon(eps2: float, labels: str) -> float:
-    """``ε_y``: ``0.25·ε₂`` for private labels [R]; ``0`` when ``labels="public"`` (an explicitly reported
+    """``ε_y``: ``0.25·ε₂`` for private labels (our choice); ``0`` when ``labels="public"`` (an explicitly reported
     ablation: labels are record data, released unprivatized and **not** covered by ε)."""
     if labels not in LABELS:
         raise ValueError(f"labels must be one of {LABELS}, got {labels!r}")
@@ -424,7 +423,7 @@ def calibrate_stage2(epsilon: float, delta: float, hw: int, variant: str = "fp",
 
 # ----------------------------------------------------------------------------- diagnostics
 def em_peakedness(probs: np.ndarray, nearest: np.ndarray) -> dict[str, float]:
-    """EM peakedness (§2.4): the mean probability of the nearest code and the mean token entropy.
+    """EM peakedness: the mean probability of the nearest code and the mean token entropy.
 
     ``probs`` ``[n, L, K]`` (:func:`em_probabilities`), ``nearest`` ``[n, L]`` (:func:`argmin_tokens`).
     Returns ``argmin_probability = mean P(nearest)``, ``token_entropy_bits = mean −Σ_k P log₂ P``,
@@ -442,7 +441,7 @@ def em_peakedness(probs: np.ndarray, nearest: np.ndarray) -> dict[str, float]:
 
 
 def ideal_argmin_probability(eps0: float, k: int) -> float:
-    """The best case of §2.4: nearest code at distance 0, all others at ``2R``: ``1/(1 + (K−1)e^{−ε₀/2})``."""
+    """The EM's best case: nearest code at distance 0, all others at ``2R``: ``1/(1 + (K−1)e^{−ε₀/2})``."""
     if eps0 == math.inf:
         return 1.0
     return 1.0 / (1.0 + (k - 1) * math.exp(-_check_positive(eps0, "eps0") / 2))

@@ -1,4 +1,4 @@
-"""DP-VQG's client tasks (generative-pipelines spec §2.3, §2.6 "federated"; runner: :mod:`sstq_fl.gen.runner`).
+"""DP-VQG's client task (Stage II on the clients; runner: :mod:`sstq_fl.gen.runner`).
 
 * ``vqg.tokens`` — Stage II on the client.  The client receives the frozen tokenizer Θ (its state
   as arrays, ``theta/<name>``) and the calibrated ``ε₀`` and ``ε_y``, encodes **its own** records
@@ -10,14 +10,14 @@
   sampled by Gumbel-max in float64 (:func:`~sstq_fl.gen.vqg.mechanism.release_tokens`) from the
   client's **protective** uniforms (:meth:`~sstq_fl.gen.runner.ClientContext.uniform`: under
   ``randomness="secure"`` ChaCha20 keyed by the client's own OS-CSPRNG key, never sent), and its
-  label by ``k``-ary randomized response at ``ε_y`` (Warner 1965; keep with ``e^ε/(e^ε+k−1)``), or
+  label by ``k``-ary randomized response at ``ε_y`` (Warner, JASA 1965; keep with ``e^ε/(e^ε+k−1)``), or
   the true label when the run declares labels public (``ε_y = 0``; the run says so).  It returns
   only the rows ``(tokens [n, HW], label [n])``.  The uniforms (``n·HW·K`` of them) are drawn in
   chunks of records so memory stays bounded (:func:`chunk_records`).  ``ε₀ = ∞`` is the
   non-private reference (argmin tokens, true labels: **not DP**).
 
 FP-VQG's Stage I at ``ε = ∞`` (the non-private reference) uses the shared ``dpsgd.sampled_clipped_sum``
-(:mod:`sstq_fl.gen.tasks`).
+(:mod:`sstq_fl.gen.dpsgd`).
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ import torch
 from torch import nn
 
 from ..runner import Arrays, ClientContext, Scalar, register_client_task
-from . import tokenizer as vqt  # a module import: tokenizer -> gen.tasks -> this module may be a cycle
+from . import tokenizer as vqt
 from .mechanism import argmin_tokens, release_tokens, rr_labels
 
 PREFIX = "theta/"
 NUM_CLASSES = 10
-RADIUS = 1.0  # R: tokens and codes are unit-normalised in the architecture (spec §2.2, FP-VQG)
+RADIUS = 1.0  # R: tokens and codes are unit-normalised in the architecture (FP-VQG)
 CHUNK_ELEMENTS = 1 << 22  # uniforms per chunk (n·HW·K float64 values: 32 MiB)
 _TOKENIZERS: dict[tuple[str, str, str], vqt.VQTokenizer] = {}  # (sha256 of Θ, profile, device) -> Θ
 

@@ -1,12 +1,12 @@
-"""DP-VQG Stage I: a VQ-VAE tokenizer Θ = (E, G, C) for 28×28 grey images (spec ``generative-pipelines.md`` §2.2).
+"""DP-VQG Stage I: a VQ-VAE tokenizer Θ = (E, G, C) for 28×28 grey images.
 
 Model (van den Oord, Vinyals & Kavukcuoglu, "Neural Discrete Representation Learning", NeurIPS 2017; the
-architecture is [R], the DP-VQG paper says only "lightweight residual encoder-decoder"):
+architecture is our choice; the DP-VQG paper says only "lightweight residual encoder-decoder"):
 
 * Encoder E: conv3×3 1→c1, ResBlock, conv4×4/s2 →c2 (14×14), ResBlock, conv4×4/s2 →c2 (7×7), ResBlock,
   conv1×1 →d; every token z_l (l = 1..HW, HW = 49) is L2-normalised, z_l ← z_l/‖z_l‖.
 * Codebook C: an ordinary ``K×d`` parameter, L2-normalised in the forward, c̄_k = c_k/‖c_k‖.  Both projections
-  are Π_R with R = 1 (spec §2.2 "bounded representation"), so the Stage II utility −‖z̄_l − c̄_k‖² ∈ [−4, 0].
+  are Π_R with R = 1 (the bounded representation), so the Stage II utility −‖z̄_l − c̄_k‖² ∈ [−4, 0].
 * Decoder G: the mirror image (conv1×1 d→c2, ResBlock, convT4×4/s2, ResBlock, convT4×4/s2 →c1, ResBlock,
   conv3×3 →1) with a sigmoid output.  ResBlocks are GroupNorm + SiLU, **never BatchNorm** (it couples examples).
 
@@ -18,7 +18,7 @@ Quantisation, with d_l(k) = ‖z_l − c̄_k‖²:
 
 The decoder sees the straight-through z_q = z + sg(c̄_k̂ − z) (forward value c̄_k̂, gradient of the identity into E).
 
-Loss of one record x (per-element means, [R]), with e_l = c̄_k̂_l the selected code (same value as z_q):
+Loss of one record x (per-element means, our choice), with e_l = c̄_k̂_l the selected code (same value as z_q):
 
     ℓ(x) = mean‖x − G(z_q)‖² + mean‖sg[z] − e‖² + β·mean‖z − sg[e]‖² − λ_ent·H(p̄),   β = 0.25, λ_ent = 0.1,
 
@@ -29,10 +29,10 @@ itself (as in van den Oord et al.; with the straight-through z_q in its place it
 the public PP-VQG tokenizer may use the batch average p̄ = mean over the batch and the tokens.
 
 The codebook is learned by these explicit gradients only: no EMA updates, no k-means initialisation, no dead-code
-restarts (spec §2.7.1).  Its per-example gradient is clipped together with the rest of the record's gradient by
-either per-example-gradient implementation of the project:
+restarts (each would read private data outside the clipped gradient).  Its per-example gradient is clipped together with
+the rest of the record's gradient by either per-example-gradient implementation of the project:
 
-* :func:`sstq_fl.gen.tasks.per_example_clipped_sum` (``torch.func.vmap(grad)``, what
+* :func:`sstq_fl.gen.dpsgd.per_example_clipped_sum` (``torch.func.vmap(grad)``, what
   :meth:`sstq_fl.gen.runner.DPRunner.dpsgd_round` runs on the clients): the model is registered as
   ``"vqg-tokenizer"``; ``model(x, y, gumbel)`` returns the per-example loss and :meth:`VQTokenizer.draw_noise`
   supplies each example's Gumbel draws from the client's ``generator`` (non-protective);
@@ -52,9 +52,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..mepf import _as_images, _seeded
+from ..dpsgd import register_model
 from ..runner import Scalar
-from ..tasks import register_model
+from ..tensors import check_images, seeded
 
 GRID = 7
 HW = GRID * GRID
@@ -65,7 +65,7 @@ _FLOAT_FIELDS = ("tau", "beta", "lambda_ent")
 
 @dataclass(frozen=True)
 class TokenizerConfig:
-    """Tokenizer hyperparameters (spec §2.2, §2.6).
+    """Tokenizer hyperparameters.
 
     ``c1``/``c2``: encoder channel widths; ``dim``: token dimension d; ``codebook_size``: K; ``top_k``/``tau``:
     stochastic top-k quantisation; ``beta``: commitment weight; ``lambda_ent``: entropy weight;
@@ -99,12 +99,12 @@ class TokenizerConfig:
 
     @classmethod
     def cpu(cls, **overrides: Any) -> TokenizerConfig:
-        """CPU profile (spec §2.6): channels 16/32, d = 16, K = 64, 7×7 grid."""
+        """CPU profile (our reduction): channels 16/32, d = 16, K = 64, 7×7 grid."""
         return replace(cls(c1=16, c2=32, dim=16, codebook_size=64), **overrides)
 
     @classmethod
     def full(cls, **overrides: Any) -> TokenizerConfig:
-        """Full (F)MNIST profile (spec §2.2): channels 64/128, d = 32, K = 1024, 7×7 grid."""
+        """Full (F)MNIST profile (the DP-VQG paper's d = 32, K = 1024): channels 64/128, d = 32, K = 1024, 7×7 grid."""
         return replace(cls(c1=64, c2=128, dim=32, codebook_size=1024), **overrides)
 
     @classmethod
@@ -132,7 +132,7 @@ class ResBlock(nn.Module):
 
 
 def project_unit(v: Tensor) -> Tensor:
-    """Π_1 on the last axis, v/(‖v‖ + 10⁻⁸): unit-norm tokens and codes (R = 1, spec §2.2)."""
+    """Π_1 on the last axis, v/(‖v‖ + 10⁻⁸): unit-norm tokens and codes (R = 1)."""
     return v / (torch.linalg.vector_norm(v, dim=-1, keepdim=True) + NORM_EPS)
 
 
@@ -183,7 +183,7 @@ def entropy(p: Tensor) -> Tensor:
 
 class VQTokenizer(nn.Module):
     """The VQ-VAE Θ = (E, G, C) (module docstring).  ``model(x, y, gumbel)`` is the per-example loss vector ``[n]``
-    (``returns_loss``: the contract of :func:`sstq_fl.gen.tasks.per_example_clipped_sum`; ``y`` is ignored)."""
+    (``returns_loss``: the contract of :func:`sstq_fl.gen.dpsgd.per_example_clipped_sum`; ``y`` is ignored)."""
 
     returns_loss = True
 
@@ -276,7 +276,7 @@ class VQTokenizer(nn.Module):
 def build_tokenizer(cfg: TokenizerConfig | None = None, seed: int = 0) -> VQTokenizer:
     """A freshly initialised tokenizer from ``seed`` (a private CPU RNG; the caller's global RNG is untouched).
     Nothing is initialised from data (no k-means)."""
-    return _seeded(lambda: VQTokenizer(cfg), seed)
+    return seeded(lambda: VQTokenizer(cfg), seed)
 
 
 @register_model("vqg-tokenizer")
@@ -301,7 +301,7 @@ def train_public_tokenizer(x: Tensor, cfg: TokenizerConfig | None = None, steps:
                            seed: int = 0, lr: float = 1e-3, device: str | torch.device = "cpu",
                            progress: Callable[[int, int, float], None] | None = None
                            ) -> tuple[VQTokenizer, list[float]]:
-    """PP-VQG Stage I: train Θ **non-privately on public images** ``x`` (ε₁ = 0, spec §2.1).
+    """PP-VQG Stage I: train Θ **non-privately on public images** ``x`` (ε₁ = 0).
 
     Adam(lr = 10⁻³) on the batch mean of the per-example loss, ``steps`` updates on batches of ``batch_size``
     records drawn uniformly with replacement; batches and Gumbel draws come from ``torch.Generator(seed)``, the
@@ -309,7 +309,7 @@ def train_public_tokenizer(x: Tensor, cfg: TokenizerConfig | None = None, steps:
     ``progress(step, steps, loss)`` is called after each step (1-based).  Returns Θ in eval mode and the losses."""
     if steps < 0 or batch_size < 1 or not lr > 0:
         raise ValueError(f"need steps >= 0, batch_size >= 1, lr > 0; got {steps}, {batch_size}, {lr}")
-    data = _as_images(x, "public images")
+    data = check_images(x, "public images")
     if data.shape[0] == 0:
         raise ValueError("no public images to train the tokenizer on")
     dev = torch.device(device)

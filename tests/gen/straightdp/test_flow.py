@@ -10,22 +10,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
-from sstq_fl.gen.straightdp.flow import (
-    FlowConfig,
-    FlowModel,
-    SpectralCappedLinear,
-    build_flow,
-    caption_bytes,
-    ema_update,
-    interpolate,
-    patchify,
-    pretrain,
-    sample,
-    to_model_space,
-    to_pixels,
-    unpatchify,
-)
-from sstq_fl.gen.tasks import build_model
+from sstq_fl.gen.dpsgd import build_model
+from sstq_fl.gen.straightdp.blocks import FlowConfig, SpectralCappedLinear, caption_bytes, patchify, unpatchify
+from sstq_fl.gen.straightdp.flow import FlowModel, build_flow, interpolate, to_model_space, to_pixels
+from sstq_fl.gen.straightdp.training import ema_update, pretrain, sample
 
 
 @pytest.fixture(autouse=True)

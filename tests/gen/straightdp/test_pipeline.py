@@ -10,14 +10,17 @@ import pytest
 import torch
 
 from sstq_fl.cli import main as cli
-from sstq_fl.gen.runner import DPRunner, InProcessPool, WorkloadData, synthetic_records
+from sstq_fl.gen.data import WorkloadData, synthetic_records
+from sstq_fl.gen.runner import DPRunner, InProcessPool
 from sstq_fl.gen.straightdp import calibration as cal
+from sstq_fl.gen.straightdp.config import StraightConfig
 from sstq_fl.gen.straightdp.flow import to_model_space
 from sstq_fl.gen.straightdp.moments import exact_moments, features, norm_quantile, postprocess, public_pca
-from sstq_fl.gen.straightdp.pipeline import PublicCalibration, Setup, StraightConfig, release_moments, run_straightdp
+from sstq_fl.gen.straightdp.pipeline import Setup, release_moments, run_straightdp
+from sstq_fl.gen.straightdp.public import PublicCalibration
 from sstq_fl.privacy.events import GaussianEvent, NonPrivateEvent, PoissonSampledEvent
 
-from ..test_dp_mepf import needs_data
+from ..mepf.test_pipeline import needs_data
 
 
 def _tiny(tmp_path: Path, **kw) -> StraightConfig:
@@ -107,7 +110,7 @@ def test_whitened_contribution_is_clipped_to_the_declared_bound():
 
 # ----------------------------------------------------------------------------- DP-SGD: multiplicity and t range
 def test_multiplicity_is_averaged_before_the_single_clip():
-    from sstq_fl.gen.tasks import build_model, per_example_clipped_sum
+    from sstq_fl.gen.dpsgd import build_model, per_example_clipped_sum
 
     model = build_model({"model": "straightdp-flow", "profile": "cpu", "multiplicity": 3}).train()
     params = {k: v.detach() for k, v in model.named_parameters()}
@@ -129,7 +132,7 @@ def test_multiplicity_is_averaged_before_the_single_clip():
 
 
 def test_no_private_gradient_below_tau_when_moments_are_used():
-    from sstq_fl.gen.tasks import build_model
+    from sstq_fl.gen.dpsgd import build_model
 
     model = build_model({"model": "straightdp-flow", "profile": "cpu", "multiplicity": 2, "t_min": 0.35,
                          "t_max": 1.0})

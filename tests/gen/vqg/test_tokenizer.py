@@ -10,8 +10,9 @@ from torch import nn
 from torch.func import grad, vmap
 from torch.utils.data import TensorDataset
 
-from sstq_fl.gen.runner import DPRunner, InProcessPool, WorkloadData, synthetic_records
-from sstq_fl.gen.tasks import _example_loss, build_model, per_example_clipped_sum
+from sstq_fl.gen.data import WorkloadData, synthetic_records
+from sstq_fl.gen.dpsgd import build_model, example_loss, per_example_clipped_sum
+from sstq_fl.gen.runner import DPRunner, InProcessPool
 from sstq_fl.gen.vqg.tokenizer import HW, TokenizerConfig, VQTokenizer, build_tokenizer, train_public_tokenizer
 from sstq_fl.privacy.dpsgd import DPSGD
 
@@ -27,7 +28,7 @@ def params_of(model: nn.Module) -> dict[str, torch.Tensor]:
 def per_example_grads(model: VQTokenizer, x: torch.Tensor, gumbel: torch.Tensor) -> dict[str, torch.Tensor]:
     """Unclipped per-example gradients with the project's per-example loss (``tasks._example_loss``)."""
     y = torch.zeros(len(x), dtype=torch.long)
-    return vmap(grad(_example_loss(model)), in_dims=(None, 0, 0, 0))(params_of(model), x, y, gumbel)  # type: ignore[no-any-return]
+    return vmap(grad(example_loss(model)), in_dims=(None, 0, 0, 0))(params_of(model), x, y, gumbel)  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("profile", ["cpu", "full"])

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from sstq_fl.gen import mepf
+from sstq_fl.gen import tensors
+from sstq_fl.gen.mepf import features as mepf
+from sstq_fl.gen.mepf import generator as mgen
 
 SLICE = 3000  # public FMNIST images used to train the test Φ
 
@@ -138,29 +140,29 @@ def test_class_means_use_clamped_noisy_counts():
 
 
 def test_generator_output_and_sampling():
-    gen = mepf._seeded(lambda: mepf.Generator(code_dim=10, hidden=128), 0)
-    x, y = mepf.sample(gen, 37, seed=5)
+    gen = tensors.seeded(lambda: mgen.Generator(code_dim=10, hidden=128), 0)
+    x, y = mgen.sample(gen, 37, seed=5)
     assert x.shape == (37, 1, 28, 28) and x.dtype == torch.float32 and y.dtype == torch.int64
     assert float(x.min()) >= 0 and float(x.max()) <= 1
     assert sorted(torch.bincount(y, minlength=10).tolist()) == [3] * 3 + [4] * 7  # class-balanced
-    x2, y2 = mepf.sample(gen, 37, seed=5)
+    x2, y2 = mgen.sample(gen, 37, seed=5)
     assert torch.equal(x, x2) and torch.equal(y, y2)
-    _, y3 = mepf.sample(gen, 20, labels=torch.full((20,), 7))
+    _, y3 = mgen.sample(gen, 20, labels=torch.full((20,), 7))
     assert bool((y3 == 7).all())
-    _, y4 = mepf.sample(gen, 50, class_probs=[0.0] * 9 + [1.0])
+    _, y4 = mgen.sample(gen, 50, class_probs=[0.0] * 9 + [1.0])
     assert bool((y4 == 9).all())
     assert gen.training  # sampling runs in eval mode and restores the mode
 
 
 def test_generator_config_presets_and_validation():
-    cpu, full = mepf.GeneratorConfig.cpu(), mepf.GeneratorConfig.full()
+    cpu, full = mgen.GeneratorConfig.cpu(), mgen.GeneratorConfig.full()
     assert (cpu.code_dim, cpu.hidden, cpu.steps, cpu.batch, cpu.beta1) == (10, 128, 500, 100, 0.5)
     assert (full.code_dim, full.hidden, full.lr, full.m_avg_lr) == (90, 500, 1e-5, 1e-4)
-    assert mepf.GeneratorConfig.full("fmnist", steps=7).lr == 1e-4 and mepf.GeneratorConfig.full("fmnist", steps=7).steps == 7
+    assert mgen.GeneratorConfig.full("fmnist", steps=7).lr == 1e-4 and mgen.GeneratorConfig.full("fmnist", steps=7).steps == 7
     with pytest.raises(ValueError, match="steps"):
-        mepf.GeneratorConfig.cpu(steps=0)
+        mgen.GeneratorConfig.cpu(steps=0)
     with pytest.raises(ValueError, match="dataset"):
-        mepf.GeneratorConfig.full("cifar")
+        mgen.GeneratorConfig.full("cifar")
 
 
 def _real_targets(fx, data, moments, n=300):
@@ -174,8 +176,8 @@ def _real_targets(fx, data, moments, n=300):
 def test_train_generator_decreases_matching_loss(phi, data, moments, moving_average):
     means, probs = _real_targets(phi, data, moments)
     probs = torch.tensor([1.0, 1.0, 1.0] + [0.0] * 7)  # 3 classes keep tiny batches covering every drawn class
-    cfg = mepf.GeneratorConfig.cpu(steps=25, batch=24, moving_average=moving_average)
-    gen, hist = mepf.train_generator(phi, means, probs, moments, cfg, seed=0)
+    cfg = mgen.GeneratorConfig.cpu(steps=25, batch=24, moving_average=moving_average)
+    gen, hist = mgen.train_generator(phi, means, probs, moments, cfg, seed=0)
     assert len(hist) == 25 and all(math.isfinite(h) for h in hist)
     assert np.mean(hist[-5:]) < 0.8 * np.mean(hist[:5]), hist
     assert not gen.training
@@ -184,14 +186,14 @@ def test_train_generator_decreases_matching_loss(phi, data, moments, moving_aver
 
 def test_train_generator_is_seeded_and_validates(phi, data):
     means, probs = _real_targets(phi, data, (1,), n=100)
-    cfg = mepf.GeneratorConfig.cpu(steps=3, batch=20)
-    _, h1 = mepf.train_generator(phi, means, probs, (1,), cfg, seed=4)
-    _, h2 = mepf.train_generator(phi, means, probs, (1,), cfg, seed=4)
+    cfg = mgen.GeneratorConfig.cpu(steps=3, batch=20)
+    _, h1 = mgen.train_generator(phi, means, probs, (1,), cfg, seed=4)
+    _, h2 = mgen.train_generator(phi, means, probs, (1,), cfg, seed=4)
     assert h1 == h2
     with pytest.raises(ValueError, match="columns"):
-        mepf.train_generator(phi, means, probs, (1, 2), cfg)
+        mgen.train_generator(phi, means, probs, (1, 2), cfg)
     with pytest.raises(ValueError, match="class_probs"):
-        mepf.train_generator(phi, means, probs[:5], (1,), cfg)
+        mgen.train_generator(phi, means, probs[:5], (1,), cfg)
 
 
 # ----------------------------------------------------------------------------------------------- feature extractor
@@ -259,8 +261,8 @@ def test_non_private_end_to_end_samples_carry_their_label(phi):
     x, y = torch.as_tensor(real[0]), torch.as_tensor(real[1])
     counts, sums = mepf.embedded_class_sums(phi, x[SLICE:], y[SLICE:], (1,))
     means, probs = mepf.class_means(counts, sums)
-    gen, _ = mepf.train_generator(phi, means, probs, (1,), mepf.GeneratorConfig.cpu(steps=60, batch=50), seed=0)
-    xs, ys = mepf.sample(gen, 300, seed=1)
+    gen, _ = mgen.train_generator(phi, means, probs, (1,), mgen.GeneratorConfig.cpu(steps=60, batch=50), seed=0)
+    xs, ys = mgen.sample(gen, 300, seed=1)
     probe = torch.nn.Linear(784, 10)
     opt = torch.optim.Adam(probe.parameters(), lr=1e-2)
     for _ in range(150):

@@ -1,14 +1,15 @@
-"""DP-VQG end to end on simulated clients (generative-pipelines spec §2; "DP-VQG", a differentially private
-vector-quantised generator: a VQ tokenizer, exponential-mechanism tokens, a MaskGIT prior).
+"""DP-VQG end to end on simulated clients: a differentially private vector-quantised generator made of a VQ-VAE
+tokenizer, exponential-mechanism tokens and a MaskGIT prior.
 
-The whole pipeline is accounted on one ``REPLACE_ONE`` ledger (spec §1.2, §2.7.6), its plan declared
+The whole pipeline is accounted on one ``REPLACE_ONE`` ledger (the record-local exponential mechanism needs a
+fixed number of records, so DP-SGD is accounted under replace-one too), its plan declared
 before any private record is read, and appended to the private data set's ledger
 (:mod:`sstq_fl.privacy.dataset_ledger`).
 
-1. **Stage I, the tokenizer Θ = (E, G, C)** (§2.2; van den Oord et al. 2017 with L2-normalised tokens and
-   codes, R = 1, GroupNorm, stochastic top-k, per-example entropy, explicit codebook gradients):
+1. **Stage I, the tokenizer Θ = (E, G, C)** (van den Oord, Vinyals & Kavukcuoglu, NeurIPS 2017, with L2-normalised
+   tokens and codes, R = 1, GroupNorm, stochastic top-k, per-example entropy, explicit codebook gradients):
 
-   * **FP-VQG**: DP-SGD rounds on the clients (Abadi et al. 2016) through
+   * **FP-VQG**: DP-SGD rounds on the clients (Abadi et al., CCS 2016) through
      :meth:`~sstq_fl.gen.runner.DPRunner.dpsgd_round` (model ``"vqg-tokenizer"``): each client
      Poisson-samples its records at ``q = B/N_decl``, clips per-example gradients to ``C = 1`` and sends the
      sum; the server forms ``g̃ = (Σ sums + N(0, σ²C²I))/(q·N_decl)`` and takes one Adam step (lr 10⁻³).
@@ -18,65 +19,65 @@ before any private record is read, and appended to the private data set's ledger
      (:func:`~sstq_fl.gen.vqg.tokenizer.train_public_tokenizer`), recorded as a public-data computation;
      ``ε₁ = 0``.
 
-2. **Stage II, the tokens** (§2.3): client task ``vqg.tokens`` (:mod:`sstq_fl.gen.vqg.tasks`) through
+2. **Stage II, the tokens**: client task ``vqg.tokens`` (:mod:`sstq_fl.gen.vqg.tasks`) through
    :meth:`~sstq_fl.gen.runner.DPRunner.record_local_release`: per location the exponential mechanism
    ``P(k) ∝ exp(ε₀·u_l(k)/(2Δu))``, ``Δu = 4R² = 4``, over all ``K`` codes, and the label by ``k``-ary RR at
-   ``ε_y = 0.25·ε₂`` (or declared public); the server shuffles the rows.  Charged per record as
+   ``ε_y = 0.25·ε₂`` (our choice; or declared public); the server shuffles the rows.  Charged per record as
    ``HW × ExponentialMechanism(ε₀)`` **with its count** plus ``PureDp(ε_y)`` (parallel composition over
    records).  Mode A: ``ε₀ = (ε₂ − ε_y)/HW`` (pure, basic composition; the total is ``(ε, δ)``).  Mode B:
    ``ε₀`` bisected so that the **joint** ledger (Stage I's events as the prefix) certifies ``ε`` at ``δ``
    (:func:`~sstq_fl.gen.vqg.mechanism.eps0_mode_b`).
 
-3. **Stage III, the prior** (§2.5; Chang et al., "MaskGIT", CVPR 2022): trained on the released (shuffled)
+3. **Stage III, the prior** (Chang, Zhang, Jiang, Liu & Freeman, "MaskGIT", CVPR 2022): trained on the released (shuffled)
    rows only, sampled class-conditionally with classifier-free guidance, decoded by Θ's decoder
    (post-processing).
 
-4. **Evaluation** (§1.4), as DP-MEPF's: LeNet-5 probe accuracy on real ``priv_test``, domain-FD (not
+4. **Evaluation** (:func:`~sstq_fl.gen.outputs.evaluate_samples`): LeNet-5 probe accuracy on real ``priv_test``, domain-FD (not
    comparable to Inception FID), a membership audit, a sample grid (one row per class).
 
-Diagnostics (§2.4): EM peakedness, i.e. the mean probability of the nearest code and the token entropy in
+Diagnostics: EM peakedness, i.e. the mean probability of the nearest code and the token entropy in
 bits, is computed **on public Fashion-MNIST** (a proxy pushed through the same Θ and the same EM at the
 run's ``ε₀``), so no statistic of the private records is published beside the ledger's; its best case (nearest
 code at distance 0, all others at 2R: ``1/(1+(K−1)e^{−ε₀/2})``) and the honest record-level ε of the run's
-``ε₀`` in both modes are reported too.  The feasibility note's prediction, near-uniform tokens at moderate
-budgets, is reported as measured, never "fixed".
+``ε₀`` in both modes are reported too.  The EM's logit range is ``ε₀/2``, so at moderate budgets the tokens are
+near-uniform; that is reported as measured, never "fixed".
 
 References: ``epsilon=inf`` is the non-private reference (FP: the same rounds without noise; argmin tokens
 and true labels; the ledger says ε = ∞); ``reference="argmin"`` keeps Stage I as at ``ε`` (DP-SGD at 0.8ε
 for FP) but releases argmin tokens and true labels in Stage II: **not DP** (ε = ∞), the "what a free Stage
-II would give" reference of §2.4.
+II would give" reference.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from .. import rng
-from ..io import atomic_write_json, finite_json, run_meta
-from ..privacy.calibrate import calibrate_noise_multiplier, plan_epsilon
-from ..privacy.dataset_ledger import DatasetLedger
-from ..privacy.errors import Budget
-from ..privacy.events import GaussianEvent, NonPrivateEvent, PoissonSampledEvent, PrivacyEvent, PublicDataEvent
-from ..progress import PhaseClock, progress
-from .dp_mepf import SampleGrid, evaluate_samples, run_in
-from .runner import (
-    NONPRIVATE_SUMS,
-    ClientPool,
-    DPRunner,
-    WorkloadData,
-    check_dp_target,
-    deterministic_kernels,
-    run_workload,
+from ...options import option
+from ...privacy.calibrate import calibrate_noise_multiplier, plan_epsilon
+from ...privacy.errors import Budget
+from ...privacy.events import GaussianEvent, NonPrivateEvent, PoissonSampledEvent, PrivacyEvent, PublicDataEvent
+from ...progress import PhaseClock, progress
+from ..config import PROFILES, PipelineConfig
+from ..data import WorkloadData
+from ..outputs import (
+    SampleGrid,
+    common_metrics,
+    dataset_ledger,
+    evaluate_samples,
+    run_in,
+    start_run,
+    workload_data,
+    write_metrics,
 )
-from .vqg.mechanism import (
+from ..runner import NONPRIVATE_SUMS, ClientPool, DPRunner, run_workload
+from .mechanism import (
     LABELS,
     MODES,
     NOT_DP,
@@ -94,100 +95,65 @@ from .vqg.mechanism import (
     record_level_epsilon,
     split_budget,
 )
-from .vqg.tokenizer import HW, TokenizerConfig, VQTokenizer
+from .tokenizer import HW, TokenizerConfig, VQTokenizer
 
 log = logging.getLogger("sstq_fl.gen")
 PIPELINE = "dp-vqg"
 Plan = list[tuple[PrivacyEvent, int]]
-MAX_EPSILON = 100.0  # as DP-MEPF: larger finite ε guarantee nothing and cannot be accounted; inf is the reference
-CLIP = 1.0  # C, the per-example clip of Stage I (spec §2.2 [R])
-LR = 1e-3  # Adam on the noisy gradient (spec §2.2)
+CLIP = 1.0  # C, the per-example clip of Stage I (our choice; the DP-VQG paper gives none)
+LR = 1e-3  # Adam on the noisy gradient
 NUM_CLASSES = 10
 REFERENCES = ("", "argmin")
-# the prior's peak learning rate: the spec's 1e-4 (§2.5) is for ~60k steps (120 epochs of 60k records); at the CPU
-# profile's 50-2,000 steps it barely moves the prior off uniform (measured: evaluator agreement 0.10 at 510 steps,
-# 0.98 at 1e-3 and 1,700 steps, see the closing note of issue 13), so the CPU profile uses 1e-3 [R]
+
+
+# the prior's peak learning rate: MaskGIT's 1e-4 is for ~60k steps (120 epochs of 60k records); at the CPU profile's
+# 50-2,000 steps it barely moves the prior off uniform, so the CPU profile uses 1e-3 (our choice)
 PRIOR_LR = {"cpu": 1e-3, "full": 1e-4}
-PROFILE_DEFAULTS = {"cpu": {"records": 2000, "steps": 300, "batch": 64, "prior_epochs": 3, "eval_samples": 1000,
-                            "probe_epochs": 2},
-                    "full": {"records": 0, "steps": 1000, "batch": 256, "prior_epochs": 120, "eval_samples": 10_000,
-                             "probe_epochs": 10}}
+PROFILE_DEFAULTS: dict[str, dict[str, float]] = {
+    "cpu": {"records": 2000, "steps": 300, "batch": 64, "prior_epochs": 3, "eval_samples": 1000, "probe_epochs": 2},
+    "full": {"records": 0, "steps": 1000, "batch": 256, "prior_epochs": 120, "eval_samples": 10_000, "probe_epochs": 10}}
 
 
 @dataclass(frozen=True)
-class VqgConfig:
-    """A DP-VQG run (spec §2.6 profiles); with ``randomness="reproducible"`` the ``seed`` determines every number.
+class VqgConfig(PipelineConfig):
+    """A DP-VQG run (profiles: a CPU reduction and the paper-scale MNIST setting; both are our choices); with
+    ``randomness="reproducible"`` the ``seed`` determines every number.
 
     ``variant``: ``fp`` (DP-SGD tokenizer on the clients) or ``pp`` (public tokenizer); ``mode``: ``A`` (pure
     Stage II) or ``B`` (PLD, ε₀ certified jointly with Stage I); ``labels``: ``private`` (RR) or ``public``
     (declared ablation); ``reference``: ``""`` or ``"argmin"`` (not DP, module docstring).  ``steps``/``batch``:
     Stage I updates and expected batch (FP: ``q = batch/N_decl``); ``None`` takes the profile's value."""
 
-    variant: str = "fp"
-    epsilon: float = 10.0
-    delta: float = 1e-5
-    profile: str = "cpu"
-    clients: int = 4
-    mode: str = "A"
-    labels: str = "private"
-    reference: str = ""
-    records: int | None = None
-    partition: str = "iid"
-    alpha: float = 0.5
-    seed: int = 0
-    engine: str = "inprocess"
-    device: str = "cpu"
-    steps: int | None = None
-    batch: int | None = None
-    prior_epochs: int | None = None
-    prior_lr: float | None = None
-    eval_samples: int | None = None
-    probe_epochs: int | None = None
-    evaluator_epochs: int = 3
-    public_records: int = 0
-    diagnostic_records: int = 1000
-    data_path: str = ""
-    randomness: str = "secure"
-    dataset_ledger: str = ""
-    dataset_budget_epsilon: float | None = None
-    cache_dir: str = field(default_factory=lambda: str(Path.home() / ".cache" / "sstq-fl" / "vqg"))
+    variant: str = option("fp", choices=VARIANTS, help="fp: tokenizer trained by DP-SGD rounds on the clients (0.8 "
+                          "epsilon); pp: tokenizer trained on public Fashion-MNIST (all epsilon to the tokens)")
+    epsilon: float = option(10.0, help="record-level epsilon of the whole pipeline, at most 100 (inf: non-private "
+                                       "reference)")
+    profile: str = option("cpu", choices=PROFILES, help="cpu: 2,000 records, K=64, 300 rounds, prior 64/2/2 for 3 "
+                          "epochs; full: all records, K=1024, 1,000 rounds, prior 384/6/6 for 120 epochs")
+    mode: str = option("A", choices=MODES, help="A: per-location eps0 by basic composition (pure); B: eps0 bisected on "
+                                                "the PLD ledger jointly with stage I")
+    labels: str = option("private", choices=LABELS, help="private: labels by k-ary randomized response (0.25 of the "
+                         "token budget); public: released unprivatized, an explicitly reported ablation")
+    reference: str = option("", choices=REFERENCES, help="argmin: stage I as at --epsilon but argmin tokens and "
+                                                         "true labels in stage II (not DP)")
+    steps: int | None = option(None, low=1, unset=0, help="stage I steps: DP-SGD rounds (fp) or public steps (pp) "
+                                                          "(default: 300 cpu, 1,000 full)")
+    batch: int | None = option(None, low=1, unset=0, help="stage I expected batch, q = batch/records (default: 64 "
+                                                          "cpu, 256 full)")
+    prior_epochs: int | None = option(None, low=1, unset=0, help="MaskGIT prior epochs (default: 3 cpu, 120 full)")
+    prior_lr: float | None = option(None, unset=0.0, help="MaskGIT peak learning rate, cosine decay to 5e-6 "
+                                                          "(default: 1e-3 cpu, 1e-4 full)")
+    diagnostic_records: int = option(1000, low=1, help="public images for the EM peakedness diagnostic")
+
+    CACHE_NAME = "vqg"
+    PROFILE_DEFAULTS = PROFILE_DEFAULTS
+    NON_PRIVATE_REFERENCE = "non-private (epsilon = inf: Stage I without noise, argmin tokens, true labels; not DP)"
 
     def __post_init__(self) -> None:
-        check_dp_target(self.epsilon, self.delta, MAX_EPSILON)
-        if self.clients < 1:
-            raise ValueError(f"clients must be >= 1, got {self.clients}")
-        rng.check_mode(self.randomness)
+        """The shared checks, then the prior's learning rate (finite, at least the cosine floor)."""
+        super().__post_init__()
         if self.prior_lr is not None and not (math.isfinite(self.prior_lr) and self.prior_lr >= 5e-6):
             raise ValueError(f"prior-lr must be a finite learning rate >= 5e-6 (the cosine floor), got {self.prior_lr}")
-        if self.dataset_budget_epsilon is not None and not self.dataset_budget_epsilon > 0:
-            raise ValueError(f"dataset budget epsilon must be positive, got {self.dataset_budget_epsilon}")
-        self._check_choices()
-        self._check_sizes()
-
-    def _check_choices(self) -> None:
-        """Every option with a fixed set of values, so that a bad one is refused before anything runs."""
-        choices = {"variant": VARIANTS, "profile": ("cpu", "full"), "mode": MODES, "labels": LABELS,
-                   "reference": REFERENCES, "partition": ("iid", "dirichlet"), "engine": ("inprocess", "flower")}
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
-        if not (self.device == "cpu" or self.device.startswith("cuda")):
-            raise ValueError(f"device must be cpu or cuda[:N], got {self.device!r}")
-        if not self.alpha > 0:
-            raise ValueError(f"alpha must be positive, got {self.alpha}")
-
-    def _check_sizes(self) -> None:
-        least = {"records": 0, "public_records": 0, "steps": 1, "batch": 1, "prior_epochs": 1, "eval_samples": 10,
-                 "probe_epochs": 1, "evaluator_epochs": 1, "diagnostic_records": 1}
-        for name, low in least.items():
-            value = getattr(self, name)
-            if value is not None and not value >= low:
-                raise ValueError(f"{name.replace('_', '-')} must be at least {low}, got {value}")
-
-    def resolved(self, name: str) -> int:
-        """``name``'s value, or the profile's default when it is ``None``."""
-        value = getattr(self, name)
-        return int(PROFILE_DEFAULTS[self.profile][name] if value is None else value)
 
     @property
     def prior_peak_lr(self) -> float:
@@ -198,6 +164,12 @@ class VqgConfig:
     def private(self) -> bool:
         """Whether the run is DP (finite ε and no argmin reference)."""
         return math.isfinite(self.epsilon) and not self.reference
+
+    def reference_label(self) -> str:
+        """``"dp"``, the non-private reference, or the argmin reference (not DP)."""
+        if self.reference == "argmin":
+            return "argmin reference (not DP: Stage I as at epsilon, argmin tokens and true labels in Stage II)"
+        return "dp" if math.isfinite(self.epsilon) else self.NON_PRIVATE_REFERENCE
 
 
 # ----------------------------------------------------------------------------- budget and plan
@@ -231,7 +203,7 @@ def stage1_plan(cfg: VqgConfig, q: float, sigma: float | None) -> Plan:
 def stage2_budget(cfg: VqgConfig, prefix: Plan) -> Stage2Budget:
     """The calibrated Stage II budget (:func:`~sstq_fl.gen.vqg.mechanism.calibrate_stage2`).  FP in mode B:
     ``ε₀`` re-bisected so that Stage I's events (``prefix``) plus ``HW × ε₀`` plus ``ε_y`` meet ``ε`` at ``δ``
-    on one ledger (spec §2.3: "if it does not, shrink ε₀").  The argmin reference: ``ε₀ = ∞`` and true labels."""
+    on one ledger (if the joint ledger does not certify ε, ε₀ shrinks).  The argmin reference: ``ε₀ = ∞`` and true labels."""
     budget = calibrate_stage2(cfg.epsilon, cfg.delta, HW, cfg.variant, cfg.mode, cfg.labels)
     if cfg.reference == "argmin":
         return replace(budget, eps0=math.inf, eps_y=0.0 if cfg.labels == "public" else math.inf,
@@ -253,24 +225,10 @@ def run_plan(cfg: VqgConfig, s1: Plan, budget: Stage2Budget) -> Plan:
     return [*s1, (PublicDataEvent(), public_steps(cfg)), *budget.plan()]
 
 
-def private_plan(plan: Plan) -> Plan:
-    """The plan's events that touch private records (what the data set's ledger is checked against)."""
-    return [(ev, n) for ev, n in plan if not isinstance(ev, PublicDataEvent)]
-
-
-def dataset_ledger(cfg: VqgConfig, data: WorkloadData, plan: Plan) -> DatasetLedger:
-    """The private data set's ledger, after checking ``plan`` against ``cfg.dataset_budget_epsilon`` (raises
-    ``BudgetExceededError``, a ValueError, before any private computation)."""
-    book = DatasetLedger(data.digest, cfg.dataset_ledger or None)
-    book.check_plan(private_plan(plan), RELATION, cfg.delta, cfg.dataset_budget_epsilon)
-    return book
-
-
-
 # ----------------------------------------------------------------------------- Stage I
 def tokenizer_config(cfg: VqgConfig) -> TokenizerConfig:
-    """Θ's hyperparameters: the profile's (§2.6 CPU: 16/32, d = 16, K = 64; full: 64/128, d = 32, K = 1024);
-    PP-VQG keeps the batch entropy p̄ (allowed on public data, §2.2), FP-VQG the per-example one."""
+    """Θ's hyperparameters: the profile's (CPU: 16/32, d = 16, K = 64; full: 64/128, d = 32, K = 1024);
+    PP-VQG keeps the batch entropy p̄ (allowed on public data), FP-VQG the per-example one."""
     return TokenizerConfig.profile(cfg.profile, per_example_entropy=cfg.variant == "fp")
 
 
@@ -296,7 +254,7 @@ def _round(run: DPRunner, cfg: VqgConfig, model: VQTokenizer, q: float, sigma: f
 def private_tokenizer(run: DPRunner, cfg: VqgConfig, q: float, sigma: float | None) -> VQTokenizer:
     """FP-VQG's Θ: ``steps`` rounds on the clients, Adam (lr 10⁻³) on the server; initialised from the seed
     (never from data: no k-means, no dead-code restarts)."""
-    from .vqg.tokenizer import build_tokenizer
+    from .tokenizer import build_tokenizer
 
     model = build_tokenizer(tokenizer_config(cfg), cfg.seed).to(torch.device(cfg.device)).train()
     opt = torch.optim.Adam(model.parameters(), lr=LR)
@@ -310,7 +268,7 @@ def private_tokenizer(run: DPRunner, cfg: VqgConfig, q: float, sigma: float | No
 
 def public_tokenizer(cfg: VqgConfig, public_x: np.ndarray) -> VQTokenizer:
     """PP-VQG's Θ: trained without noise on public Fashion-MNIST on the server (ε₁ = 0)."""
-    from .vqg.tokenizer import train_public_tokenizer
+    from .tokenizer import train_public_tokenizer
 
     steps = cfg.resolved("steps")
     with progress(steps, f"{PIPELINE} public tokenizer steps") as bar:
@@ -324,7 +282,7 @@ def release_tokens_on_clients(run: DPRunner, cfg: VqgConfig, model: VQTokenizer,
                               ) -> dict[str, np.ndarray]:
     """The record-local release: ``vqg.tokens`` on every client; ``HW × EM(ε₀)`` charged with its count ``HW``
     and the label's event (RR at ``ε_y``, or the public-labels note) beside it; the rows come back shuffled."""
-    from .vqg.tasks import tokenizer_payload
+    from .tasks import tokenizer_payload
 
     conf: dict[str, Any] = {"profile": cfg.profile, "device": cfg.device, "eps0": budget.eps0, "eps_y": budget.eps_y,
                             "labels": cfg.labels}
@@ -360,7 +318,7 @@ def run_clients(cfg: VqgConfig, data: WorkloadData, plan: Plan, budget: Stage2Bu
 # ----------------------------------------------------------------------------- diagnostics
 @torch.no_grad()
 def em_diagnostics(model: VQTokenizer, eps0: float, public_x: np.ndarray, n: int, seed: int) -> dict[str, Any]:
-    """EM peakedness (§2.4) at the run's ``ε₀`` on ``n`` public Fashion-MNIST images (a proxy: no private
+    """EM peakedness at the run's ``ε₀`` on ``n`` public Fashion-MNIST images (a proxy: no private
     statistic): mean ``P(nearest code)`` and mean token entropy ``−Σ_k P log₂ P`` of the exact EM law, chunked."""
     codes = model.codes().double()
     k = codes.shape[0]
@@ -380,7 +338,7 @@ def em_diagnostics(model: VQTokenizer, eps0: float, public_x: np.ndarray, n: int
 
 
 def record_level(budget: Stage2Budget, delta: float) -> dict[str, float]:
-    """The honest record-level ε of Stage II at the run's ``ε₀`` (§2.4): pure basic composition ``HW·ε₀ + ε_y``
+    """The honest record-level ε of Stage II at the run's ``ε₀``: pure basic composition ``HW·ε₀ + ε_y``
     (mode A's claim, δ = 0) and the PLD composition at ``δ`` (mode B's)."""
     return {"basic_pure": record_level_epsilon(budget.eps0, HW, budget.eps_y, delta, "A"),
             "pld_at_delta": record_level_epsilon(budget.eps0, HW, budget.eps_y, delta, "B")}
@@ -388,9 +346,10 @@ def record_level(budget: Stage2Budget, delta: float) -> dict[str, float]:
 
 # ----------------------------------------------------------------------------- Stage III
 def prior_config(cfg: VqgConfig, k: int) -> Any:
-    """MaskGIT's hyperparameters: the profile's (§2.6 CPU: 64/2/2, 3 epochs, S = 8; §2.5 full), vocabulary ``K``,
+    """MaskGIT's hyperparameters: the profile's (CPU: 64/2/2, 3 epochs, S = 8; full: MaskGIT's 384/6/6),
+    vocabulary ``K``,
     peak learning rate :attr:`VqgConfig.prior_peak_lr` (cosine decay to 5·10⁻⁶)."""
-    from .vqg.maskgit import PriorConfig
+    from .maskgit import PriorConfig
 
     base = PriorConfig.cpu if cfg.profile == "cpu" else PriorConfig.full
     return base(vocab_size=k, epochs=cfg.resolved("prior_epochs"), lr=cfg.prior_peak_lr)
@@ -398,7 +357,7 @@ def prior_config(cfg: VqgConfig, k: int) -> Any:
 
 def train_prior_on_release(cfg: VqgConfig, rows: dict[str, np.ndarray], k: int) -> tuple[Any, list[float]]:
     """The prior on the released rows only (post-processing), with a progress bar (log lines off a terminal)."""
-    from .vqg.maskgit import train_prior
+    from .maskgit import train_prior
 
     pcfg = prior_config(cfg, k)
     total = pcfg.epochs * math.ceil(len(rows["labels"]) / pcfg.batch)
@@ -411,7 +370,7 @@ def train_prior_on_release(cfg: VqgConfig, rows: dict[str, np.ndarray], k: int) 
 @torch.no_grad()
 def generate(cfg: VqgConfig, prior: Any, model: VQTokenizer, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``n`` class-balanced samples: MaskGIT token maps for labels ``i mod 10``, decoded by Θ's decoder G."""
-    from .vqg.maskgit import sample
+    from .maskgit import sample
 
     y = torch.arange(n) % NUM_CLASSES
     idx = sample(prior, y, prior.cfg, torch.Generator().manual_seed(cfg.seed + 3))
@@ -421,17 +380,16 @@ def generate(cfg: VqgConfig, prior: Any, model: VQTokenizer, n: int) -> tuple[to
 
 
 # ----------------------------------------------------------------------------- evaluation
-def _grid_detail(cfg: VqgConfig) -> str:
+def grid_detail(cfg: VqgConfig) -> str:
+    """What the sample grid's title says beside ε: the variant, its kind, mode and labels, and the shared detail."""
     kind = "not DP" if not cfg.private else "DP"
-    return (f"{cfg.variant.upper()}-VQG, {kind}, mode {cfg.mode}, labels {cfg.labels}, δ {cfg.delta:g}, "
-            f"{cfg.resolved('records') or 'all'} records, {cfg.clients} clients, {cfg.profile} profile, "
-            f"randomness {cfg.randomness}")
+    return f"{cfg.variant.upper()}-VQG, {kind}, mode {cfg.mode}, labels {cfg.labels}, {cfg.describe()}"
 
 
 def _evaluate(cfg: VqgConfig, data: WorkloadData, x: torch.Tensor, y: torch.Tensor, split: Any, out: Path
               ) -> dict[str, Any]:
-    """DP-MEPF's offline evaluation (§1.4, :func:`~sstq_fl.gen.dp_mepf.evaluate_samples`) of the samples."""
-    return evaluate_samples(x, y, data, split, out, SampleGrid(PIPELINE, cfg.epsilon, _grid_detail(cfg)),
+    """The shared offline evaluation (:func:`~sstq_fl.gen.outputs.evaluate_samples`) of the samples."""
+    return evaluate_samples(x, y, data, split, out, SampleGrid(PIPELINE, cfg.epsilon, grid_detail(cfg)),
                             cfg.resolved("probe_epochs"), cfg.evaluator_epochs, cfg.cache_dir, cfg.seed)
 
 
@@ -440,7 +398,7 @@ def run_dp_vqg(cfg: VqgConfig, out: str | Path, force: bool = False) -> dict[str
     """Run DP-VQG and write ``metrics.json``, ``samples.png`` and ``transcript.jsonl`` to ``out``; returns the
     metrics as written (an infinite value, e.g. ``ε₀`` of a reference run, is ``None``).
 
-    ``out`` must not hold another run's files unless ``force`` (DP-MEPF's :func:`~sstq_fl.gen.dp_mepf.prepare_out`);
+    ``out`` must not hold another run's files unless ``force`` (:func:`~sstq_fl.gen.outputs.prepare_out`);
     a folder this call created is removed again if the run fails before writing anything into it."""
     return run_in(out, force, lambda folder: _run(cfg, folder))
 
@@ -456,17 +414,15 @@ def _setup(cfg: VqgConfig, data: WorkloadData, clock: PhaseClock) -> dict[str, A
 
 def _run(cfg: VqgConfig, out: Path) -> dict[str, Any]:
     """The run itself, into the folder :func:`run_dp_vqg` prepared."""
-    from .data import load_private_split, load_public_fmnist
+    from ..data import load_private_split, load_public_fmnist
 
-    t0, clock = time.perf_counter(), PhaseClock(PIPELINE)
-    deterministic_kernels(cfg.device, cfg.randomness)
+    t0, clock = start_run(cfg, PIPELINE)
     public_x, _ = load_public_fmnist()
     public_x = public_x[:cfg.public_records] if cfg.public_records else public_x
     split = load_private_split(cfg.data_path or None)
-    data = WorkloadData("mnist-subset", cfg.clients, cfg.partition, cfg.alpha, cfg.seed, cfg.resolved("records"),
-                        cfg.data_path)
+    data = workload_data(cfg)
     s = _setup(cfg, data, clock)
-    book = dataset_ledger(cfg, data, s["plan"])  # refuses here, before any private record is read
+    book = dataset_ledger(cfg, data, s["plan"], RELATION)  # refuses here, before any private record is read
     pub = clock("public_tokenizer", lambda: public_tokenizer(cfg, public_x)) if cfg.variant == "pp" else None
     res = clock("clients", lambda: run_clients(cfg, data, s["plan"], s["budget"], s["q"], s["sigma"], pub))
     run, model, rows = res["runner"], res["tokenizer"], res["rows"]
@@ -478,36 +434,31 @@ def _run(cfg: VqgConfig, out: Path) -> dict[str, Any]:
     privacy = run.finish(out, cfg.delta, book)  # transcript and data-set ledger before any sample is written
     x, y = clock("sampling", lambda: generate(cfg, prior, model, cfg.resolved("eval_samples")))
     evals = clock("evaluation", lambda: _evaluate(cfg, data, x, y, split, out))
-    metrics = _metrics(cfg, data, s, privacy, diag, evals, losses, res["dropped"])
-    metrics = finite_json({**metrics, "wall_s": time.perf_counter() - t0, "timings_s": clock.seconds})
-    atomic_write_json(out / "metrics.json", metrics)
-    return metrics  # as written: an infinite ε (ε₀, ε_y, ...) is None
+    metrics = {**common_metrics(cfg, data, privacy, evals, res["dropped"]), **_metrics(cfg, s, diag, losses)}
+    return write_metrics(out, metrics, t0, clock)  # as written: an infinite ε (ε₀, ε_y, ...) is None
 
 
-def _metrics(cfg: VqgConfig, data: WorkloadData, s: dict[str, Any], privacy: dict[str, Any], diag: dict[str, Any],
-             evals: dict[str, Any], losses: list[float], dropped: list[Any]) -> dict[str, Any]:
-    """``metrics.json``: DP-MEPF's fields, the stages' budgets, the EM diagnostics and the labels' status."""
+def _metrics(cfg: VqgConfig, s: dict[str, Any], diag: dict[str, Any], losses: list[float]) -> dict[str, Any]:
+    """DP-VQG's own ``metrics.json`` fields: the stages' budgets, the EM diagnostics and the labels' status."""
     b: Stage2Budget = s["budget"]
-    return {**privacy, "variant": cfg.variant, "mode": cfg.mode, "reference": _reference(cfg),
-            "downstream_accuracy": evals["downstream_accuracy"], "domain_fd": evals["domain_fd"],
-            "sample_label_agreement": evals["sample_label_agreement"], "prior_lr": cfg.prior_peak_lr,
-            "domain_fd_note": "domain-FD, not comparable to Inception FID", "records": data.n_decl,
-            "clients": cfg.clients, "epsilon_stage1": b.eps1 if math.isfinite(cfg.epsilon) else None,
+    return {"variant": cfg.variant, "mode": cfg.mode, "prior_lr": cfg.prior_peak_lr,
+            "epsilon_stage1": b.eps1 if math.isfinite(cfg.epsilon) else None,
             "epsilon_stage1_certified": plan_epsilon(s["stage1"], cfg.delta, RELATION), "epsilon_stage2": b.eps2,
             "epsilon_stage2_certified": b.certified_epsilon, "eps0_per_location": b.eps0, "eps_y": b.eps_y,
             "em_nearest_code_prob": diag["em_nearest_code_prob"], "token_entropy_bits": diag["token_entropy_bits"],
             "em_diagnostics": diag, "record_level_epsilon": record_level(b, cfg.delta), "labels": cfg.labels,
             "labels_note": _labels_note(cfg, b), "stage2_budget": b.report(), "sigma": s["sigma"], "q": s["q"],
             "clip": CLIP, "steps": cfg.resolved("steps"), "expected_batch": cfg.resolved("batch"),
-            "prior_loss_first_last": [float(np.mean(losses[:10])), float(np.mean(losses[-10:]))], "dropped": dropped,
-            "evaluation": {k: v for k, v in evals.items()
-                           if k not in ("downstream_accuracy", "domain_fd", "sample_label_agreement")},
-            "config": asdict(cfg), "meta": run_meta()}
+            "prior_loss_first_last": [float(np.mean(losses[:10])), float(np.mean(losses[-10:]))]}
 
 
-def _reference(cfg: VqgConfig) -> str:
-    if cfg.reference == "argmin":
-        return "argmin reference (not DP: Stage I as at epsilon, argmin tokens and true labels in Stage II)"
-    if math.isinf(cfg.epsilon):
-        return "non-private (epsilon = inf: Stage I without noise, argmin tokens, true labels; not DP)"
-    return "dp"
+def summary(m: dict[str, Any]) -> str:
+    """What ``sstq-fl gen dp-vqg`` prints about a run: ε and its stages, the EM diagnostics, accuracy, domain-FD."""
+    eps = "inf" if m["epsilon"] is None else f"{m['epsilon']:.4g}"
+    eps0 = "inf" if m["eps0_per_location"] is None else f"{m['eps0_per_location']:.4g}"
+    return (f"dp-vqg {m['variant'].upper()} ({m['reference']}): epsilon {eps} at delta {m['delta']:g} ({m['relation']}, "
+            f"mode {m['mode']}, labels {m['labels']}, randomness {m['randomness']}), eps0 {eps0} per location, EM "
+            f"nearest-code probability {m['em_nearest_code_prob']:.4g} (public proxy), token entropy "
+            f"{m['token_entropy_bits']:.3f} bits\n"
+            f"downstream accuracy {m['downstream_accuracy']:.4f}, domain-FD {m['domain_fd']:.4g} (not comparable to "
+            f"Inception FID), {m['records']} records on {m['clients']} clients, {m['wall_s']:.1f} s")

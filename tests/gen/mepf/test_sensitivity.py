@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from sstq_fl.gen import mepf
-from sstq_fl.gen.runner import DPRunner, InProcessPool, WorkloadData
+from sstq_fl.gen.data import WorkloadData
+from sstq_fl.gen.mepf import features as mepf
+from sstq_fl.gen.runner import DPRunner, InProcessPool
 from sstq_fl.privacy.events import GaussianEvent
 
 K = 10

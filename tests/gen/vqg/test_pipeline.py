@@ -11,12 +11,13 @@ import pytest
 import torch
 
 from sstq_fl.cli import main as cli
-from sstq_fl.gen.dp_vqg import VqgConfig, run_dp_vqg
-from sstq_fl.gen.runner import DPRunner, InProcessPool, WorkloadData
+from sstq_fl.gen.data import WorkloadData
+from sstq_fl.gen.runner import DPRunner, InProcessPool
 from sstq_fl.gen.vqg.mechanism import PUBLIC_LABELS_NOTE
+from sstq_fl.gen.vqg.pipeline import VqgConfig, run_dp_vqg
 from sstq_fl.privacy.events import ExponentialMechanismEvent, PublicDataEvent, PureDpEvent
 
-from .test_dp_mepf import needs_data
+from ..mepf.test_pipeline import needs_data
 
 
 def _tiny(tmp_path: Path, **kw) -> VqgConfig:
@@ -198,18 +199,18 @@ def test_cpu_profile_end_to_end(tmp_path):
 
 
 def test_the_command_passes_its_options_and_prints_a_reference_run(tmp_path, monkeypatch, capsys):
-    from sstq_fl.gen import dp_vqg
+    from sstq_fl.gen.pipelines import PIPELINES
 
     seen = {}
 
     def fake(cfg, out, force=False):
         seen.update(cfg=cfg, force=force)
         return {"epsilon": None, "delta": 1e-5, "relation": "replace_one", "variant": cfg.variant, "mode": cfg.mode,
-                "reference": dp_vqg._reference(cfg), "labels": cfg.labels, "randomness": cfg.randomness,
+                "reference": cfg.reference_label(), "labels": cfg.labels, "randomness": cfg.randomness,
                 "eps0_per_location": None, "em_nearest_code_prob": 1.0, "token_entropy_bits": 0.0,
                 "downstream_accuracy": 0.5, "domain_fd": 3.0, "records": 400, "clients": 2, "wall_s": 1.0}
 
-    monkeypatch.setattr(dp_vqg, "run_dp_vqg", fake)
+    monkeypatch.setattr(PIPELINES["dp-vqg"], "run", fake)
     args = ["gen", "dp-vqg", "--variant", "pp", "--epsilon", "inf", "--labels", "public", "--mode", "B", "--reference",
             "argmin", "--records", "400", "--steps", "3", "--batch", "32", "--prior-epochs", "1", "--force", "--out",
             str(tmp_path)]
@@ -222,7 +223,7 @@ def test_the_command_passes_its_options_and_prints_a_reference_run(tmp_path, mon
 
 
 def test_prior_learning_rate_is_the_profiles_unless_given():
-    from sstq_fl.gen.dp_vqg import prior_config
+    from sstq_fl.gen.vqg.pipeline import prior_config
 
     assert prior_config(VqgConfig(profile="cpu"), 64).lr == 1e-3
     assert prior_config(VqgConfig(profile="full"), 1024).lr == 1e-4  # spec §2.5

@@ -8,7 +8,7 @@ import pytest
 
 from sstq_fl import rng
 from sstq_fl.cli import main as cli
-from sstq_fl.gen.dp_mepf import MepfConfig, calibrate_sigma, run_dp_mepf
+from sstq_fl.gen.mepf.pipeline import MepfConfig, calibrate_sigma, run_dp_mepf
 from sstq_fl.privacy.events import GaussianEvent
 from sstq_fl.privacy.ledger import PrivacyLedger
 
@@ -108,7 +108,7 @@ def test_flower_engine_gives_the_inprocess_release(tmp_path):
 
 @needs_data
 def test_over_budget_runs_are_refused_before_any_private_record_is_read(tmp_path, monkeypatch, capsys):
-    from sstq_fl.gen import dp_mepf
+    from sstq_fl.gen.mepf import pipeline as dp_mepf
 
     ledger = tmp_path / "dataset_ledger.jsonl"
     args = ["gen", "dp-mepf", "--epsilon", "1", "--records", "400", "--clients", "2", "--public-records", "3000",
@@ -140,21 +140,21 @@ def test_the_evaluation_uses_a_class_balanced_real_subset(tmp_path, monkeypatch)
     """priv_test is sorted by class; the FD's real set used to be its prefix (the first classes only)."""
     import numpy as np
 
-    from sstq_fl.gen import dp_mepf
-    from sstq_fl.gen.data import PrivateSplit
-    from sstq_fl.gen.mepf import Generator
-    from sstq_fl.gen.runner import WorkloadData, synthetic_records
+    from sstq_fl.gen import outputs
+    from sstq_fl.gen.data import PrivateSplit, WorkloadData, synthetic_records
+    from sstq_fl.gen.mepf import pipeline as dp_mepf
+    from sstq_fl.gen.mepf.generator import Generator
 
     x, y = synthetic_records(600, 0)
     order = np.argsort(y, kind="stable")  # class-sorted, as split_private leaves priv_test
     split = PrivateSplit(x[order], y[order], x[order], y[order])
     data = WorkloadData(dataset="synthetic", clients=2, records=200, seed=0)
     cfg = _tiny(tmp_path, eval_samples=300)
-    monkeypatch.setattr(dp_mepf, "membership_audit", lambda *a: {})
+    monkeypatch.setattr(outputs, "membership_audit", lambda *a: {})
     res = dp_mepf._evaluate(cfg, data, Generator(), split, tmp_path)
     detail = res["domain_fd_detail"]
     assert detail["n_real"] == 300 and all(v is not None for v in detail["per_class_fd"].values())
-    idx = dp_mepf.balanced_subset(split.test_y, 300, cfg.seed)
+    idx = outputs.balanced_subset(split.test_y, 300, cfg.seed)
     assert np.bincount(split.test_y[idx]).tolist() == [30] * 10
 
 
@@ -163,7 +163,7 @@ def test_an_epsilon_too_large_to_account_is_refused_at_once(tmp_path, capsys):
     line, no --out folder), and the largest accepted ε calibrates in bounded time."""
     import time
 
-    from sstq_fl.gen.dp_mepf import MAX_EPSILON
+    from sstq_fl.gen.config import MAX_EPSILON
 
     t0 = time.monotonic()
     with pytest.raises(ValueError, match="above the largest a release is calibrated for"):
@@ -187,7 +187,7 @@ def test_argument_checks_fail_before_the_out_folder_is_made(tmp_path, capsys, ba
 
 
 def test_an_out_folder_holding_another_run_is_refused_unless_force(tmp_path, monkeypatch, capsys):
-    from sstq_fl.gen import dp_mepf
+    from sstq_fl.gen.mepf import pipeline as dp_mepf
 
     out = tmp_path / "run"
     out.mkdir()

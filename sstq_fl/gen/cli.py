@@ -1,0 +1,80 @@
+"""``sstq-fl gen <pipeline>``: one sub-command per registered DP generative pipeline, its options generated from
+the pipeline's config class (:func:`sstq_fl.options.add_arguments`), plus the output folder.
+
+A count's range is checked by the config rather than by argparse, so that every bad value is the same one-line
+``sstq-fl: error: …`` (exit 2) before the output folder is touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from typing import Any
+
+from .. import options
+from ..options import add_arguments, from_args
+from .pipelines import PIPELINES, Pipeline
+
+NONE_ON_CLI = ("data_path", "dataset_ledger", "inception_weights")
+"""Path options whose command-line default is ``None`` (the config's ``""``: not given)."""
+
+
+class _ConfigChecked:
+    """An argparse parser seen through :func:`~sstq_fl.options.add_arguments`, whose integer options parse with
+    ``int`` alone: their range is the config's check (a one-line error), not an argparse usage error."""
+
+    def __init__(self, parser: argparse.ArgumentParser):
+        self.parser = parser
+
+    def add_argument(self, *args: Any, **kw: Any) -> Any:
+        if getattr(kw.get("type"), "__name__", "") == "int":
+            kw["type"] = int
+        return self.parser.add_argument(*args, **kw)
+
+
+def add_gen_parsers(sub: Any) -> None:
+    """``gen`` and one sub-command per registered pipeline under ``sub`` (the top-level sub-parsers)."""
+    g = sub.add_parser("gen", help="DP generative pipelines on simulated clients")
+    gs = g.add_subparsers(dest="gen", required=True)
+    for name, pipeline in PIPELINES.items():
+        p = gs.add_parser(name, help=pipeline.help)
+        fields = {f.name for f in _fields(pipeline)}
+        defaults = {k: None for k in NONE_ON_CLI if k in fields}
+        add_arguments(_ConfigChecked(p), pipeline.config, required=("epsilon",), defaults=defaults,
+                      skip=tuple(pipeline.cli_values))
+        _add_worded(p, pipeline)
+        p.add_argument("--out", required=True, help="output folder (metrics.json, samples.png, transcript.jsonl)")
+        p.add_argument("--force", action="store_true",
+                       help="replace the run files (metrics.json, transcript.jsonl, samples.png) already in --out")
+        p.set_defaults(fn=cmd_gen)
+
+
+def _fields(pipeline: Pipeline) -> list[Any]:
+    return list(dataclasses.fields(pipeline.config))
+
+
+def _add_worded(p: argparse.ArgumentParser, pipeline: Pipeline) -> None:
+    """The options of :attr:`~sstq_fl.gen.pipelines.Pipeline.cli_values`: their words as argparse choices, the
+    word of the field's default as the default, the help text from the field's declaration."""
+    declared = {f.name: (f, opt) for f, opt in options.declared(pipeline.config)}
+    for name, words in pipeline.cli_values.items():
+        f, opt = declared[name]
+        default = next(w for w, v in words.items() if v == f.default)
+        p.add_argument(options.flag_of(f, opt), dest=name, default=default, choices=list(words), help=opt.help,
+                       metavar=opt.metavar)
+
+
+def cmd_gen(args: argparse.Namespace) -> int:
+    """``gen <pipeline>``: one run (the config is checked before ``--out`` is touched); prints the pipeline's
+    summary lines, the randomness warning of a reproducible run and the files written."""
+    pipeline = PIPELINES[args.gen]
+    unset = {k: "" for k in NONE_ON_CLI if getattr(args, k, "") is None}
+    worded = {k: words[getattr(args, k)] for k, words in pipeline.cli_values.items()}
+    cfg = from_args(pipeline.config, args, **unset, **worded)
+    m = pipeline.run(cfg, args.out, force=args.force)
+    print(pipeline.summary(m))
+    if "randomness_warning" in m:
+        print(f"warning: {m['randomness_warning']}", file=sys.stderr)
+    print(f"wrote {args.out}/metrics.json, {args.out}/samples.png, {args.out}/transcript.jsonl")
+    return 0

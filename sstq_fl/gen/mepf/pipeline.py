@@ -1,0 +1,281 @@
+"""DP-MEPF end to end (Harder, Jalali Asadabadi, Sutherland & Park, "Pre-trained Perceptual Features Improve
+Differentially Private Image Generation", TMLR 2023), with a labelled release on simulated clients.
+
+1. Φ, a feature extractor trained **non-privately on public Fashion-MNIST**, fixed before any
+   private data is touched (its fingerprint goes into the transcript).
+2. One labelled release on the simulated clients: each client sends the counts and per-class
+   sums of its records' unit-normalised moments ``(e_y, φ₁⊗e_y[, φ₂⊗e_y])`` (per-record norm
+   ``b = √(1+m)``, clipped on the client); the server adds ``N(0, (σΔ/2)² I)`` once, where
+   ``Δ = max(√(2(1+m)), 2√m)`` is the release's replace-one sensitivity
+   (:func:`~sstq_fl.gen.mepf.features.replace_one_sensitivity`; tighter than ``2b``).  The paper releases
+   unlabelled mean embeddings; the labelled release and its sensitivity are our own construction.  Under
+   ``REPLACE_ONE`` this is ``GaussianEvent(σ)`` with σ calibrated on the ledger to ``(ε, δ)``;
+   the run is also appended to the private data set's ledger
+   (:mod:`sstq_fl.privacy.dataset_ledger`), which can refuse it before any private record is
+   read when the data set's cumulative ε would exceed ``dataset_budget_epsilon``.
+3. Post-processing only: ``μ̃_y = S̃_y / max(ñ_y, 1)`` (never raw counts) and a generator
+   trained for a fixed number of steps to match ``μ̃`` (no early stopping on private data).
+4. Offline evaluation (:func:`~sstq_fl.gen.outputs.evaluate_samples`): LeNet-5 probe accuracy on the real
+   ``priv_test`` split and the domain-FD (not comparable to Inception FID) against a class-balanced real subset,
+   a sample grid, the replayable transcript.
+
+Randomness: ``secure`` (default; server noise from the OS CSPRNG, nothing derived from the
+seed) or ``reproducible`` (simulation research; the seed determines the noise, so no guarantee
+holds against whoever holds it).
+
+References that the ε sweep needs: ``epsilon=inf`` releases without noise (a
+``NonPrivateEvent`` is recorded, so the ledger says ε = ∞), and ``public_only`` trains the
+generator on public Fashion-MNIST statistics alone (zero information about the private set).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...options import option
+from ...privacy.calibrate import calibrate_noise_multiplier
+from ...privacy.events import GaussianEvent, NonPrivateEvent, PrivacyEvent
+from ...progress import progress
+from ..config import MAX_EPSILON, PROFILES, PipelineConfig, parse_ints
+from ..data import WorkloadData
+from ..outputs import (
+    SampleGrid,
+    common_metrics,
+    dataset_ledger,
+    evaluate_samples,
+    run_in,
+    start_run,
+    workload_data,
+    write_metrics,
+)
+from ..runner import NONPRIVATE_SUMS, ClientPool, DPRunner, run_workload
+
+log = logging.getLogger("sstq_fl.gen")
+PIPELINE = "dp-mepf"
+RELATION = "replace_one"
+
+
+@dataclass(frozen=True)
+class MepfConfig(PipelineConfig):
+    """A DP-MEPF run; the profiles are our CPU reduction (a 3-conv Φ, 2,000 records, 500 generator steps) and the
+    a full profile (a ResNet-18 Φ trained on public Fashion-MNIST, all records, 20,000 steps).
+
+    ``moments``: φ₁, or φ₁ and φ₂; ``public_only``: the zero-information reference; ``public_records``: public
+    images for Φ and that reference (0: all 70k); ``inception_weights``: a local Inception file for FID."""
+
+    epsilon: float = option(1.0, help="record-level epsilon, at most 100 (inf: non-private reference)")
+    delta: float = option(1e-5, help="record-level delta of the release")
+    profile: str = option("cpu", choices=PROFILES, help="cpu: 3-conv Phi, 2,000 records, 500 generator steps; full: "
+                                                        "ResNet-18 Phi, all records, 20k steps")
+    public_records: int | None = option(0, help="public images for Phi (0: all 70k)", low=0, unset=0)
+    moments: tuple[int, ...] = option((1,), help="phi1, or phi1 and phi2", choices=((1,), (1, 2)), parse=parse_ints,
+                                      metavar="{1|1,2}")
+    public_only: bool = option(False, help="zero-information reference (no private data)")
+    extractor_epochs: int = option(1, help="epochs of Phi's training on public Fashion-MNIST", low=1, flag="")
+    generator_steps: int | None = option(None, help="generator training steps (default: 500 cpu, 20,000 full)",
+                                         low=1, unset=0)
+    inception_weights: str = option("", help="local Inception weights file for FID (never downloaded)")
+
+    CACHE_NAME = "mepf"
+    PROFILE_DEFAULTS = {"cpu": {"records": 2000, "generator_steps": 500, "eval_samples": 1000, "probe_epochs": 2},
+                        "full": {"records": 0, "generator_steps": 20_000, "eval_samples": 10_000, "probe_epochs": 10}}
+    NON_PRIVATE_REFERENCE = "non-private (epsilon = inf: the release carries no noise)"
+
+    def reference_label(self) -> str:
+        """``"dp"``, the non-private reference, or the public-only reference (zero information)."""
+        if self.public_only:
+            return "public-only (zero information: generator trained on public Fashion-MNIST statistics)"
+        return super().reference_label()
+
+
+# ----------------------------------------------------------------------------- public side
+def public_extractor(cfg: MepfConfig, public_x: np.ndarray, public_y: np.ndarray) -> Any:
+    """Φ trained on public data only, cached under ``cache_dir`` by (profile, seed, epochs, size)."""
+    from .features import load_extractor, save_extractor, train_feature_extractor
+
+    path = Path(cfg.cache_dir) / f"phi-{cfg.profile}-s{cfg.seed}-e{cfg.extractor_epochs}-n{len(public_y)}.pt"
+    if path.exists() and Path(f"{path}.json").exists():
+        return load_extractor(path, cfg.device)
+    t0 = time.perf_counter()
+    fx = train_feature_extractor(public_x, public_y, cfg.profile, cfg.extractor_epochs, cfg.seed, cfg.device)
+    log.info("trained the public feature extractor (%s, D=%d) in %.1f s", cfg.profile, fx.dim, time.perf_counter() - t0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_extractor(fx, path)
+    return fx
+
+
+def calibrate_sigma(cfg: MepfConfig) -> float:
+    """Smallest σ whose single ``GaussianEvent(σ)`` is ``(ε, δ)``-DP under replace-one (the ledger's PLD).
+
+    It starts from the exact σ of the continuous Gaussian mechanism (the analytic Gaussian mechanism of
+    Balle & Wang, ICML 2018, as dp-accounting's ``GaussianPrivacyLoss.from_privacy_guarantee``, neighbours 2
+    apart): the ledger's pessimistic PLD never needs less noise and usually accepts that σ itself, so one
+    ledger evaluation replaces a bisection.  Where the ledger asks for more than 0.3 % more noise,
+    :func:`calibrate_noise_multiplier` bisects.
+    """
+    from dp_accounting.pld import common
+    from dp_accounting.pld.privacy_loss_mechanism import AdjacencyType, GaussianPrivacyLoss
+
+    if not cfg.epsilon <= MAX_EPSILON:
+        raise ValueError(f"epsilon must be at most {MAX_EPSILON:g} to calibrate, got {cfg.epsilon}")
+    exact = GaussianPrivacyLoss.from_privacy_guarantee(common.DifferentialPrivacyParameters(cfg.epsilon, cfg.delta),
+                                                       sensitivity=1, adjacency_type=AdjacencyType.REPLACE)
+    sigma = float(exact.standard_deviation)
+    for _ in range(3):
+        if _ledger_epsilon(sigma, cfg.delta) <= cfg.epsilon:
+            return sigma
+        sigma *= 1.001
+    return calibrate_noise_multiplier(cfg.epsilon, cfg.delta, lambda s: [(GaussianEvent(s), 1)], RELATION)
+
+
+def _ledger_epsilon(sigma: float, delta: float) -> float:
+    """ε at ``delta`` of one ``GaussianEvent(sigma)`` on a fresh replace-one ledger (``inf``: too large to account)."""
+    from ...privacy.errors import AccountingLimitError
+    from ...privacy.ledger import PrivacyLedger
+
+    led = PrivacyLedger(RELATION)
+    try:
+        led.record(GaussianEvent(sigma))
+        return led.epsilon(delta)
+    except AccountingLimitError:
+        return math.inf
+
+
+# ----------------------------------------------------------------------------- the release
+def release_statistics(cfg: MepfConfig, data: WorkloadData, fx: Any, sigma: float | None
+                       ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The one labelled release on the clients (in-process or on Flower), with its ledger."""
+    from .features import contribution_bound, extractor_fingerprint, replace_one_sensitivity
+    from .tasks import extractor_payload
+
+    payload = extractor_payload(fx)
+    config: dict[str, Any] = {"profile": cfg.profile, "moments": ",".join(map(str, cfg.moments)), "device": cfg.device}
+    bound, delta_2 = contribution_bound(cfg.moments, labelled=True), replace_one_sensitivity(cfg.moments)
+
+    def pipeline(pool: ClientPool) -> dict[str, Any]:
+        run = DPRunner(pool, PIPELINE, RELATION, seed=cfg.seed, randomness=cfg.randomness)
+        run.charge_public("feature-extractor", f"Φ trained on public Fashion-MNIST; sha256 {extractor_fingerprint(fx)}")
+        if cfg.public_only:  # the zero-information reference touches no private record
+            return {"release": {}, "runner": run, "dropped": []}
+        if sigma is None:
+            rel = run.non_private_sum("labelled-release", "mepf.class_sums", payload, config, bound)
+        else:
+            rel = run.additive_release("labelled-release", "mepf.class_sums", payload, config, bound, sigma,
+                                       sensitivity=delta_2)
+        return {"release": rel, "runner": run, "dropped": list(pool.dropped)}
+
+    out = run_workload(pipeline, data, "inprocess" if cfg.public_only else cfg.engine, cfg.device)
+    std = None if sigma is None or cfg.public_only else sigma * delta_2 / 2
+    return out["release"], {"runner": out["runner"], "dropped": out["dropped"], "bound": bound, "sensitivity": delta_2,
+                            "noise_std": std}
+
+
+def release_plan(cfg: MepfConfig, sigma: float | None) -> list[tuple[PrivacyEvent, int]]:
+    """The private events a run will charge: none (public-only), one non-private release (ε = ∞) or one
+    ``GaussianEvent(σ)``; declared to the data set's ledger before any private record is read."""
+    if cfg.public_only:
+        return []
+    if sigma is None:
+        return [(NonPrivateEvent(NONPRIVATE_SUMS), 1)]
+    return [(GaussianEvent(sigma), 1)]
+
+
+def public_statistics(fx: Any, public_x: np.ndarray, public_y: np.ndarray, moments: tuple[int, ...]
+                      ) -> dict[str, np.ndarray]:
+    """Class statistics of public Fashion-MNIST (the zero-information reference's target)."""
+    from .features import embedded_class_sums
+
+    counts, sums = embedded_class_sums(fx, public_x, public_y, moments)
+    return {"counts": counts.cpu().numpy(), "sums": sums.cpu().numpy()}
+
+
+# ----------------------------------------------------------------------------- the run
+def _generator_config(cfg: MepfConfig) -> Any:
+    from .generator import GeneratorConfig
+
+    steps = cfg.resolved("generator_steps")
+    if cfg.profile == "cpu":
+        return GeneratorConfig.cpu(steps=steps)
+    return GeneratorConfig.full("mnist", steps=steps, lr=1e-4, m_avg_lr=1e-3)
+
+
+def _train_generator(cfg: MepfConfig, fx: Any, means: Any, probs: Any) -> tuple[Any, list[float]]:
+    """The generator, trained on the released means alone, with a progress bar (log lines off a terminal)."""
+    from .generator import train_generator
+
+    gcfg = _generator_config(cfg)
+    with progress(gcfg.steps, f"{PIPELINE} generator steps") as bar:
+        return train_generator(fx, means, probs, cfg.moments, gcfg, cfg.seed, cfg.device,
+                               on_step=lambda step, loss: bar.update(step, matching_loss=loss))
+
+
+def grid_detail(cfg: MepfConfig) -> str:
+    """What the sample grid's title says beside ε: the run's kind, δ, records, clients and randomness."""
+    kind = cfg.reference_label().split(" (")[0]
+    return f"{'DP' if kind == 'dp' else kind}, {cfg.describe()}"
+
+
+def _evaluate(cfg: MepfConfig, data: WorkloadData, gen: Any, split: Any, out: Path) -> dict[str, Any]:
+    from ..evaluation import inception_fid
+    from .generator import sample
+
+    x, y = sample(gen, cfg.resolved("eval_samples"), seed=cfg.seed + 1, device=cfg.device)
+    res = evaluate_samples(x, y, data, split, out, SampleGrid(PIPELINE, 0.0 if cfg.public_only else cfg.epsilon,
+                                                              grid_detail(cfg)),
+                           cfg.resolved("probe_epochs"), cfg.evaluator_epochs, cfg.cache_dir, cfg.seed)
+    if cfg.inception_weights:
+        res["inception_fid"] = inception_fid(cfg.inception_weights, split.test_x, x)
+    return res
+
+
+def run_dp_mepf(cfg: MepfConfig, out: str | Path, force: bool = False) -> dict[str, Any]:
+    """Run DP-MEPF and write ``metrics.json``, ``samples.png`` and ``transcript.jsonl`` to ``out``.
+
+    ``out`` must not hold another run's files unless ``force`` (:func:`prepare_out`); a folder this
+    call created is removed again if the run fails before writing anything into it."""
+    return run_in(out, force, lambda folder: _run(cfg, folder))
+
+
+def _run(cfg: MepfConfig, out: Path) -> dict[str, Any]:
+    """The run itself, into the folder :func:`run_dp_mepf` prepared."""
+    from ..data import load_private_split, load_public_fmnist
+    from .features import class_means
+
+    t0, clock = start_run(cfg, PIPELINE)
+    public_x, public_y = load_public_fmnist()
+    if cfg.public_records:
+        public_x, public_y = public_x[:cfg.public_records], public_y[:cfg.public_records]
+    split = load_private_split(cfg.data_path or None)
+    data = workload_data(cfg)
+    fx = clock("public_extractor", lambda: public_extractor(cfg, public_x, public_y))
+    sigma = clock("calibration", lambda: None if math.isinf(cfg.epsilon) or cfg.public_only else calibrate_sigma(cfg))
+    book = dataset_ledger(cfg, data, release_plan(cfg, sigma), RELATION)  # refuses here, when over the budget
+    rel, info = clock("release", lambda: release_statistics(cfg, data, fx, sigma))
+    privacy = info["runner"].finish(out, cfg.delta, book)  # transcript and data-set ledger before any output
+    stats = public_statistics(fx, public_x, public_y, cfg.moments) if cfg.public_only else rel
+    means, probs = class_means(stats["counts"], stats["sums"])
+    gen, losses = clock("generator", lambda: _train_generator(cfg, fx, means, probs))
+    evals = clock("evaluation", lambda: _evaluate(cfg, data, gen, split, out))
+    metrics = {**common_metrics(cfg, data, privacy, evals, info["dropped"], top=("downstream_accuracy", "domain_fd")),
+               "sigma": sigma, "noise_std": info["noise_std"], "sensitivity": info["sensitivity"],
+               "contribution_bound": info["bound"],
+               "generator_loss_first_last": [float(np.mean(losses[:20])), float(np.mean(losses[-20:]))]}
+    return write_metrics(out, metrics, t0, clock)
+
+
+def summary(m: dict[str, Any]) -> str:
+    """What ``sstq-fl gen dp-mepf`` prints about a run: ε, accuracy, domain-FD, size and time; the data set's ledger."""
+    eps = "inf" if m["epsilon"] is None else f"{m['epsilon']:.4g}"
+    cum = "inf" if m["dataset_epsilon_cumulative"] is None else f"{m['dataset_epsilon_cumulative']:.4g}"
+    return (f"dp-mepf ({m['reference']}): epsilon {eps} at delta {m['delta']:g} ({m['relation']}, randomness "
+            f"{m['randomness']}), downstream accuracy {m['downstream_accuracy']:.4f}, domain-FD {m['domain_fd']:.4g} "
+            f"(not comparable to Inception FID), {m['records']} records on {m['clients']} clients, {m['wall_s']:.1f} s\n"
+            f"data set {m['dataset_ledger']['digest'][:12]}: cumulative epsilon {cum} over {m['dataset_ledger']['runs']} "
+            f"run(s) (ledger {m['dataset_ledger']['path']})")

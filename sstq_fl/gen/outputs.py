@@ -1,0 +1,175 @@
+"""What a DP generative pipeline's run leaves behind, shared by every pipeline: the output folder
+(:func:`run_in`), the private data set's ledger (:func:`dataset_ledger`), the offline evaluation of its labelled
+samples with the sample grid (:func:`evaluate_samples`), and ``metrics.json`` (:func:`common_metrics`,
+:func:`write_metrics`).
+
+The evaluation follows the pipelines' shared protocol: a LeNet-5 probe (LeCun et al., "Gradient-Based Learning
+Applied to Document Recognition", Proc. IEEE 1998) trained on the samples and tested on real ``priv_test``, a
+Fréchet distance in the feature space of an evaluator CNN trained on real ``priv_train`` (the FID of Heusel et
+al., NeurIPS 2017, with our own domain network instead of Inception, so the numbers are not comparable to
+Inception FID) and a black-box membership audit by the distance to the nearest synthetic sample (Chen, Yu, Zhang &
+Fritz, "GAN-Leaks: A Taxonomy of Membership Inference Attacks against Generative Models", CCS 2020).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..io import atomic_write_json, clear_out, finite_json, run_meta
+from ..privacy.dataset_ledger import DatasetLedger
+from ..privacy.events import PrivacyEvent, PublicDataEvent
+from ..progress import PhaseClock
+from .config import PipelineConfig
+from .data import WorkloadData
+from .runner import deterministic_kernels
+
+RUN_FILES = ("metrics.json", "transcript.jsonl", "samples.png")
+DOMAIN_FD_NOTE = "domain-FD, not comparable to Inception FID"
+Plan = Sequence[tuple[PrivacyEvent, int]]
+
+
+# ----------------------------------------------------------------------------- the output folder
+def prepare_out(out: Path, force: bool = False) -> bool:
+    """Make ``out`` ready for one run; whether this call created it.
+
+    A folder that already holds a run's files (:data:`RUN_FILES`) is refused (one line) unless
+    ``force``, which removes them first (:func:`sstq_fl.io.clear_out`)."""
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"--out {out} exists and is not a folder")
+    clear_out([out / n for n in RUN_FILES if (out / n).exists()], out, force,
+              "choose another folder, or --force to replace them")
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    return created
+
+
+def run_in(out: str | Path, force: bool, run: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+    """``run(out)`` in a folder :func:`prepare_out` prepared; a folder this call created is removed again if
+    the run fails before writing anything into it (every DP pipeline's entry point)."""
+    out = Path(out)
+    created = prepare_out(out, force)
+    try:
+        return run(out)
+    except BaseException:
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        raise
+
+
+def start_run(cfg: PipelineConfig, pipeline: str) -> tuple[float, PhaseClock]:
+    """A run's start time and phase clock, with PyTorch's deterministic kernels chosen in reproducible mode."""
+    t0 = time.perf_counter()
+    deterministic_kernels(cfg.device, cfg.randomness)
+    return t0, PhaseClock(pipeline)
+
+
+def workload_data(cfg: PipelineConfig) -> WorkloadData:
+    """The private records of a run: the MNIST subset's ``priv_train``, ``cfg``'s subset, clients and partition."""
+    return WorkloadData("mnist-subset", cfg.clients, cfg.partition, cfg.alpha, cfg.seed, cfg.resolved("records"),
+                        cfg.data_path)
+
+
+# ----------------------------------------------------------------------------- the data set's ledger
+def dataset_ledger(cfg: PipelineConfig, data: WorkloadData, plan: Plan, relation: str) -> DatasetLedger:
+    """The private data set's ledger, after checking the run's private events (``plan`` without its public-data
+    steps) against ``cfg.dataset_budget_epsilon``: raises ``BudgetExceededError`` (a ValueError) before any
+    private computation.  A run that spends nothing still reads the ledger, so a malformed one is refused."""
+    book = DatasetLedger(data.digest, cfg.dataset_ledger or None)
+    private = [(ev, n) for ev, n in plan if not isinstance(ev, PublicDataEvent)]
+    if private:
+        book.check_plan(private, relation, cfg.delta, cfg.dataset_budget_epsilon)
+    else:
+        book.read()
+    return book
+
+
+# ----------------------------------------------------------------------------- evaluation of the samples
+@dataclass(frozen=True)
+class SampleGrid:
+    """What a sample grid's title says produced it: the pipeline, its ε and a detail line."""
+
+    pipeline: str
+    epsilon: float
+    detail: str
+
+
+def evaluate_samples(x: torch.Tensor, y: torch.Tensor, data: WorkloadData, split: Any, out: Path, grid: SampleGrid,
+                     probe_epochs: int, evaluator_epochs: int, cache_dir: str, seed: int) -> dict[str, Any]:
+    """The offline evaluation of labelled samples ``(x, y)``: the sample grid (``out/samples.png``), the LeNet-5
+    probe's accuracy on real ``priv_test``, domain-FD against a class-balanced real subset of the same size, the
+    membership audit, and ``sample_label_agreement``: the share of samples that the evaluator CNN (trained on real
+    ``priv_train``) assigns to the class they were drawn for (0.1 is chance)."""
+    from .evaluation import domain_fd, downstream_accuracy, save_sample_grid, train_evaluator
+
+    save_sample_grid(x, y, out / "samples.png", pipeline=grid.pipeline, epsilon=grid.epsilon, detail=grid.detail)
+    acc = downstream_accuracy(x, y, split.test_x, split.test_y, epochs=probe_epochs, seed=seed)
+    ev = train_evaluator(split.train_x, split.train_y, epochs=evaluator_epochs, seed=0,
+                         cache_path=Path(cache_dir) / "evaluator-mnist.pt")
+    real = balanced_subset(split.test_y, len(y), seed)
+    m = len(real)
+    fd = domain_fd(ev, split.test_x[real], split.test_y[real], x[:m], y[:m])
+    _, pred = ev.features_and_predictions(x, "samples")
+    return {"downstream_accuracy": acc, "domain_fd": fd["domain_fd"], "domain_fd_detail": fd,
+            "sample_label_agreement": float(np.mean(pred == np.asarray(y))),
+            "membership_audit": membership_audit(data, ev, x, split)}
+
+
+def balanced_subset(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """Indices of a class-balanced, seeded subset of at most ``n`` records: ``k = min(⌊n/K⌋, smallest class)``
+    of each of the ``K`` classes present (``priv_test`` is sorted by class, so a prefix is not a sample)."""
+    from .evaluation import balanced_indices
+
+    counts = np.bincount(np.asarray(labels))
+    present = counts[counts > 0]
+    k = min(n // len(present), int(present.min()))
+    if k < 1:
+        raise ValueError(f"cannot draw a class-balanced subset of {n} records from {len(present)} classes")
+    return balanced_indices(labels, k * len(present), seed)
+
+
+def membership_audit(data: WorkloadData, ev: Any, samples: torch.Tensor, split: Any, n: int = 1000) -> dict[str, Any]:
+    """Black-box membership inference: score each record by its distance to the nearest synthetic sample in the
+    evaluator's feature space (closer = "member"); AUC over up to ``n`` records released by the clients against
+    up to ``n`` from ``priv_test``, both class-balanced (so the class mix cannot tell them apart).  ≈ 0.5 means
+    no detectable leakage (an attack only ever gives a lower bound)."""
+    from .evaluation import membership_auc
+
+    xs, ys = zip(*(data.client_records(c) for c in range(data.clients)))
+    mx, my = np.concatenate(xs), np.concatenate(ys)
+    members = mx[balanced_subset(my, n, data.seed)]
+    nonmembers = split.test_x[balanced_subset(split.test_y, n, data.seed)]
+    fs = torch.as_tensor(ev.features_and_predictions(samples)[0])
+
+    def score(x: np.ndarray) -> np.ndarray:
+        return torch.cdist(torch.as_tensor(ev.features_and_predictions(x)[0]), fs).min(dim=1).values.numpy()
+
+    return {"auc": membership_auc(score(members), score(nonmembers)), "members": len(members),
+            "nonmembers": len(nonmembers), "score": "distance to the nearest synthetic sample (evaluator features)"}
+
+
+# ----------------------------------------------------------------------------- metrics.json
+def common_metrics(cfg: PipelineConfig, data: WorkloadData, privacy: dict[str, Any], evals: dict[str, Any],
+                   dropped: list[Any], top: Sequence[str] = ("downstream_accuracy", "domain_fd",
+                                                             "sample_label_agreement")) -> dict[str, Any]:
+    """The fields every pipeline's ``metrics.json`` has: the privacy result, the reference kind, the evaluation
+    (``top`` of its entries at the top level, the rest under ``evaluation``), the records and clients, the
+    clients left out, the config and the run's metadata."""
+    return {**privacy, "reference": cfg.reference_label(), **{k: evals[k] for k in top},
+            "domain_fd_note": DOMAIN_FD_NOTE, "records": data.n_decl, "clients": cfg.clients, "dropped": dropped,
+            "evaluation": {k: v for k, v in evals.items() if k not in top},
+            "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()}, "meta": run_meta()}
+
+
+def write_metrics(out: Path, metrics: dict[str, Any], t0: float, clock: PhaseClock) -> dict[str, Any]:
+    """Add the wall time and the phases' timings, write ``out/metrics.json`` and return the metrics as written
+    (an infinite value, e.g. the ε of a reference run, is ``None``)."""
+    metrics = finite_json({**metrics, "wall_s": time.perf_counter() - t0, "timings_s": clock.seconds})
+    atomic_write_json(out / "metrics.json", metrics)
+    return metrics  # type: ignore[no-any-return]
