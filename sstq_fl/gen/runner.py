@@ -139,8 +139,9 @@ class ClientContext:
 
 
 ClientTask = Callable[[ClientContext, Arrays, dict[str, Scalar]], Arrays]
-CLIENT_TASKS: Registry[ClientTask] = Registry("client task", builtins=("sstq_fl.gen.dpsgd", "sstq_fl.gen.tasks", *BUILTINS))
-"""Client tasks by name: the shared ones (:mod:`sstq_fl.gen.dpsgd`, :mod:`sstq_fl.gen.tasks`) and each pipeline's,
+CLIENT_TASKS: Registry[ClientTask] = Registry("client task",
+                                              builtins=("sstq_fl.gen.dpsgd", "sstq_fl.gen.client_tasks", *BUILTINS))
+"""Client tasks by name: the shared ones (:mod:`sstq_fl.gen.dpsgd`, :mod:`sstq_fl.gen.client_tasks`) and each pipeline's,
 registered when its package is imported."""
 
 

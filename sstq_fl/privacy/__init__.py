@@ -8,7 +8,7 @@ transcript (:mod:`.transcript`) with ``sstq-fl privacy replay`` (:mod:`.replay`)
 the errors of :mod:`.errors`.
 """
 
-from .calibrate import calibrate_ldp_epsilon, calibrate_noise_multiplier
+from .calibration import calibrate_ldp_epsilon, calibrate_noise_multiplier
 from .errors import (
     AccountingLimitError,
     Budget,

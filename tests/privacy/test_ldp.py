@@ -5,7 +5,7 @@ import pytest
 
 from sstq_fl.cli import main
 from sstq_fl.encoders import make_encoder
-from sstq_fl.privacy.calibrate import calibrate_ldp_epsilon, calibrate_noise_multiplier
+from sstq_fl.privacy.calibration import calibrate_ldp_epsilon, calibrate_noise_multiplier
 from sstq_fl.privacy.events import GaussianEvent, PoissonSampledEvent
 from sstq_fl.privacy.ldp import advanced_composition, ldp_plan_report
 from sstq_fl.privacy.ledger import PrivacyLedger

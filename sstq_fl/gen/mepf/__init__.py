@@ -9,7 +9,7 @@ Importing the package registers the pipeline ``dp-mepf`` (run-config keys ``mepf
 
 from ..config import SHARED_KEYS
 from ..pipelines import Pipeline, register_pipeline
-from . import tasks  # noqa: F401  (registers the client task)
+from . import client_tasks  # noqa: F401  (registers the client task)
 from .pipeline import PIPELINE, MepfConfig, run_dp_mepf, summary
 
 register_pipeline(Pipeline(PIPELINE, "mepf-", MepfConfig, run_dp_mepf, summary, title="DP-MEPF", shared=SHARED_KEYS,

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from ...options import option
-from ...privacy.calibrate import calibrate_noise_multiplier
+from ...privacy.calibration import calibrate_noise_multiplier
 from ...privacy.events import GaussianEvent, NonPrivateEvent, PrivacyEvent
 from ...progress import progress
 from ..config import MAX_EPSILON, PROFILES, PipelineConfig, parse_ints
@@ -152,8 +152,8 @@ def _ledger_epsilon(sigma: float, delta: float) -> float:
 def release_statistics(cfg: MepfConfig, data: WorkloadData, fx: Any, sigma: float | None
                        ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The one labelled release on the clients (in-process or on Flower), with its ledger."""
+    from .client_tasks import extractor_payload
     from .features import contribution_bound, extractor_fingerprint, replace_one_sensitivity
-    from .tasks import extractor_payload
 
     payload = extractor_payload(fx)
     config: dict[str, Any] = {"profile": cfg.profile, "moments": ",".join(map(str, cfg.moments)), "device": cfg.device}

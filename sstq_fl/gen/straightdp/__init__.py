@@ -8,7 +8,7 @@ Importing the package registers the pipeline ``straightdp`` (run-config keys ``s
 
 from ..config import SHARED_KEYS
 from ..pipelines import Pipeline, register_pipeline
-from . import tasks  # noqa: F401  (registers the client tasks and, through the flow model, the model)
+from . import client_tasks  # noqa: F401  (registers the client tasks and, through the flow model, the model)
 from .config import StraightConfig
 from .pipeline import PIPELINE, run_straightdp, summary
 

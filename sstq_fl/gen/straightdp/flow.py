@@ -102,7 +102,7 @@ def flow_matching_loss(v: Tensor, z: Tensor, xi: Tensor) -> Tensor:
 
 class FlowModel(nn.Module):
     """v_θ(x, t, caption) (module docstring).  ``model(x, y, noise)`` is the per-example flow-matching loss ``[n]``
-    (``returns_loss``, the contract of :func:`sstq_fl.gen.tasks.per_example_clipped_sum`).
+    (``returns_loss``, the contract of :func:`sstq_fl.gen.client_tasks.per_example_clipped_sum`).
 
     ``frozen_captions=True`` builds the DP-SGD model: a zero ``caption_table`` buffer in place of the encoder (to
     be loaded from a frozen state dict)."""

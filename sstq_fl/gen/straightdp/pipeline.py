@@ -15,7 +15,7 @@ field, flow), and samples are mapped back to [0, 1] for the evaluation.
    plateau edge); the flow model (:mod:`~sstq_fl.gen.straightdp.flow`) pretrained on public Fashion-MNIST with
    byte captions "class y".  All recorded as public-data steps.
 1. **Stage 1, the moment release**: two :meth:`~sstq_fl.gen.runner.DPRunner.additive_release`s on the
-   clients (:mod:`~sstq_fl.gen.straightdp.tasks`): whitened counts and per-class sums (declared Δ = 2, noise
+   clients (:mod:`~sstq_fl.gen.straightdp.client_tasks`): whitened counts and per-class sums (declared Δ = 2, noise
    ``2σ₁``) and the average-form second moment over ``N_decl`` (noise ``σ₁·2R_f²/N_decl``); the server
    post-processes them, in a fixed order, into a Gaussian mixture (:func:`~.moments.postprocess`).
 2. **Ports**: *distillation* trains the model on the analytic field for ``t ∈ [0, τ]`` on the server with
@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...privacy.calibrate import plan_epsilon
+from ...privacy.calibration import plan_epsilon
 from ...privacy.errors import Budget
 from ...privacy.events import NonPrivateEvent, PublicDataEvent
 from ...progress import progress
@@ -59,7 +59,7 @@ from ..outputs import (
     write_metrics,
 )
 from ..runner import NONPRIVATE_SUMS, ClientPool, DPRunner, run_workload
-from . import calibration as cal
+from . import privacy_plan as cal
 from .config import StraightConfig
 from .flow import to_model_space, to_pixels
 from .public import FLOOR, PIPELINE, PublicCalibration, pretrained_flow, public_calibration, public_grad_norms

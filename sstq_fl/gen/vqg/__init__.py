@@ -10,7 +10,7 @@ Importing the package registers the pipeline ``dp-vqg`` (run-config keys ``vqg-*
 
 from ..config import SHARED_KEYS
 from ..pipelines import Pipeline, register_pipeline
-from . import tasks  # noqa: F401  (registers the client task and, through the tokenizer, the model)
+from . import client_tasks  # noqa: F401  (registers the client task and, through the tokenizer, the model)
 from .pipeline import PIPELINE, VqgConfig, run_dp_vqg, summary
 
 register_pipeline(Pipeline(PIPELINE, "vqg-", VqgConfig, run_dp_vqg, summary, title="DP-VQG", shared=SHARED_KEYS,

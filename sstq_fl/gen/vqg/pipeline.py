@@ -19,7 +19,7 @@ before any private record is read, and appended to the private data set's ledger
      (:func:`~sstq_fl.gen.vqg.tokenizer.train_public_tokenizer`), recorded as a public-data computation;
      ``ε₁ = 0``.
 
-2. **Stage II, the tokens**: client task ``vqg.tokens`` (:mod:`sstq_fl.gen.vqg.tasks`) through
+2. **Stage II, the tokens**: client task ``vqg.tokens`` (:mod:`sstq_fl.gen.vqg.client_tasks`) through
    :meth:`~sstq_fl.gen.runner.DPRunner.record_local_release`: per location the exponential mechanism
    ``P(k) ∝ exp(ε₀·u_l(k)/(2Δu))``, ``Δu = 4R² = 4``, over all ``K`` codes, and the label by ``k``-ary RR at
    ``ε_y = 0.25·ε₂`` (our choice; or declared public); the server shuffles the rows.  Charged per record as
@@ -60,7 +60,7 @@ import numpy as np
 import torch
 
 from ...options import option
-from ...privacy.calibrate import calibrate_noise_multiplier, plan_epsilon
+from ...privacy.calibration import calibrate_noise_multiplier, plan_epsilon
 from ...privacy.errors import Budget
 from ...privacy.events import GaussianEvent, NonPrivateEvent, PoissonSampledEvent, PrivacyEvent, PublicDataEvent
 from ...progress import PhaseClock, progress
@@ -180,7 +180,7 @@ def sampling_rate(cfg: VqgConfig, n_decl: int) -> float:
 
 def calibrate_stage1(cfg: VqgConfig, q: float) -> float | None:
     """FP-VQG's ``σ``: the smallest noise multiplier whose ``steps × PoissonSampled(q, Gaussian(σ))`` the ledger
-    certifies ``(ε₁, δ)`` with ``ε₁ = 0.8ε`` (:func:`~sstq_fl.privacy.calibrate.calibrate_noise_multiplier`,
+    certifies ``(ε₁, δ)`` with ``ε₁ = 0.8ε`` (:func:`~sstq_fl.privacy.calibration.calibrate_noise_multiplier`,
     a bisection over the same PLD ledger).  ``None`` for PP-VQG (public Stage I) and for ``ε = ∞`` (no noise)."""
     if cfg.variant == "pp" or not math.isfinite(cfg.epsilon):
         return None
@@ -282,7 +282,7 @@ def release_tokens_on_clients(run: DPRunner, cfg: VqgConfig, model: VQTokenizer,
                               ) -> dict[str, np.ndarray]:
     """The record-local release: ``vqg.tokens`` on every client; ``HW × EM(ε₀)`` charged with its count ``HW``
     and the label's event (RR at ``ε_y``, or the public-labels note) beside it; the rows come back shuffled."""
-    from .tasks import tokenizer_payload
+    from .client_tasks import tokenizer_payload
 
     conf: dict[str, Any] = {"profile": cfg.profile, "device": cfg.device, "eps0": budget.eps0, "eps_y": budget.eps_y,
                             "labels": cfg.labels}

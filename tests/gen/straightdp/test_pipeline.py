@@ -12,7 +12,7 @@ import torch
 from sstq_fl.cli import main as cli
 from sstq_fl.gen.data import WorkloadData, synthetic_records
 from sstq_fl.gen.runner import DPRunner, InProcessPool
-from sstq_fl.gen.straightdp import calibration as cal
+from sstq_fl.gen.straightdp import privacy_plan as cal
 from sstq_fl.gen.straightdp.config import StraightConfig
 from sstq_fl.gen.straightdp.flow import to_model_space
 from sstq_fl.gen.straightdp.moments import exact_moments, features, norm_quantile, postprocess, public_pca
@@ -97,7 +97,7 @@ def test_a_missing_record_never_changes_the_normaliser(monkeypatch):
 
 def test_whitened_contribution_is_clipped_to_the_declared_bound():
     from sstq_fl.gen.runner import ClientContext
-    from sstq_fl.gen.straightdp.tasks import class_moments
+    from sstq_fl.gen.straightdp.client_tasks import class_moments
 
     pub = _public()
     x = np.ones((2, 1, 28, 28), dtype=np.float32)

@@ -33,7 +33,7 @@ def _lines(run: Path) -> list[dict]:
 
 # ----------------------------------------------------------------------------- the client task (synthetic data)
 def _stage2(randomness: str, eps0: float, eps_y: float, labels: str = "private") -> tuple[DPRunner, dict, object]:
-    from sstq_fl.gen.vqg.tasks import tokenizer_payload
+    from sstq_fl.gen.vqg.client_tasks import tokenizer_payload
     from sstq_fl.gen.vqg.tokenizer import HW, build_tokenizer
 
     data = WorkloadData(dataset="synthetic", clients=3, records=90, seed=0)
@@ -62,7 +62,7 @@ def test_stage2_task_releases_only_token_rows_and_charges_hw_em_draws_with_their
 
 def test_stage2_tokens_follow_the_em_law_and_large_eps0_approaches_argmin():
     """The rows are drawn over all K codes (near-uniform at small ε₀) and concentrate on the argmin at large ε₀."""
-    from sstq_fl.gen.vqg.tasks import chunk_records
+    from sstq_fl.gen.vqg.client_tasks import chunk_records
 
     _, small, _ = _stage2("reproducible", eps0=0.05, eps_y=1.0)
     assert len(np.unique(small["tokens"])) > 50  # near-uniform over K = 64 codes

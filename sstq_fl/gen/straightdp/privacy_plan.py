@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...privacy.calibrate import calibrate_noise_multiplier
+from ...privacy.calibration import calibrate_noise_multiplier
 from ...privacy.events import GaussianEvent, PoissonSampledEvent, PrivacyEvent
 
 RELATION = "add_or_remove_one"

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from sstq_fl.gen.straightdp import calibration as cal
+from sstq_fl.gen.straightdp import privacy_plan as cal
 from sstq_fl.privacy.events import GaussianEvent, PoissonSampledEvent
 from sstq_fl.privacy.ledger import PrivacyLedger
 
