@@ -22,7 +22,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 
 def run_task(msg: Message, context: Context) -> Message:
     """Run the message's client task on this node's partition; reply with its arrays."""
-    from sstq_fl.gen.data import WorkloadData
+    from sstq_fl.data.workload import WorkloadData
     from sstq_fl.gen.runner import run_client_task
 
     conf: Any = msg.content["request"]

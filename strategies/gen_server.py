@@ -24,6 +24,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
+from sstq_fl.data.workload import WorkloadData
 from sstq_fl.flower.plumbing import (
     WORKLOAD_TIMEOUT_S,
     StoppableGrid,
@@ -34,7 +35,6 @@ from sstq_fl.flower.plumbing import (
     sender,
     simulate,
 )
-from sstq_fl.gen.data import WorkloadData
 from sstq_fl.gen.runner import Arrays, ClientPool, Scalar, attached_pool
 
 log = logging.getLogger("sstq_fl.gen")

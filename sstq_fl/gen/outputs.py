@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..data.workload import WorkloadData
 from ..io import atomic_write_json, clear_out, finite_json, run_meta
 from ..privacy.dataset_ledger import DatasetLedger
 from ..privacy.events import PrivacyEvent, PublicDataEvent
 from ..progress import PhaseClock
 from .config import PipelineConfig
-from .data import WorkloadData
 from .runner import deterministic_kernels
 
 RUN_FILES = ("metrics.json", "transcript.jsonl", "samples.png")

@@ -53,13 +53,13 @@ import numpy as np
 import torch
 
 from .. import rng
+from ..data.workload import WorkloadData
 from ..privacy.dataset_ledger import DatasetLedger
 from ..privacy.events import GaussianEvent, PoissonSampledEvent, PrivacyEvent
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.replay import transcript_binding
 from ..registry import Registry
 from ..rng import derive_seed, stream_id
-from .data import WorkloadData
 from .pipelines import BUILTINS, PIPELINES
 
 log = logging.getLogger("sstq_fl.gen")

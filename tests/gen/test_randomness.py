@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from sstq_fl import rng
-from sstq_fl.gen.data import WorkloadData
+from sstq_fl.data.workload import WorkloadData
 from sstq_fl.gen.runner import ClientContext, DPRunner, InProcessPool, register_client_task
 from sstq_fl.privacy.events import RandomizedResponseEvent
 

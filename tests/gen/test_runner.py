@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sstq_fl.cli import main as cli
-from sstq_fl.gen.data import WorkloadData
+from sstq_fl.data.workload import WorkloadData
 from sstq_fl.gen.dpsgd import build_model, per_example_clipped_sum
 from sstq_fl.gen.runner import DPRunner, InProcessPool, run_workload
 from sstq_fl.privacy.events import GaussianEvent, PoissonSampledEvent, RandomizedResponseEvent

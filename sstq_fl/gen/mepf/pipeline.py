@@ -39,12 +39,12 @@ from typing import Any
 
 import numpy as np
 
+from ...data.workload import WorkloadData
 from ...options import option
 from ...privacy.calibration import calibrate_noise_multiplier
 from ...privacy.events import GaussianEvent, NonPrivateEvent, PrivacyEvent
 from ...progress import progress
 from ..config import MAX_EPSILON, PROFILES, PipelineConfig, parse_ints
-from ..data import WorkloadData
 from ..outputs import (
     SampleGrid,
     common_metrics,
@@ -245,7 +245,7 @@ def run_dp_mepf(cfg: MepfConfig, out: str | Path, force: bool = False) -> dict[s
 
 def _run(cfg: MepfConfig, out: Path) -> dict[str, Any]:
     """The run itself, into the folder :func:`run_dp_mepf` prepared."""
-    from ..data import load_private_split, load_public_fmnist
+    from ...data.mnist import load_private_split, load_public_fmnist
     from .features import class_means
 
     t0, clock = start_run(cfg, PIPELINE)

@@ -43,11 +43,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...data.workload import WorkloadData
 from ...privacy.calibration import plan_epsilon
 from ...privacy.errors import Budget
 from ...privacy.events import NonPrivateEvent, PublicDataEvent
 from ...progress import progress
-from ..data import WorkloadData
 from ..outputs import (
     SampleGrid,
     common_metrics,
@@ -335,7 +335,7 @@ def run_straightdp(cfg: StraightConfig, out: str | Path, force: bool = False) ->
 
 
 def _public(cfg: StraightConfig) -> tuple[np.ndarray, np.ndarray]:
-    from ..data import load_public_fmnist
+    from ...data.mnist import load_public_fmnist
 
     x, y = load_public_fmnist()
     n = cfg.resolved("public_records")
@@ -347,7 +347,7 @@ def _public(cfg: StraightConfig) -> tuple[np.ndarray, np.ndarray]:
 
 def _run(cfg: StraightConfig, out: Path) -> dict[str, Any]:
     """The run itself, into the folder :func:`run_straightdp` prepared."""
-    from ..data import load_private_split
+    from ...data.mnist import load_private_split
 
     t0, clock = start_run(cfg, PIPELINE)
     public_x, public_y = _public(cfg)

@@ -59,13 +59,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...data.workload import WorkloadData
 from ...options import option
 from ...privacy.calibration import calibrate_noise_multiplier, plan_epsilon
 from ...privacy.errors import Budget
 from ...privacy.events import GaussianEvent, NonPrivateEvent, PoissonSampledEvent, PrivacyEvent, PublicDataEvent
 from ...progress import PhaseClock, progress
 from ..config import PROFILES, PipelineConfig
-from ..data import WorkloadData
 from ..outputs import (
     SampleGrid,
     common_metrics,
@@ -414,7 +414,7 @@ def _setup(cfg: VqgConfig, data: WorkloadData, clock: PhaseClock) -> dict[str, A
 
 def _run(cfg: VqgConfig, out: Path) -> dict[str, Any]:
     """The run itself, into the folder :func:`run_dp_vqg` prepared."""
-    from ..data import load_private_split, load_public_fmnist
+    from ...data.mnist import load_private_split, load_public_fmnist
 
     t0, clock = start_run(cfg, PIPELINE)
     public_x, _ = load_public_fmnist()

@@ -14,7 +14,7 @@ from sstq_fl.privacy.ledger import PrivacyLedger
 
 
 def _have_data() -> bool:
-    from sstq_fl.gen.data import find_mnist_subset
+    from sstq_fl.data.mnist import find_mnist_subset
 
     try:
         find_mnist_subset(fetch=False)
@@ -140,8 +140,9 @@ def test_the_evaluation_uses_a_class_balanced_real_subset(tmp_path, monkeypatch)
     """priv_test is sorted by class; the FD's real set used to be its prefix (the first classes only)."""
     import numpy as np
 
+    from sstq_fl.data.mnist import PrivateSplit
+    from sstq_fl.data.workload import WorkloadData, synthetic_records
     from sstq_fl.gen import outputs
-    from sstq_fl.gen.data import PrivateSplit, WorkloadData, synthetic_records
     from sstq_fl.gen.mepf import pipeline as dp_mepf
     from sstq_fl.gen.mepf.generator import Generator
 

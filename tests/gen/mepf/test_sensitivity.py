@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from sstq_fl.gen.data import WorkloadData
+from sstq_fl.data.workload import WorkloadData
 from sstq_fl.gen.mepf import features as mepf
 from sstq_fl.gen.runner import DPRunner, InProcessPool
 from sstq_fl.privacy.events import GaussianEvent

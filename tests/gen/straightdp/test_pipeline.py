@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from sstq_fl.cli import main as cli
-from sstq_fl.gen.data import WorkloadData, synthetic_records
+from sstq_fl.data.workload import WorkloadData, synthetic_records
 from sstq_fl.gen.runner import DPRunner, InProcessPool
 from sstq_fl.gen.straightdp import privacy_plan as cal
 from sstq_fl.gen.straightdp.config import StraightConfig

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from sstq_fl.cli import main as cli
-from sstq_fl.gen.data import WorkloadData
+from sstq_fl.data.workload import WorkloadData
 from sstq_fl.gen.runner import DPRunner, InProcessPool
 from sstq_fl.gen.vqg.mechanism import PUBLIC_LABELS_NOTE
 from sstq_fl.gen.vqg.pipeline import VqgConfig, run_dp_vqg

@@ -10,7 +10,7 @@ from torch import nn
 from torch.func import grad, vmap
 from torch.utils.data import TensorDataset
 
-from sstq_fl.gen.data import WorkloadData, synthetic_records
+from sstq_fl.data.workload import WorkloadData, synthetic_records
 from sstq_fl.gen.dpsgd import build_model, example_loss, per_example_clipped_sum
 from sstq_fl.gen.runner import DPRunner, InProcessPool
 from sstq_fl.gen.vqg.tokenizer import HW, TokenizerConfig, VQTokenizer, build_tokenizer, train_public_tokenizer

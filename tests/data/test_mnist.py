@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sstq_fl.data import mnist as gd
 from sstq_fl.data.idx import write_idx
-from sstq_fl.gen import data as gd
-from sstq_fl.gen.data import (
+from sstq_fl.data.mnist import (
     MNIST_ENV,
     MNIST_TARBALL,
     MNIST_TARBALL_SHA256,
@@ -20,9 +20,9 @@ from sstq_fl.gen.data import (
     load_mnist_subset,
     load_private_split,
     load_public_fmnist,
-    partition_records,
     split_private,
 )
+from sstq_fl.data.workload import partition_records
 
 COUNTS = [7, 9, 5, 6, 8, 4, 6, 7, 5, 10]
 
