@@ -1,4 +1,4 @@
-"""Experiment E1 (spec §5): estimation error versus dimension.
+"""Experiment E1: estimation error versus dimension.
 
 One vector ``g ~ N(0, I_d)`` rescaled to ``‖g‖ = C``; every encoder is built with radius
 ``R = C`` and per-message ``ε``; ``E‖ĝ − g‖²`` is estimated from ``trials`` independent

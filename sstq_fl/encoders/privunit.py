@@ -13,7 +13,7 @@ w.r.t. the uniform law on the sphere is ``p/P_cap`` on the cap and ``(1−p)/(1�
 it, so the mechanism's exact ε is ``log(p/(1−p)) + log((1−P_cap)/P_cap)``.
 
 ``cap=exact`` (default) picks ``γ`` with ``(1−P_cap)/P_cap = e^{ε₁}`` exactly (the tightest
-cap for budget ``ε₁``); ``cap=paper`` uses the paper's sufficient conditions (spec §3.3).
+cap for budget ``ε₁``); ``cap=paper`` uses the paper's sufficient conditions.
 Construction refuses ε above :data:`MAX_EPSILON` (30), and any calibration whose exact ε
 would exceed the stated one.
 The split ``ε = ε₀ + ε₁`` maximizes ``m`` (minimum variance) by a 1-D search.  The cap is
@@ -54,7 +54,7 @@ def gamma_exact(eps1: float, d: int) -> float:
 
 
 def gamma_paper(eps1: float, d: int) -> float:
-    """Largest ``γ`` allowed by the sufficient conditions of Bhowmick et al. (spec §3.3)."""
+    """Largest ``γ`` allowed by the sufficient conditions of Bhowmick et al.."""
     dp = d - 1
     g1 = math.tanh(eps1 / 2) * math.sqrt(math.pi / (2 * dp))
     best = g1 if g1 <= math.sqrt(2 / d) else 0.0

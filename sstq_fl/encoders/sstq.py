@@ -126,7 +126,7 @@ class SSTQFlat(_SSTQ):
 
     params: ClassVar[dict[str, Param]] = {
         **_SSTQ.params,
-        "codebook": Param(str, "uniform", "uniform grid or the privacy-aware optimum (spec 2.1)", ("uniform", "optimized")),
+        "codebook": Param(str, "uniform", "uniform grid or the privacy-aware optimum", ("uniform", "optimized")),
     }
     unbiased = False  # not for every input: Walsh-flat inputs need more than any practical level (framed.py)
     unbiased_unless_clipped = True

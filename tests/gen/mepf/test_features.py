@@ -1,4 +1,4 @@
-"""DP-MEPF model pieces (spec §4): Φ, normalized moments, class statistics, generator training."""
+"""DP-MEPF model pieces: Φ, normalized moments, class statistics, generator training."""
 
 import math
 

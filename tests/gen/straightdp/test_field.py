@@ -1,4 +1,4 @@
-"""StraightDP analytic field (spec §3.3, Proposition 3.1): posterior means against Monte Carlo, the low-rank inversion
+"""StraightDP analytic field (the closed-form flow-matching velocity of a Gaussian mixture): posterior means against Monte Carlo, the low-rank inversion
 against dense linear algebra, the guidance start law, the empirical field and the τ / t₀ calibration rules."""
 
 import math

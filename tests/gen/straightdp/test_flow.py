@@ -1,4 +1,4 @@
-"""StraightDP flow model (spec §3.1, §3.5, §3.7): conventions, per-example gradients, low-B₀ constraints, training."""
+"""StraightDP flow model: conventions, per-example gradients, low-B₀ constraints, training."""
 
 from __future__ import annotations
 

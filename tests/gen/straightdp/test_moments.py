@@ -1,4 +1,4 @@
-"""StraightDP Stage 1 (spec §3.2): public basis, clipped features, contributions and their sensitivities, the
+"""StraightDP Stage 1: public basis, clipped features, contributions and their sensitivities, the
 release's post-processing into a Gaussian mixture."""
 
 import math

@@ -1,4 +1,4 @@
-"""StraightDP end to end (spec §3): the moment release on the clients, DP-SGD rounds, one add/remove ledger, both
+"""StraightDP end to end: the moment release on the clients, DP-SGD rounds, one add/remove ledger, both
 engines, the replay, the command."""
 
 import json

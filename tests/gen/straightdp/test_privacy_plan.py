@@ -1,4 +1,4 @@
-"""StraightDP's budget (spec §3.2.4, §3.4): Stage 1 at its share, the joint DP-SGD bisection, THA's plan."""
+"""StraightDP's budget: Stage 1 at its share, the joint DP-SGD bisection, THA's plan."""
 
 import math
 

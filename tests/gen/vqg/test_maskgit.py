@@ -1,4 +1,4 @@
-"""DP-VQG Stage III MaskGIT prior (spec §2.5): masking schedule, training, sampling, CFG."""
+"""DP-VQG Stage III MaskGIT prior: masking schedule, training, sampling, CFG."""
 
 import math
 

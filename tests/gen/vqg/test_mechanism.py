@@ -236,7 +236,7 @@ def test_plan_records_hw_em_draws_with_their_count():
     one = plan_ledger(stage2_plan(0.5, 1, 0.1)).epsilon(DELTA)
     many = led.epsilon(DELTA)
     assert many > 10 * one  # the count is composed (dp-accounting 0.6's self-composed RR trap would give one copy)
-    assert plan_ledger(stage2_plan(0.5, 49, 0.0)).epsilon(DELTA) == pytest.approx(18.6, abs=0.05)  # spec §1.2
+    assert plan_ledger(stage2_plan(0.5, 49, 0.0)).epsilon(DELTA) == pytest.approx(18.6, abs=0.05)
     assert record_level_epsilon(0.5, 49, 0.0, DELTA, "B") > record_level_epsilon(0.5, 1, 0.0, DELTA, "B") * 10
 
 
@@ -285,7 +285,7 @@ def test_peakedness_diagnostics():
     onehot[..., 7] = 1
     sharp = em_peakedness(onehot, np.full((2, 3), 7))
     assert sharp["argmin_probability"] == 1.0 and sharp["token_entropy_bits"] == 0.0
-    # the ideal geometry of spec §2.4 (nearest code at the token, all others antipodal) matches the closed form
+    # the ideal geometry (nearest code at the token, all others antipodal) matches the closed form
     c = _sphere(rng, 1, 6, 1.0)[0]
     codes = np.concatenate([c[None], np.repeat(-c[None], K - 1, 0)])
     eps0 = 2.0 / 49

@@ -226,7 +226,7 @@ def test_prior_learning_rate_is_the_profiles_unless_given():
     from sstq_fl.gen.vqg.pipeline import prior_config
 
     assert prior_config(VqgConfig(profile="cpu"), 64).lr == 1e-3
-    assert prior_config(VqgConfig(profile="full"), 1024).lr == 1e-4  # spec §2.5
+    assert prior_config(VqgConfig(profile="full"), 1024).lr == 1e-4
     assert prior_config(VqgConfig(profile="cpu", prior_lr=3e-4), 64).lr == 3e-4
     for bad in (0.0, 1e-7, math.inf, math.nan):
         with pytest.raises(ValueError, match="prior-lr"):

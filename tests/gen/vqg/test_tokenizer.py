@@ -1,4 +1,4 @@
-"""DP-VQG Stage I tokenizer (spec §2.2, §2.7.1): architecture, normalisation, straight-through, per-example
+"""DP-VQG Stage I tokenizer: architecture, normalisation, straight-through, per-example
 independence, per-example clipping by the project's DP-SGD code, and public (PP-VQG) training."""
 
 import warnings
