@@ -3,7 +3,8 @@ per pipeline.
 
 Shared parts: :mod:`.config` (the fields every pipeline's config has), :mod:`.pipelines` (the pipeline protocol
 and registry), :mod:`.runner` (clients, the client-task registry and the releases), :mod:`.dpsgd` (DP-SGD on the
-clients and the model registry), :mod:`.tasks` (other shared client tasks), :mod:`.data`, :mod:`.evaluation`,
-:mod:`.outputs` (run folder, sample grid, metrics), :mod:`.tensors` and :mod:`.cli` (``sstq-fl gen``).  Pipelines:
-:mod:`.mepf` (DP-MEPF), :mod:`.vqg` (DP-VQG), :mod:`.straightdp` (StraightDP); each registers itself on import.
+clients and the model registry), :mod:`.client_tasks` (other shared client tasks), :mod:`.evaluation`,
+:mod:`.outputs` (run folder, sample grid, metrics), :mod:`.tensors` and :mod:`.cli` (``sstq-fl gen``); the
+records come from :mod:`sstq_fl.data.workload`.  Pipelines: :mod:`.mepf` (DP-MEPF), :mod:`.vqg` (DP-VQG),
+:mod:`.straightdp` (StraightDP); each registers itself on import.
 """

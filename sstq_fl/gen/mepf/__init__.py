@@ -3,7 +3,7 @@ Private Image Generation", TMLR 2023): public perceptual features, one labelled 
 means on the clients, a generator trained on the release alone.
 
 Importing the package registers the pipeline ``dp-mepf`` (run-config keys ``mepf-*``) and its client task
-``mepf.class_sums``.  Modules: :mod:`.features` (Φ and the statistics), :mod:`.generator`, :mod:`.tasks`,
+``mepf.class_sums``.  Modules: :mod:`.features` (Φ and the statistics), :mod:`.generator`, :mod:`.client_tasks`,
 :mod:`.pipeline` (the run).
 """
 
