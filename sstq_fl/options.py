@@ -132,9 +132,9 @@ def flag_of(f: dataclasses.Field[Any], opt: Option) -> str:
     return ("--" + f.name.replace("_", "-")) if opt.flag is None else opt.flag
 
 
-def _cli_type(base: Any, opt: Option) -> Callable[[str], Any]:
-    """The argparse ``type`` of an option: its parser, else the field's scalar type, an integer's range
-    checked (an argument error naming what was expected); a float's range is the config's check."""
+def _cli_type(base: Any, opt: Option, int_ranges: bool) -> Callable[[str], Any]:
+    """The argparse ``type`` of an option: its parser, else the field's scalar type; with ``int_ranges`` an
+    integer's range is checked here (an argument error naming what was expected), else by the config."""
     if opt.parse is not None:
         return opt.parse
     if base not in (int, float):
@@ -145,7 +145,7 @@ def _cli_type(base: Any, opt: Option) -> Callable[[str], Any]:
             value = base(text)
         except ValueError:
             value = None
-        if value is None or (base is int and not in_range(value, opt)):  # floats: checked by the config
+        if value is None or (int_ranges and base is int and not in_range(value, opt)):  # floats: by the config
             raise argparse.ArgumentTypeError(f"expected {expected(base, opt)}, got {text!r}")
         return value
 
@@ -155,10 +155,11 @@ def _cli_type(base: Any, opt: Option) -> Callable[[str], Any]:
 
 def add_arguments(parser: argparse.ArgumentParser | Any, cls: Any, *, skip: Sequence[str] = (),
                   only: Sequence[str] | None = None, defaults: dict[str, Any] | None = None,
-                  required: Sequence[str] = ()) -> None:
+                  required: Sequence[str] = (), int_ranges: bool = True) -> None:
     """Add an argparse option for each declared field of ``cls`` that has a flag, is in ``only`` (when
     given) and not in ``skip``.  ``defaults`` overrides field defaults on this command; ``required``
-    fields have no default."""
+    fields have no default; ``int_ranges=False`` leaves integer ranges to the config's check (a
+    one-line error from the command rather than an argparse usage error)."""
     defaults = defaults or {}
     for f, opt in declared(cls):
         flag = flag_of(f, opt)
@@ -173,7 +174,7 @@ def add_arguments(parser: argparse.ArgumentParser | Any, cls: Any, *, skip: Sequ
         if base is bool and opt.parse is None:
             parser.add_argument(flag, action="store_true", **kw)
             continue
-        kw["type"] = _cli_type(base, opt)
+        kw["type"] = _cli_type(base, opt, int_ranges)
         if opt.choices is not None and opt.parse is None:
             kw["choices"] = list(opt.choices)
         if opt.metavar:

@@ -72,3 +72,11 @@ def test_run_config_defaults_and_reference():
                  "t-hidden-key": "x"}
     md = options_markdown(Toy, "Toy", prefix="t-")
     assert "| `--rounds` | `t-rounds` | int | `10` | ≥ 1 | rounds |" in md and "| – | `t-hidden-key` |" in md
+
+
+def test_int_ranges_can_be_left_to_the_config():
+    p = argparse.ArgumentParser(exit_on_error=False)
+    add_arguments(p, Toy, int_ranges=False)
+    ns = p.parse_args(["--rounds", "0"])
+    with pytest.raises(ValueError, match="rounds must be a positive integer, got 0"):
+        from_args(Toy, ns)

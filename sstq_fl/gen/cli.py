@@ -20,38 +20,21 @@ NONE_ON_CLI = ("data_path", "dataset_ledger", "inception_weights")
 """Path options whose command-line default is ``None`` (the config's ``""``: not given)."""
 
 
-class _ConfigChecked:
-    """An argparse parser seen through :func:`~sstq_fl.options.add_arguments`, whose integer options parse with
-    ``int`` alone: their range is the config's check (a one-line error), not an argparse usage error."""
-
-    def __init__(self, parser: argparse.ArgumentParser):
-        self.parser = parser
-
-    def add_argument(self, *args: Any, **kw: Any) -> Any:
-        if getattr(kw.get("type"), "__name__", "") == "int":
-            kw["type"] = int
-        return self.parser.add_argument(*args, **kw)
-
-
 def add_gen_parsers(sub: Any) -> None:
     """``gen`` and one sub-command per registered pipeline under ``sub`` (the top-level sub-parsers)."""
     g = sub.add_parser("gen", help="DP generative pipelines on simulated clients")
     gs = g.add_subparsers(dest="gen", required=True)
     for name, pipeline in PIPELINES.items():
         p = gs.add_parser(name, help=pipeline.help)
-        fields = {f.name for f in _fields(pipeline)}
+        fields = {f.name for f in dataclasses.fields(pipeline.config)}
         defaults = {k: None for k in NONE_ON_CLI if k in fields}
-        add_arguments(_ConfigChecked(p), pipeline.config, required=("epsilon",), defaults=defaults,
+        add_arguments(p, pipeline.config, int_ranges=False, required=("epsilon",), defaults=defaults,
                       skip=tuple(pipeline.cli_values))
         _add_worded(p, pipeline)
         p.add_argument("--out", required=True, help="output folder (metrics.json, samples.png, transcript.jsonl)")
         p.add_argument("--force", action="store_true",
                        help="replace the run files (metrics.json, transcript.jsonl, samples.png) already in --out")
         p.set_defaults(fn=cmd_gen)
-
-
-def _fields(pipeline: Pipeline) -> list[Any]:
-    return list(dataclasses.fields(pipeline.config))
 
 
 def _add_worded(p: argparse.ArgumentParser, pipeline: Pipeline) -> None:
