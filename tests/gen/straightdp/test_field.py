@@ -1,5 +1,6 @@
-"""StraightDP analytic field (the closed-form flow-matching velocity of a Gaussian mixture): posterior means against Monte Carlo, the low-rank inversion
-against dense linear algebra, the guidance start law, the empirical field and the τ / t₀ calibration rules."""
+"""StraightDP analytic field (the closed-form flow-matching velocity of a Gaussian mixture): posterior means
+against Monte Carlo, the low-rank inversion against dense linear algebra, the guidance start law, the empirical
+field and the τ / t₀ calibration rules."""
 
 import math
 
