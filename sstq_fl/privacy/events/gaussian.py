@@ -22,7 +22,7 @@ class GaussianEvent(PrivacyEvent, kind="gaussian"):
     Su, JRSS-B 2022), so its PLD is dp-accounting's ``from_gaussian_mechanism``; on a
     Poisson subsample it is that of the subsampled mixture (its dominating pair: Zhu,
     Dong & Wang, AISTATS 2022).  Its RDP cross-check is dp-accounting's ``GaussianDpEvent`` with the noise
-    multiplier halved under ``replace_one`` (Mironov, CSF 2017, Prop. 7).
+    multiplier halved under ``replace_one`` (Mironov, CSF 2017).
     """
 
     noise_multiplier: float

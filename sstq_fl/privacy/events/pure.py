@@ -22,7 +22,7 @@ class PureDpEvent(PrivacyEvent, kind="pure_dp"):
     distribution is that of binary randomized response with parameter ``ε``, the tight
     dominating pair of every ε-DP mechanism (Kairouz, Oh & Viswanath, ICML 2015, Sec. 3).
     It holds under ``relation`` only.  Poisson-subsampled at rate ``q`` it is
-    ``log(1 + q(e^ε − 1))``-DP (Balle, Barthe & Gaboardi, NeurIPS 2018, Thm. 8); its RDP
+    ``log(1 + q(e^ε − 1))``-DP (Balle, Barthe & Gaboardi, NeurIPS 2018); its RDP
     cross-check is ``ε²/2``-zCDP (Bun & Steinke, TCC 2016, Prop. 1.4).
     """
 
