@@ -12,6 +12,7 @@ one-line :class:`~sstq_fl.registry.PluginWarning`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib import metadata
 from typing import Any
 
 from .registry import Registry, UnknownName
@@ -23,9 +24,12 @@ BACKENDS: Registry[Callable[..., Any]] = Registry("execution backend", group=GRO
 
 
 def backend(name: str) -> Callable[..., Any]:
-    """The callable registered as backend ``name``; a one-line error when none is installed."""
+    """The callable registered as backend ``name``, resolved from its entry point at each call (a backend is
+    looked up once per run, and the module attribute it names is what runs); a one-line error when none is
+    installed."""
     try:
-        return BACKENDS[name]
+        BACKENDS[name]
     except UnknownName:
         raise ValueError(f"no execution backend {name!r} is installed (entry points {GROUP}: {BACKENDS.names()}); "
                          f"reinstall sstq-fl (bash scripts/setup.sh)") from None
+    return next(iter(metadata.entry_points(group=GROUP, name=name))).load()  # type: ignore[no-any-return]

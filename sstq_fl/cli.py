@@ -306,8 +306,9 @@ def _table(rows: list[dict[str, Any]], cols: list[str]) -> None:
         print("  ".join(v.ljust(w) for v, w in zip(d, widths)))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``sstq-fl`` parser: every option has a help text and ``--help`` shows its default."""
+def build_parser(gen: bool = True) -> argparse.ArgumentParser:
+    """The ``sstq-fl`` parser: every option has a help text and ``--help`` shows its default.  ``gen=False``
+    leaves out the DP pipelines' sub-commands (loading the pipelines takes most of a second)."""
     p = _Parser(prog="sstq-fl", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
 
@@ -327,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .gen.cli import add_gen_parsers
 
-    add_gen_parsers(sub)
+    add_gen_parsers(sub, pipelines=gen)
 
     _privacy_parsers(sub)
     return p
@@ -490,7 +491,8 @@ def main(argv: list[str] | None = None) -> int:
     The ``sstq_fl`` loggers' INFO lines (progress, phases) go to stderr (:func:`sstq_fl.progress.configure_logging`)."""
     from .progress import configure_logging
 
-    args = build_parser().parse_args(argv)
+    words = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
+    args = build_parser(gen=words[:1] == ["gen"]).parse_args(argv)  # the pipelines load only for ``gen``
     configure_logging()
     try:
         return int(args.fn(args) or 0)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import types
 import typing
 from collections.abc import Callable, Iterator, Sequence
@@ -77,9 +78,15 @@ def declared(cls: Any) -> Iterator[tuple[dataclasses.Field[Any], Option]]:
             yield f, f.metadata[_META]
 
 
+@functools.cache
+def _hints(cls: Any) -> dict[str, Any]:
+    """The resolved type hints of a config class (computed once per class)."""
+    return typing.get_type_hints(cls)
+
+
 def _base_type(cls: Any, f: dataclasses.Field[Any]) -> tuple[Any, bool]:
     """``(type, optional)`` of a field: ``int | None`` → ``(int, True)``."""
-    hint = typing.get_type_hints(cls)[f.name]
+    hint = _hints(cls)[f.name]
     args = typing.get_args(hint)
     if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
         rest = [a for a in args if a is not type(None)]

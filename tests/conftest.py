@@ -28,13 +28,3 @@ def run_identity(monkeypatch):
     monkeypatch.setattr(TaskIdentity, "_node_id", 0)
     monkeypatch.setattr(TaskIdentity, "_task_id", 1)
 
-
-@pytest.fixture(autouse=True)
-def fresh_backends():
-    """Each test looks the execution backends up afresh, so a test that patches a backend function
-    (``monkeypatch.setattr(server, "run_flower", ...)``) leaves no patched object in the registry."""
-    from sstq_fl.backends import BACKENDS
-
-    state = BACKENDS.snapshot()
-    yield
-    BACKENDS.restore(state)

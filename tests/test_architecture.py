@@ -1,5 +1,5 @@
-"""The package's import structure: no import cycles, no private names imported across packages, every
-internal import resolves, and Flower stays at the edges (only ``sstq_fl.flower`` imports it).
+"""The package's import structure: no import cycles, no private names imported across packages and every
+internal import resolves (that Flower stays at the edges is ``tests/test_backends.py``'s check).
 
 The import graph is built with :mod:`ast` over every module of ``sstq_fl`` (imports inside
 functions included, ``if TYPE_CHECKING:`` blocks excluded).  Importing ``a.b.c`` also runs the
@@ -158,15 +158,3 @@ def test_every_internal_import_resolves() -> None:
                       if base.startswith(PACKAGE) and base not in modules})
     assert missing == []
 
-
-def test_flower_stays_at_the_edges() -> None:
-    """Nothing in the core imports Flower, ``strategies`` or ``clients`` (``sstq_fl.flower`` is the one edge module)."""
-    bad = []
-    for name, path in _modules().items():
-        if name == "sstq_fl.flower" or name.startswith("sstq_fl.flower."):
-            continue
-        for node in _imports(ast.parse(path.read_text(encoding="utf-8"))):
-            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            bad += [f"{name}: {m}" for m in mods if (node.level if isinstance(node, ast.ImportFrom) else 0) == 0
-                    and m.split(".")[0] in ("flwr", "strategies", "clients", "ray")]
-    assert bad == []

@@ -54,7 +54,7 @@ def gamma_exact(eps1: float, d: int) -> float:
 
 
 def gamma_paper(eps1: float, d: int) -> float:
-    """Largest ``γ`` allowed by the sufficient conditions of Bhowmick et al.."""
+    """Largest ``γ`` allowed by the sufficient conditions of Bhowmick et al."""
     dp = d - 1
     g1 = math.tanh(eps1 / 2) * math.sqrt(math.pi / (2 * dp))
     best = g1 if g1 <= math.sqrt(2 / d) else 0.0

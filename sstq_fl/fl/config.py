@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..options import Options, option
-from ..rng import check_mode
 
 RANDOMNESS_HELP = ("secure: each client keys its coins and minibatches with a fresh OS-CSPRNG key it never sends, and "
                    "the server samples from the OS CSPRNG (the LDP guarantee holds against the server); reproducible: "
@@ -56,7 +55,9 @@ class RunConfig(Options):
                        "SuperNode)")
 
     def __post_init__(self) -> None:
-        check_mode(self.randomness)
+        """The declared choices and ranges (:class:`~sstq_fl.options.Options`), then the checks no single
+        declaration states: finiteness and one field against another."""
+        super().__post_init__()
         if self.diagnostics and self.randomness != "reproducible":
             raise ValueError("diagnostics (data-dependent, not covered by the LDP guarantee) are available only with "
                              "randomness=reproducible")
@@ -64,19 +65,12 @@ class RunConfig(Options):
             raise ValueError(f"budget epsilon must be positive and finite (omit it for no budget), got {self.budget_epsilon}")
         if not math.isfinite(self.epsilon) or self.epsilon <= 0:
             raise ValueError(f"epsilon must be positive and finite, got {self.epsilon}")
-        if self.clients < 1 or self.rounds < 1 or self.batch < 1:
-            raise ValueError("clients, rounds and batch must be positive")
         if not (self.clip > 0 and self.lr > 0 and self.server_cap > 0):
             raise ValueError("clip, lr and server_cap must be positive")
         if not 0 < self.sampling_rate <= 1:
             raise ValueError(f"sampling rate must be in (0, 1], got {self.sampling_rate}")
-        if self.partition not in ("iid", "dirichlet"):
-            raise ValueError(f"partition must be iid or dirichlet, got {self.partition!r}")
         if not 1 <= self.clients_per_node <= self.clients:
             raise ValueError(f"clients per node must be in 1..clients ({self.clients}), got {self.clients_per_node}")
-        if self.engine not in ("vectorized", "flower"):
-            raise ValueError(f"engine must be 'vectorized' or 'flower', got {self.engine!r}")
-        super().__post_init__()
 
     def task_kwargs(self) -> dict[str, Any]:
         """The task's own parameters (:func:`~sstq_fl.fl.tasks.make_task`)."""

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-APP_KEYS = ("out-dir", "resume", "round-timeout", "workload")
 EVERY_RECORD = -1
 """A DP workload's ``<prefix>records`` marker for "every private record" (``0`` is unset: the profile's size)."""
 
@@ -47,6 +46,7 @@ def config_from_run_config(rc: dict[str, Any]) -> tuple[Any, Path, bool]:
     """``train``: ``RunConfig`` (its keys: :func:`sstq_fl.options.run_config_keys`), output directory,
     resume flag.  A DP workload's prefixed keys and the app's own keys are ignored here; any other
     unknown key is refused."""
+    from ..configs import APP_KEYS
     from ..fl.config import RunConfig
     from ..gen.pipelines import prefixes as gen_prefixes
     from ..options import from_run_config

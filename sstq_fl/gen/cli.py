@@ -20,9 +20,12 @@ NONE_ON_CLI = ("data_path", "dataset_ledger", "inception_weights")
 """Path options whose command-line default is ``None`` (the config's ``""``: not given)."""
 
 
-def add_gen_parsers(sub: Any) -> None:
-    """``gen`` and one sub-command per registered pipeline under ``sub`` (the top-level sub-parsers)."""
+def add_gen_parsers(sub: Any, pipelines: bool = True) -> None:
+    """``gen`` and one sub-command per registered pipeline under ``sub`` (the top-level sub-parsers);
+    ``pipelines=False`` adds ``gen`` alone, without loading the pipelines (for a command that is not ``gen``)."""
     g = sub.add_parser("gen", help="DP generative pipelines on simulated clients")
+    if not pipelines:
+        return
     gs = g.add_subparsers(dest="gen", required=True)
     for name, pipeline in PIPELINES.items():
         p = gs.add_parser(name, help=pipeline.help)

@@ -167,6 +167,11 @@ def common_metrics(cfg: PipelineConfig, data: WorkloadData, privacy: dict[str, A
             "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()}, "meta": run_meta()}
 
 
+def eps_text(value: float | None) -> str:
+    """An ε as a summary line prints it: ``None`` (an infinite ε in written metrics) is ``inf``."""
+    return "inf" if value is None else f"{value:.4g}"
+
+
 def write_metrics(out: Path, metrics: dict[str, Any], t0: float, clock: PhaseClock) -> dict[str, Any]:
     """Add the wall time and the phases' timings, write ``out/metrics.json`` and return the metrics as written
     (an infinite value, e.g. the ε of a reference run, is ``None``)."""

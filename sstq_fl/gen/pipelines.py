@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..registry import Registry
-from .config import PipelineConfig
+from .config import SHARED_KEYS, PipelineConfig
 
 BUILTINS = ("sstq_fl.gen.mepf", "sstq_fl.gen.vqg", "sstq_fl.gen.straightdp")
 """The built-in pipelines' subpackages, imported on the first look-up of any gen registry."""
@@ -37,7 +37,8 @@ class Pipeline:
     ``name``: e.g. ``"dp-mepf"``; ``prefix``: its run-config keys' prefix, e.g. ``"mepf-"``; ``config``: its
     config class; ``run``: its :class:`RunFunction`; ``summary``: the lines ``sstq-fl gen <name>`` prints about
     a run's metrics; ``title``: its name in prose (the options reference); ``shared``: the config fields read from
-    unprefixed run-config keys (the training run's); ``help``: the sub-command's one-line description;
+    unprefixed run-config keys (the training run's; default
+    :data:`~sstq_fl.gen.config.SHARED_KEYS`); ``help``: the sub-command's one-line description;
     ``cli_values``: options whose command-line words differ from the config's values, ``{field: {word: value}}``
     (e.g. DP-VQG's ``--reference none`` for ``reference = ""``)."""
 
@@ -47,8 +48,8 @@ class Pipeline:
     run: RunFunction
     summary: Callable[[dict[str, Any]], str]
     title: str
-    shared: tuple[str, ...]
     help: str
+    shared: tuple[str, ...] = SHARED_KEYS
     cli_values: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 

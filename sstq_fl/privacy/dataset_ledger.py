@@ -38,6 +38,7 @@ import numpy as np
 from ..io import atomic_write_bytes
 from .errors import BudgetExceededError
 from .events import RELATIONS, PrivacyEvent, PublicDataEvent
+from .events.base import check_relation
 from .ledger import PrivacyLedger
 
 LEDGER_FORMAT = "sstq-fl-dataset-ledger"
@@ -139,8 +140,7 @@ class DatasetLedger:
 
     # ------------------------------------------------------------------ queries
     def _check_relation(self, have: str | None, relation: str) -> None:
-        if relation not in RELATIONS:
-            raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
+        check_relation(relation)
         if have is not None and have != relation:
             raise ValueError(f"dataset ledger {self.path} is under {have}; a {relation} run cannot be composed with it")
 

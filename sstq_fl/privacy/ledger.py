@@ -37,7 +37,8 @@ from .errors import (
     TranscriptError,
     check_count,
 )
-from .events import RELATIONS, PrivacyEvent, SelfComposedEvent
+from .events import PrivacyEvent, SelfComposedEvent
+from .events.base import check_relation
 from .pld import PLD, compose_plds, work_budget
 from .pure_composition import pure_composition_delta, pure_composition_epsilon
 from .rdp import rdp_epsilon as _rdp_epsilon
@@ -100,8 +101,7 @@ class PrivacyLedger:
     complete: bool = False
 
     def __post_init__(self) -> None:
-        if self.relation not in RELATIONS:
-            raise ValueError(f"relation must be one of {RELATIONS}, got {self.relation!r}")
+        check_relation(self.relation)
         if isinstance(self.discretization, bool) or not 0 < self.discretization <= 0.1:
             raise ValueError(f"discretization interval must be in (0, 0.1], got {self.discretization}")
         self._cache: tuple[int, PLD | None] | None = None

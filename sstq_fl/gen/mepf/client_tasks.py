@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..config import parse_ints
 from ..runner import Arrays, ClientContext, Scalar, register_client_task
 from .features import FeatureExtractor, embedded_class_sums
 
@@ -44,6 +45,6 @@ def mepf_class_sums(ctx: ClientContext, payload: Arrays, config: dict[str, Scala
     """DP-MEPF's labelled statistics on the client: apply the broadcast public Φ, unit-normalise the moments
     per record, and sum per class."""
     fx = _extractor(payload, str(config["profile"]), ctx.device)
-    moments = tuple(int(m) for m in str(config["moments"]).split(","))
+    moments = parse_ints(str(config["moments"]))
     counts, sums = embedded_class_sums(fx, ctx.x, ctx.y, moments)
     return {"counts": counts.cpu().numpy(), "sums": sums.cpu().numpy()}

@@ -49,6 +49,7 @@ from ..outputs import (
     SampleGrid,
     common_metrics,
     dataset_ledger,
+    eps_text,
     evaluate_samples,
     run_in,
     start_run,
@@ -272,8 +273,8 @@ def _run(cfg: MepfConfig, out: Path) -> dict[str, Any]:
 
 def summary(m: dict[str, Any]) -> str:
     """What ``sstq-fl gen dp-mepf`` prints about a run: ε, accuracy, domain-FD, size and time; the data set's ledger."""
-    eps = "inf" if m["epsilon"] is None else f"{m['epsilon']:.4g}"
-    cum = "inf" if m["dataset_epsilon_cumulative"] is None else f"{m['dataset_epsilon_cumulative']:.4g}"
+    eps = eps_text(m["epsilon"])
+    cum = eps_text(m["dataset_epsilon_cumulative"])
     return (f"dp-mepf ({m['reference']}): epsilon {eps} at delta {m['delta']:g} ({m['relation']}, randomness "
             f"{m['randomness']}), downstream accuracy {m['downstream_accuracy']:.4f}, domain-FD {m['domain_fd']:.4g} "
             f"(not comparable to Inception FID), {m['records']} records on {m['clients']} clients, {m['wall_s']:.1f} s\n"

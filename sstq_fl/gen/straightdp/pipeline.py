@@ -52,6 +52,7 @@ from ..outputs import (
     SampleGrid,
     common_metrics,
     dataset_ledger,
+    eps_text,
     evaluate_samples,
     run_in,
     start_run,
@@ -390,7 +391,7 @@ def _metrics(cfg: StraightConfig, setup: Setup, pub: PublicCalibration, res: dic
 
 def summary(m: dict[str, Any]) -> str:
     """What ``sstq-fl gen straightdp`` prints about a run: ε, the noise of both stages, τ, accuracy, domain-FD."""
-    eps = "inf" if m["epsilon"] is None else f"{m['epsilon']:.4g}"
+    eps = eps_text(m["epsilon"])
     return (f"straightdp {m['method']} (port {m['port']}, {m['reference']}): epsilon {eps} at delta {m['delta']:g} "
             f"({m['relation']}, randomness {m['randomness']}), sigma moments {m['sigma_moments']}, sigma sgd "
             f"{m['sigma_sgd']}, tau {m['tau']:.3g}\n"

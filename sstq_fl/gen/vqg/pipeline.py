@@ -70,6 +70,7 @@ from ..outputs import (
     SampleGrid,
     common_metrics,
     dataset_ledger,
+    eps_text,
     evaluate_samples,
     run_in,
     start_run,
@@ -454,8 +455,8 @@ def _metrics(cfg: VqgConfig, s: dict[str, Any], diag: dict[str, Any], losses: li
 
 def summary(m: dict[str, Any]) -> str:
     """What ``sstq-fl gen dp-vqg`` prints about a run: ε and its stages, the EM diagnostics, accuracy, domain-FD."""
-    eps = "inf" if m["epsilon"] is None else f"{m['epsilon']:.4g}"
-    eps0 = "inf" if m["eps0_per_location"] is None else f"{m['eps0_per_location']:.4g}"
+    eps = eps_text(m["epsilon"])
+    eps0 = eps_text(m["eps0_per_location"])
     return (f"dp-vqg {m['variant'].upper()} ({m['reference']}): epsilon {eps} at delta {m['delta']:g} ({m['relation']}, "
             f"mode {m['mode']}, labels {m['labels']}, randomness {m['randomness']}), eps0 {eps0} per location, EM "
             f"nearest-code probability {m['em_nearest_code_prob']:.4g} (public proxy), token entropy "
