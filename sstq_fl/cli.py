@@ -262,15 +262,29 @@ def _claim_out(cfg: Any, args: argparse.Namespace) -> None:
     """Check ``--out`` once the config is valid, before anything is written: ``--resume`` needs its
     checkpoint (same config) and says where it restarts; otherwise another run's files there are
     refused unless ``--force`` (which removes them)."""
-    from .fl.engine import existing_outputs, read_checkpoint
+    from .fl.engine import completed_metrics, existing_outputs, read_checkpoint
     from .io import clear_out
 
     out = Path(args.out)
-    if args.resume:
+    if args.resume and not (out / "checkpoint.json").exists() and completed_metrics(out, cfg) is not None:
+        print(f"the run in {args.out} is complete ({cfg.rounds} rounds): nothing to resume", flush=True)
+    elif args.resume:
         t = read_checkpoint(out, cfg)["round"]
         print(f"resuming from round {t} of {cfg.rounds} in {args.out}", flush=True)
     else:
         clear_out(existing_outputs(out), out, args.force)
+
+
+def _record_experiment(args: argparse.Namespace, cfg: Any) -> None:
+    """With ``--config``: ``OUT/experiment.json`` records the file, its sha256 and the resolved config."""
+    if getattr(args, "experiment", None) is None:
+        return
+    from dataclasses import asdict
+
+    from .io import atomic_write_json
+
+    atomic_write_json(Path(args.out) / "experiment.json", {"experiment": args.experiment.provenance(),
+                                                           "config": asdict(cfg)})
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -280,7 +294,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = _run_config(args, args.encoder)
     trainer = trainers(cfg, [cfg.encoder])[cfg.encoder]  # checks the encoder, the data and the budget
+    trainer.keep_checkpoints = args.keep_checkpoints
     _claim_out(cfg, args)
+    _record_experiment(args, cfg)
     with progress(cfg.rounds, f"{cfg.encoder} rounds", key="rounds", every=1):  # a bar on a terminal, else log lines
         m = run(cfg, args.out, resume=args.resume, trainer=trainer)
     f = m["final"]
@@ -325,6 +341,10 @@ def build_parser(gen: bool = True) -> argparse.ArgumentParser:
     _speed_parser(bs)
     _fwht_kashin_ledger_parsers(bs)
     _training_parsers(sub)
+
+    from .experiments.cli import add_experiment_parsers
+
+    add_experiment_parsers(sub, _resume_force_args)
 
     from .gen.cli import add_gen_parsers
 
@@ -449,7 +469,8 @@ def _resume_force_args(p: argparse.ArgumentParser) -> None:
 
 def _training_args(r: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
     """Options shared by ``run`` and ``compare``: the fields of :class:`~sstq_fl.fl.config.RunConfig`
-    (declared there once), where the Flower engine runs, and the output folder."""
+    (declared there once), where the Flower engine runs, ``--config``, and the output folder."""
+    from .experiments.cli import add_config_option, add_keep_checkpoints
     from .fl.config import RunConfig
     from .options import add_arguments
 
@@ -462,6 +483,8 @@ def _training_args(r: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
                    help="flower engine: GPUs Ray reserves for each simulated node's actor (default 0.25 where CUDA is "
                         "available, else 0; e.g. 1 to give each cohort node a GPU of its own)")
     _resume_force_args(r)
+    add_keep_checkpoints(r)
+    add_config_option(r)
     r.add_argument("--out", required=True, help="output folder")
 
 
@@ -492,9 +515,14 @@ def main(argv: list[str] | None = None) -> int:
     from .progress import configure_logging
 
     words = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
-    args = build_parser(gen=words[:1] == ["gen"]).parse_args(argv)  # the pipelines load only for ``gen``
+    parser = build_parser(gen=words[:1] == ["gen"])  # the pipelines load only for ``gen``
+    args = parser.parse_args(argv)
     configure_logging()
     try:
+        if getattr(args, "config", None):
+            from .experiments.cli import apply_config
+
+            args = apply_config(parser, args, argv)
         return int(args.fn(args) or 0)
     except (ValueError, OSError) as exc:
         print(f"sstq-fl: error: {exc}", file=sys.stderr)

@@ -84,7 +84,7 @@ def _hints(cls: Any) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _base_type(cls: Any, f: dataclasses.Field[Any]) -> tuple[Any, bool]:
+def base_type(cls: Any, f: dataclasses.Field[Any]) -> tuple[Any, bool]:
     """``(type, optional)`` of a field: ``int | None`` → ``(int, True)``."""
     hint = _hints(cls)[f.name]
     args = typing.get_args(hint)
@@ -123,7 +123,7 @@ def check(obj: Any) -> None:
         if opt.choices is not None and value not in opt.choices:
             raise ValueError(f"{name} must be one of {', '.join(map(str, opt.choices))}, got {value!r}")
         if (opt.low is not None or opt.high is not None) and not in_range(value, opt):
-            raise ValueError(f"{name} must be {expected(_base_type(type(obj), f)[0], opt)}, got {value}")
+            raise ValueError(f"{name} must be {expected(base_type(type(obj), f)[0], opt)}, got {value}")
 
 
 class Options:
@@ -172,7 +172,7 @@ def add_arguments(parser: argparse.ArgumentParser | Any, cls: Any, *, skip: Sequ
         flag = flag_of(f, opt)
         if f.name in skip or not flag or (only is not None and f.name not in only):
             continue
-        base, _ = _base_type(cls, f)
+        base, _ = base_type(cls, f)
         kw: dict[str, Any] = {"dest": f.name, "help": opt.help}
         if f.name in required:
             kw["required"] = True
@@ -244,7 +244,7 @@ def _from_toml(cls: Any, f: dataclasses.Field[Any], opt: Option, value: Any) -> 
         return None
     if isinstance(value, str) and opt.parse is not None:
         return opt.parse(value)
-    base, _ = _base_type(cls, f)
+    base, _ = base_type(cls, f)
     if base is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     return value
@@ -282,7 +282,7 @@ def options_markdown(cls: Any, title: str, prefix: str = "", shared: Sequence[st
     lines = [f"## {title}", "", f"`{cls.__module__}.{cls.__qualname__}`", "",
              "| CLI flag | run-config key | type | default | allowed | help |", "|---|---|---|---|---|---|"]
     for f, opt in declared(cls):
-        base, optional = _base_type(cls, f)
+        base, optional = base_type(cls, f)
         typ = getattr(base, "__name__", str(base)) + (" or unset" if optional else "")
         key = key_of(f, opt)
         key = (key if f.name in shared else prefix + key) if key else ""

@@ -119,6 +119,28 @@ def read_checkpoint(out: Path, cfg: RunConfig) -> dict[str, Any]:
     return dict(ck)
 
 
+CHECKPOINT_FILES = ("checkpoint.json", "checkpoint_theta.npy")
+
+
+def remove_checkpoints(out: Path) -> None:
+    """Remove a completed run's checkpoint (``checkpoint.json`` first, then its model files): the
+    metrics and the transcript are the run's result; the checkpoint only served to resume it."""
+    for name in CHECKPOINT_FILES:
+        (out / name).unlink(missing_ok=True)
+    for f in out.glob("checkpoint_theta-*.npy"):
+        f.unlink(missing_ok=True)
+
+
+def completed_metrics(out: Path, cfg: RunConfig) -> dict[str, Any] | None:
+    """``out``'s ``metrics.json`` when it records a completed run of exactly ``cfg`` (else None)."""
+    try:
+        m = json.loads((out / "metrics.json").read_text())
+        done = {**_FIELD_DEFAULTS, **m["config"]} == asdict(cfg) and len(m["rounds"]) >= cfg.rounds
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return dict(m) if done else None
+
+
 def existing_outputs(folder: Path, names: tuple[str, ...] = RUN_FILES) -> list[Path]:
     """Those of a run's output files (``names``; for a run, its per-round θ files too) that ``folder`` holds."""
     found = [folder / n for n in names if (folder / n).exists()]
@@ -177,10 +199,12 @@ class ClientData:
 class Trainer:
     """One run: task, encoder, shards and ledger; ``train`` runs (or resumes) it into a folder."""
 
-    def __init__(self, cfg: RunConfig, task: Task | None = None, publish_train_loss: bool = True):
-        """Build the run (``task``: an already loaded one to share); raises ``ValueError`` on a bad
-        encoder spec or missing data, ``BudgetExceededError`` if the plan exceeds the budget."""
-        self.cfg, self.publish_train_loss = cfg, publish_train_loss
+    def __init__(self, cfg: RunConfig, task: Task | None = None, publish_train_loss: bool = True,
+                 keep_checkpoints: bool = False):
+        """Build the run (``task``: an already loaded one to share; ``keep_checkpoints``: leave the
+        checkpoint files in place once the run completes); raises ``ValueError`` on a bad encoder spec
+        or missing data, ``BudgetExceededError`` if the plan exceeds the budget."""
+        self.cfg, self.publish_train_loss, self.keep_checkpoints = cfg, publish_train_loss, keep_checkpoints
         self.setup_s: float | None = None  # the untimed warm-up of ``train`` (None: no warm-up ran)
         self.task = task or make_task(cfg.task, cfg.seed, **cfg.task_kwargs())
         self.enc = make_encoder(cfg.encoder, self.task.dim, cfg.epsilon, radius=cfg.clip, seed=cfg.seed)
@@ -352,6 +376,8 @@ class Trainer:
             metrics["non_private_diagnostics"] = {"fields": self.diagnostic_fields(), "note": NON_PRIVATE_DIAGNOSTICS}
         atomic_write_json(out / "metrics.json", metrics)
         plot_run(metrics, out / "curves.png")
+        if st.round >= self.cfg.rounds and not self.keep_checkpoints:
+            remove_checkpoints(out)
         return metrics
 
 
@@ -388,7 +414,11 @@ def plot_run(metrics: dict[str, Any], path: Path) -> Any:
 
 def run(cfg: RunConfig, out: str | Path, resume: bool = False, progress: bool | None = None,
         trainer: Trainer | None = None) -> dict[str, Any]:
-    """Run ``cfg`` into ``out`` on its engine (``trainer``: an already built one, vectorized engine)."""
+    """Run ``cfg`` into ``out`` on its engine (``trainer``: an already built one, vectorized engine);
+    with ``resume``, a run already complete there returns its metrics."""
+    done = completed_metrics(Path(out), cfg) if resume and not (Path(out) / "checkpoint.json").exists() else None
+    if done is not None:
+        return done
     if cfg.engine == "flower":
         from ..backends import backend  # Flower stays at the edges: found by entry point
 

@@ -1,0 +1,132 @@
+"""The experiment commands: ``sstq-fl sweep FILE --out DIR``, ``sstq-fl plot DIR``, and ``--config FILE``
+for ``run`` and ``compare`` (the file's values become the command's defaults: options given on the
+command line override them)."""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from .spec import Experiment, key_name, run_keys
+
+
+def add_experiment_parsers(sub: Any, resume_force: Any) -> None:
+    """``sweep`` and ``plot`` (``resume_force``: adds the shared ``--resume`` / ``--force`` pair)."""
+    s = sub.add_parser("sweep", help="run an experiment file's grid (lists of values) in parallel: tables with 95%% "
+                                     "intervals over seeds, plots")
+    s.add_argument("experiment", help="experiment TOML file: sstq-fl run's options as keys, any of them a list")
+    s.add_argument("--out", required=True, help="output folder (cells/, results.csv, aggregates.csv, plots)")
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="override a key of the file (a TOML value; repeatable), e.g. --set rounds=5")
+    s.add_argument("--executor", choices=("ray", "local"), default="ray",
+                   help="ray: each cell a Ray task (parallel); local: one cell at a time in this process")
+    s.add_argument("--cpus-per-cell", type=float, default=1.0,
+                   help="CPUs each cell's Ray task holds (PyTorch gets one thread per CPU)")
+    s.add_argument("--ray-address", default=None, help="attach to this Ray cluster (host:port) instead of a local Ray")
+    add_keep_checkpoints(s)
+    resume_force(s)
+    s.set_defaults(fn=cmd_sweep)
+    p = sub.add_parser("plot", help="redraw a sweep's or comparison's figures from its results.json")
+    p.add_argument("dir", help="the folder sstq-fl sweep (or compare) wrote")
+    p.set_defaults(fn=cmd_plot)
+
+
+def add_keep_checkpoints(p: argparse.ArgumentParser) -> None:
+    """``--keep-checkpoints``: leave a completed run's checkpoint files (removed by default)."""
+    p.add_argument("--keep-checkpoints", action="store_true",
+                   help="keep each completed run's checkpoint files (by default they are removed when a run completes)")
+
+
+def add_config_option(p: argparse.ArgumentParser) -> None:
+    """``--config FILE`` on ``run`` / ``compare``."""
+    p.add_argument("--config", default=None, metavar="FILE",
+                   help="experiment TOML file whose values are this command's defaults (options given here override "
+                        "them); one value per key (lists: sstq-fl sweep), except compare's encoder list")
+    p.set_defaults(config_parser=p)
+
+
+def parse_overrides(items: list[str], path: str) -> dict[str, Any]:
+    """``--set KEY=VALUE`` items as checked field values (each VALUE a TOML value; a bare word a string)."""
+    from .spec import parse_experiment
+
+    lines = []
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
+        lines.append(f"{key.strip()} = {_toml_value(value.strip())}")
+    exp = parse_experiment("\n".join(lines).encode(), "--set")
+    return {**exp.fixed, **exp.axes}
+
+
+def _toml_value(text: str) -> str:
+    """``text`` as a TOML value: itself where it parses, else a quoted string."""
+    try:
+        tomllib.loads(f"v = {text}")
+        return text
+    except tomllib.TOMLDecodeError:
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Run the grid; exit 1 when a cell failed (each failure was reported in one line)."""
+    from .spec import load_experiment
+    from .sweep import SweepOptions, sweep
+
+    if not args.cpus_per_cell > 0:
+        raise ValueError(f"--cpus-per-cell must be positive, got {args.cpus_per_cell}")
+    exp = load_experiment(args.experiment)
+    overrides = parse_overrides(args.overrides, args.experiment)
+    opts = SweepOptions(args.executor, args.cpus_per_cell, args.ray_address, args.resume, args.force,
+                        args.keep_checkpoints)
+    s = sweep(exp, args.out, opts, **overrides)
+    c, eff = s["counts"], s["parallel_efficiency"]
+    print(f"sweep {exp.title}: {c['done']} cells run, {c['skipped']} already complete, {c['failed']} failed, "
+          f"{s['wall_s']:.1f} s wall on {s['cores']:g} cores"
+          + (f", parallel efficiency {eff:.2f}" if eff is not None else ""))
+    print(f"wrote {args.out}/results.csv, aggregates.csv, final.csv, results.json, sweep.json and "
+          f"{', '.join(Path(f).stem for f in s['figures'][::2])} figures (.png, .pdf)")
+    return 1 if c["failed"] else 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    """Redraw a sweep's figures from its ``results.json``."""
+    from .figures import plot_all
+    from .sweep import read_results
+
+    files = plot_all(read_results(args.dir), Path(args.dir))
+    if not files:
+        raise ValueError(f"{args.dir}/results.json has no rows to plot")
+    print("wrote " + ", ".join(str(f) for f in files))
+    return 0
+
+
+def apply_config(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str] | None
+                 ) -> argparse.Namespace:
+    """With ``--config FILE``: the file's values become the command's defaults and the command line is
+    parsed again (so what it gives overrides the file); records the file on ``args.experiment``."""
+    from .spec import load_experiment, single_values
+
+    exp = load_experiment(args.config)
+    compare = hasattr(args, "encoders")
+    values = single_values(exp, allow_lists=("encoder",) if compare else ())
+    defaults = _defaults(values, compare, exp)
+    args.config_parser.set_defaults(**defaults)
+    again = parser.parse_args(argv)
+    again.experiment = exp
+    return again
+
+
+def _defaults(values: dict[str, Any], compare: bool, exp: Experiment) -> dict[str, Any]:
+    """Parser defaults (by dest) from the file's values; compare's ``encoder`` key fills ``--encoders``."""
+    out = dict(values)
+    if compare and "encoder" in out:
+        enc = out.pop("encoder")
+        out["encoders"] = enc if isinstance(enc, list) else [enc]
+    flags = {v: k for k, v in run_keys().items()}
+    missing = [k for k in out if k not in flags and k not in ("encoders", "task_params")]
+    if missing:
+        raise ValueError(f"{exp.path}: {key_name(missing[0])} is not an option of this command")
+    return out

@@ -1,0 +1,176 @@
+"""A sweep's figures, drawn from its ``results.json`` alone (``sstq-fl plot DIR`` redraws them).
+
+- ``rounds``: the metric against the round, one line per group (mean over seeds) with its 95 % band;
+- ``bits``: the final metric against bits per client (log axis), error bars the 95 % interval;
+- ``epsilon``: the final metric against ε, one line per encoder setting (when ε is on the grid).
+
+Each as PNG and PDF, one panel per ε where ε is on the grid (up to :data:`MAX_PANELS`), titled with
+the experiment's title and file.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from ..io import atomic_write_bytes
+from ..plots import finite, integer_ticks
+
+MAX_PANELS = 6
+FIGURES = ("rounds", "bits", "epsilon")
+LABELS = {"test_accuracy": "test accuracy", "test_metric": "test metric",
+          "distance_to_optimum": "‖θ − θ*‖² (distance to optimum)"}
+
+
+def save_both(fig: Figure, base: Path) -> list[Path]:
+    """Write ``fig`` as ``base.png`` and ``base.pdf``, atomically; return the paths."""
+    paths = []
+    for fmt in ("png", "pdf"):
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt, dpi=110)
+        atomic_write_bytes(base.with_suffix("." + fmt), buf.getvalue())
+        paths.append(base.with_suffix("." + fmt))
+    return paths
+
+
+def label_of(group: dict[str, Any], cols: Sequence[str], skip: Sequence[str] = ()) -> str:
+    """A group's legend label: its encoder spec and the grid values that vary (besides ``skip``)."""
+    parts = [str(group["encoder_spec"])] + [f"{c} {group[c]}" for c in cols if c not in skip]
+    return ", ".join(parts)
+
+
+def varying(rows: Sequence[dict[str, Any]], skip: Sequence[str]) -> list[str]:
+    """The group columns whose value differs between ``rows`` (besides the encoder columns and ``skip``)."""
+    if not rows:
+        return []
+    cols = [c for c in rows[0] if c not in ("round", "seeds", "metric_name") and not c.endswith(
+        ("_mean", "_sd", "_ci_low", "_ci_high")) and c not in ("encoder", "encoder_params", "encoder_spec", "b",
+                                                               *skip)]
+    return [c for c in cols if len({str(r[c]) for r in rows}) > 1]
+
+
+def panels(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Rows split by ε where it varies (``[("ε 3", rows)]``), else one panel of all rows."""
+    eps = sorted({float(r["epsilon"]) for r in rows})
+    if len(eps) < 2:
+        return [("", list(rows))]
+    return [(f"ε = {e:g}", [r for r in rows if float(r["epsilon"]) == e]) for e in eps[:MAX_PANELS]]
+
+
+def _figure(n: int, title: str) -> tuple[Figure, list[Axes]]:
+    cols = min(n, 3)
+    fig = Figure(figsize=(5.2 * cols, 4.2 * math.ceil(n / cols) + 0.6), layout="constrained")
+    axes = list(fig.subplots(math.ceil(n / cols), cols, squeeze=False).ravel())
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    fig.suptitle(title, fontsize=10)
+    return fig, axes[:n]
+
+
+def _band(ax: Axes, members: list[dict[str, Any]], label: str) -> None:
+    members = sorted(members, key=lambda a: a["round"])
+    x = [a["round"] for a in members]
+    (line,) = ax.plot(x, finite([a.get("metric_mean") for a in members]), label=label, lw=1.4)
+    low, high = finite([a.get("metric_ci_low") for a in members]), finite([a.get("metric_ci_high") for a in members])
+    if any(not math.isnan(v) for v in low):
+        ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, lw=0)
+
+
+def plot_rounds(doc: dict[str, Any], base: Path) -> Figure:
+    """The metric against the round, per group, with 95 % bands over seeds."""
+    aggs, metric = doc["aggregates"], _metric(doc)
+    parts = panels(aggs)
+    fig, axes = _figure(len(parts), f"{doc_title(doc)}: {LABELS.get(metric, metric)} per round "
+                                    f"(mean and 95 % interval over {_seeds(doc)})")
+    for ax, (name, rows) in zip(axes, parts):
+        cols = varying(rows, ("epsilon",))
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for a in rows:
+            groups.setdefault(label_of(a, cols), []).append(a)
+        for label, members in groups.items():
+            _band(ax, members, label)
+        ax.set(xlabel="round", ylabel=LABELS.get(metric, metric), title=name)
+        integer_ticks(ax)
+        ax.legend(fontsize=6)
+    save_both(fig, base)
+    return fig
+
+
+def plot_bits(doc: dict[str, Any], base: Path) -> Figure:
+    """The final metric against bits per client (log axis), error bars the 95 % interval over seeds."""
+    finals, metric = doc["final"], _metric(doc)
+    parts = panels(finals)
+    fig, axes = _figure(len(parts), f"{doc_title(doc)}: final {LABELS.get(metric, metric)} against bits per client "
+                                    f"(mean and 95 % interval over {_seeds(doc)})")
+    for ax, (name, rows) in zip(axes, parts):
+        cols = varying(rows, ("epsilon",))
+        for a in rows:
+            _point(ax, float(a["bits_per_client_mean"]), a, label_of(a, cols))
+        ax.set_xscale("log")
+        ax.set(xlabel="bits per client per round (log scale)", ylabel=f"final {LABELS.get(metric, metric)}", title=name)
+        ax.legend(fontsize=6)
+    save_both(fig, base)
+    return fig
+
+
+def _point(ax: Axes, x: float, a: dict[str, Any], label: str) -> None:
+    mean, low, high = a.get("metric_mean"), a.get("metric_ci_low"), a.get("metric_ci_high")
+    err = None if low is None or high is None else [[mean - low], [high - mean]]
+    ax.errorbar([x], [mean], yerr=err, fmt="o", ms=4, capsize=3, label=label)
+
+
+def plot_epsilon(doc: dict[str, Any], base: Path) -> Figure | None:
+    """The final metric against ε, one line per encoder setting (None when ε is not on the grid)."""
+    finals, metric = doc["final"], _metric(doc)
+    if len({float(a["epsilon"]) for a in finals}) < 2:
+        return None
+    fig, (ax,) = _figure(1, f"{doc_title(doc)}: final {LABELS.get(metric, metric)} against per-message ε "
+                            f"(mean and 95 % interval over {_seeds(doc)})")
+    cols = varying(finals, ("epsilon",))
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for a in finals:
+        groups.setdefault(label_of(a, cols), []).append(a)
+    for label, members in groups.items():
+        members.sort(key=lambda a: float(a["epsilon"]))
+        x, y = [float(a["epsilon"]) for a in members], finite([a.get("metric_mean") for a in members])
+        low, high = finite([a.get("metric_ci_low") for a in members]), finite([a.get("metric_ci_high") for a in members])
+        err = [[m - lo for m, lo in zip(y, low)], [h - m for m, h in zip(y, high)]]
+        ax.errorbar(x, y, yerr=None if all(math.isnan(v) for v in low) else err, fmt="-o", ms=3, capsize=2,
+                    label=label)
+    ax.set(xlabel="per-message ε", ylabel=f"final {LABELS.get(metric, metric)}")
+    ax.legend(fontsize=6)
+    save_both(fig, base)
+    return fig
+
+
+def _metric(doc: dict[str, Any]) -> str:
+    return str(doc["aggregates"][0]["metric_name"]) if doc["aggregates"] else "test_accuracy"
+
+
+def _seeds(doc: dict[str, Any]) -> str:
+    n = sorted({int(a["seeds"]) for a in doc["final"]}) or [0]
+    return f"{n[0]} seed{'s' if n[0] != 1 else ''}" if len(n) == 1 else f"{n[0]}–{n[-1]} seeds"
+
+
+def doc_title(doc: dict[str, Any]) -> str:
+    """The experiment's title and file, for a figure title."""
+    exp = doc.get("experiment") or {}
+    file = Path(str(exp.get("file"))).name if exp.get("file") else ""
+    name = str(exp.get("title") or file or "sweep")
+    return f"{name} ({file})" if file and file != name else name
+
+
+def plot_all(doc: dict[str, Any], out: Path) -> list[Path]:
+    """Every figure of a sweep into ``out`` (PNG and PDF); return the files written."""
+    if not doc.get("rows"):
+        return []
+    plot_rounds(doc, out / "rounds")
+    plot_bits(doc, out / "bits")
+    names = ["rounds", "bits"] + (["epsilon"] if plot_epsilon(doc, out / "epsilon") is not None else [])
+    return [out / f"{n}.{fmt}" for n in names for fmt in ("png", "pdf")]

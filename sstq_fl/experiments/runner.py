@@ -1,0 +1,208 @@
+"""Running a grid of cells: in this process one after another, or in parallel as Ray tasks.
+
+Each cell is one training run into its own folder.  A cell whose folder holds the completed
+``metrics.json`` of exactly its config is skipped (a resumed sweep reruns no finished cell); one
+with a checkpoint continues from its last round; the rest start.  A failing cell is recorded
+with its one-line error and the others go on.
+
+On Ray (:class:`RayExecutor`) each cell is a task holding ``cpus`` CPUs, and PyTorch gets one
+thread per CPU it holds; Ray reuses its worker processes, so a worker loads a data set once
+for the cells it runs.  Cells on the Flower engine start a Flower simulation of their own, itself
+on Ray, so they run in this process, one simulation for all of them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..io import atomic_write_json
+from .spec import Cell
+
+log = logging.getLogger("sstq_fl.sweep")
+CELL_FILE = "experiment.json"
+
+
+@dataclass
+class CellResult:
+    """How one cell ended: ``done`` (trained now), ``skipped`` (complete before), or ``failed`` (``error``)."""
+
+    name: str
+    status: str
+    seconds: float = 0.0
+    error: str = ""
+    final: dict[str, Any] = field(default_factory=dict)
+
+    def line(self) -> str:
+        """The one line printed when the cell ends."""
+        if self.status == "failed":
+            return f"{self.name}: FAILED: {self.error}"
+        f, what = self.final, "already complete" if self.status == "skipped" else f"{self.seconds:.1f} s"
+        metric = next((f"{k.replace('_', ' ')} {f[k]:.4g}" for k in ("test_accuracy", "test_metric",
+                                                                      "distance_to_optimum") if k in f), "")
+        return f"{self.name}: {metric}, {f.get('bits_per_client')} bits/client ({what})"
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: the message (a ``ValueError``'s alone), else ``Type: message``."""
+    text = (str(exc).strip().splitlines() or [""])[0][:300]
+    return text if isinstance(exc, ValueError) and text else f"{type(exc).__name__}: {text}"
+
+
+_TASKS: dict[str, Any] = {}
+
+
+def shared_task(cfg: Any) -> Any:
+    """The cell's task, loaded once per process for every cell that builds the same one (same name,
+    seed and task options: a data set is read once per worker)."""
+    from ..fl.tasks import make_task
+
+    key = json.dumps([cfg.task, cfg.seed, cfg.task_kwargs()], sort_keys=True, default=str)
+    if key not in _TASKS:
+        _TASKS.clear()  # one task kept: a worker runs cells of one task at a time
+        _TASKS[key] = make_task(cfg.task, cfg.seed, **cfg.task_kwargs())
+    return _TASKS[key]
+
+
+def run_cell(cfg_json: str, folder: str, resume: bool, keep_checkpoints: bool, record: dict[str, Any],
+             threads: int = 0) -> dict[str, Any]:
+    """One cell, on the vectorized engine, into ``folder``: the unit of work a Ray task runs.
+
+    ``threads`` > 0 sets PyTorch's thread count first; ``record`` (the experiment's provenance and
+    the cell's values) is written to ``folder/experiment.json``.  Never raises for a failing cell:
+    returns ``{"status": "failed", "error": ...}``."""
+    import torch
+
+    from ..fl.config import RunConfig
+    from ..fl.engine import Trainer, completed_metrics
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+    t0, out = time.perf_counter(), Path(folder)
+    try:
+        cfg = RunConfig(**json.loads(cfg_json))
+        done = completed_metrics(out, cfg)
+        if done is not None:
+            return {"status": "skipped", "seconds": 0.0, "final": done["final"]}
+        trainer = Trainer(cfg, task=shared_task(cfg), keep_checkpoints=keep_checkpoints)
+        atomic_write_json(out / CELL_FILE, record)
+        m = trainer.train(out, resume=resume and (out / "checkpoint.json").exists(), progress=False)
+        return {"status": "done", "seconds": time.perf_counter() - t0, "final": m["final"]}
+    except Exception as exc:  # noqa: BLE001  (a failing cell is reported; the sweep goes on)
+        return {"status": "failed", "seconds": time.perf_counter() - t0, "error": one_line(exc)}
+
+
+def cell_record(cell: Cell, provenance: dict[str, Any]) -> dict[str, Any]:
+    """What a cell's folder records about where it came from: the experiment file, digest and its values."""
+    return {"experiment": provenance, "cell": cell.name, "values": cell.values, "config": asdict(cell.cfg)}
+
+
+Report = Callable[[CellResult], None]
+
+
+class LocalExecutor:
+    """The cells one after another in this process (shared task; a bar over each cell's rounds)."""
+
+    cores = 1  # one cell at a time (its PyTorch threads are PyTorch's default)
+
+    def run(self, jobs: list[tuple[Cell, Path]], resume: bool, keep: bool, provenance: dict[str, Any],
+            report: Report) -> None:
+        from ..progress import progress
+
+        for cell, folder in jobs:
+            with progress(cell.cfg.rounds, f"{cell.name} rounds", key="rounds", every=max(1, cell.cfg.rounds // 5)):
+                got = run_cell(json.dumps(asdict(cell.cfg)), str(folder), resume, keep, cell_record(cell, provenance))
+            report(CellResult(cell.name, **got))
+
+
+@dataclass
+class RayExecutor:
+    """The cells as Ray tasks, ``cpus`` CPUs each, on a local Ray (``address`` None) or a cluster."""
+
+    cpus: float = 1.0
+    address: str | None = None
+    cores: int = field(default=0)
+
+    def run(self, jobs: list[tuple[Cell, Path]], resume: bool, keep: bool, provenance: dict[str, Any],
+            report: Report) -> None:
+        ray = self._start()
+        try:
+            task = ray.remote(num_cpus=self.cpus, max_retries=0)(run_cell)
+            threads = max(1, int(self.cpus))
+            pending = {task.remote(json.dumps(asdict(c.cfg)), str(f), resume, keep, cell_record(c, provenance),
+                                   threads): c for c, f in jobs}
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                for ref in ready:
+                    report(self._result(ray, ref, pending.pop(ref)))
+        finally:
+            ray.shutdown()
+
+    def _start(self) -> Any:
+        """Start (or attach to) Ray, quietly, with this process's import path for its workers."""
+        import ray
+
+        paths = [p for p in [os.getcwd(), *sys.path] if p and os.path.isdir(p)]
+        os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+        kw: dict[str, Any] = {"address": self.address} if self.address else {"num_cpus": os.cpu_count() or 1}
+        ray.init(include_dashboard=False, logging_level=logging.WARNING, configure_logging=True, **kw)
+        self.cores = int(ray.cluster_resources().get("CPU", 1))
+        return ray
+
+    @staticmethod
+    def _result(ray: Any, ref: Any, cell: Cell) -> CellResult:
+        try:
+            return CellResult(cell.name, **ray.get(ref))
+        except Exception as exc:  # noqa: BLE001  (a worker that died: the cell failed, the sweep goes on)
+            return CellResult(cell.name, "failed", error=one_line(exc))
+
+
+def run_flower_cells(jobs: list[tuple[Cell, Path]], resume: bool, keep: bool, provenance: dict[str, Any],
+                     report: Report) -> None:
+    """Cells on the Flower engine: in this process, one Flower simulation (one Ray start) per group of
+    cells with the same federation (clients, clients per node)."""
+    from ..backends import backend  # Flower stays at the edges: found by entry point
+
+    groups: dict[tuple[int, int], list[tuple[Cell, Path]]] = {}
+    for cell, folder in jobs:
+        groups.setdefault((cell.cfg.clients, cell.cfg.clients_per_node), []).append((cell, folder))
+    for group in groups.values():
+        for cell, folder in group:
+            atomic_write_json(folder / CELL_FILE, cell_record(cell, provenance))
+        t0 = time.perf_counter()
+        try:
+            runs = backend("flower-train-many")([(c.cfg, f, resume and (f / "checkpoint.json").exists())
+                                                 for c, f in group])
+        except Exception as exc:  # noqa: BLE001
+            for cell, _ in group:
+                report(CellResult(cell.name, "failed", error=one_line(exc)))
+            continue
+        for (cell, folder), m in zip(group, runs):
+            if not keep:
+                from ..fl.engine import remove_checkpoints
+
+                remove_checkpoints(folder)
+            report(CellResult(cell.name, "done", (time.perf_counter() - t0) / len(group), final=m["final"]))
+
+
+def pending_jobs(jobs: Iterable[tuple[Cell, Path]], report: Report) -> list[tuple[Cell, Path]]:
+    """The jobs whose folder does not already hold their completed run (those are reported skipped)."""
+    from ..fl.engine import completed_metrics
+
+    todo = []
+    for cell, folder in jobs:
+        done = completed_metrics(folder, cell.cfg)
+        if done is None:
+            todo.append((cell, folder))
+        else:
+            report(CellResult(cell.name, "skipped", final=done["final"]))
+    return todo

@@ -1,0 +1,242 @@
+"""Experiment files: a TOML file whose keys are ``sstq-fl run``'s long option names, any of them a list.
+
+::
+
+    # e3_eps.toml
+    task = "fmnist"
+    clients = 100
+    rounds = 100
+    encoder = ["sstq-flat:b=2", "sstq-flat:b=4", "privunit-mrc"]
+    epsilon = [0.5, 1, 3]
+    seed = [0, 1, 2]
+
+    [task_params]          # passed to the task: NAME(**task_params)
+    records = 2000
+
+    [experiment]           # optional: a title for tables and plots
+    title = "bits against accuracy"
+
+The grid is the product of the list-valued keys, in the file's order (:meth:`Experiment.cells`).
+Keys are the options of :class:`~sstq_fl.fl.config.RunConfig` as written on the command line
+(``sampling-rate``; ``sampling_rate`` is accepted too).  Every value is checked when the file is
+read: an unknown key or a bad value is a one-line ``ValueError`` naming the file, its line and the
+key.  A cell's cross-field checks (e.g. ``diagnostics`` needs reproducible randomness) name the
+cell's values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..fl.config import RunConfig
+from ..options import base_type, declared, expected, flag_of, in_range
+
+TABLES = ("task_params", "experiment")
+EXPERIMENT_KEYS = ("title", "description")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of a grid: its folder name, the grid values that pick it (field names) and its config."""
+
+    name: str
+    values: dict[str, Any]
+    cfg: RunConfig
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A parsed experiment: where it came from, its digest, fixed values and grid axes (field names)."""
+
+    path: str | None
+    sha256: str
+    title: str
+    fixed: dict[str, Any]
+    axes: dict[str, list[Any]] = field(default_factory=dict)
+    task_params: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+    def provenance(self) -> dict[str, Any]:
+        """What every result of this experiment records about it: the file, its sha256 and title."""
+        return {"file": self.path, "sha256": self.sha256, "title": self.title}
+
+    def cells(self, **overrides: Any) -> list[Cell]:
+        """The grid's cells (product of the axes, the first axis slowest), each config checked;
+        ``overrides`` (command-line options) replace fixed values and axes alike."""
+        axes = {k: v for k, v in self.axes.items() if k not in overrides}
+        base = {**self.fixed, **overrides, **task_params_value(self.task_params)}
+        cells, names = [], set()
+        for combo in itertools.product(*axes.values()) if axes else [()]:
+            values = dict(zip(axes, combo))
+            cfg = _config(base, values, self.path)
+            name = unique(cell_name(values), names)
+            cells.append(Cell(name, values, cfg))
+        return cells
+
+
+def task_params_value(params: dict[str, Any]) -> dict[str, Any]:
+    """The ``task_params`` field's value for a ``[task_params]`` table (canonical JSON; none: no field)."""
+    return {"task_params": json.dumps(params, sort_keys=True)} if params else {}
+
+
+def _config(base: dict[str, Any], values: dict[str, Any], path: str | None) -> RunConfig:
+    """The cell's config; a cross-field error names the file and the cell's values."""
+    try:
+        return RunConfig(**{**base, **values})
+    except (ValueError, TypeError) as exc:
+        where = ", ".join(f"{k}={v}" for k, v in values.items()) or "its values"
+        raise ValueError(f"{path or 'experiment'}: the cell {where}: {exc}") from None
+
+
+def cell_name(values: dict[str, Any]) -> str:
+    """A cell's folder name from its grid values: ``encoder-sstq-flat_b-4__epsilon-3__seed-0``."""
+    if not values:
+        return "run"
+    parts = [f"{key_name(k)}-{_slug(v)}" for k, v in values.items()]
+    return "__".join(parts)[:200]
+
+
+def _slug(v: Any) -> str:
+    text = f"{v:g}" if isinstance(v, float) else str(v)
+    return re.sub(r"[^A-Za-z0-9.+-]+", "_", text.replace(":", "_").replace("=", "-")).strip("_") or "_"
+
+
+def unique(name: str, taken: set[str]) -> str:
+    """``name``, or ``name-2``, ``name-3``, ... when taken; the result is added to ``taken``."""
+    out, k = name, 2
+    while out in taken:
+        out, k = f"{name}-{k}", k + 1
+    taken.add(out)
+    return out
+
+
+# ----------------------------------------------------------------------------- reading a file
+def run_keys() -> dict[str, str]:
+    """``{key: field name}`` of an experiment file: each RunConfig option's long flag without ``--``."""
+    out = {}
+    for f, opt in declared(RunConfig):
+        flag = flag_of(f, opt)
+        if flag.startswith("--"):
+            out[flag[2:]] = f.name
+    return out
+
+
+def key_name(field_name: str) -> str:
+    """The file key of a field: ``sampling_rate`` → ``sampling-rate``."""
+    return field_name.replace("_", "-")
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read and check an experiment file (one-line ``ValueError`` naming the file, line and key)."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read experiment file {p}: {exc.strerror or exc}") from None
+    return parse_experiment(raw, str(p))
+
+
+def parse_experiment(raw: bytes, path: str = "experiment.toml") -> Experiment:
+    """An :class:`Experiment` from the TOML text ``raw`` (``path`` names it in errors and results)."""
+    try:
+        doc = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not valid TOML: {exc}") from None
+    lines = raw.decode("utf-8").splitlines()
+    fixed, axes = _run_values(doc, lines, path)
+    params = _table(doc, "task_params", lines, path)
+    meta = _table(doc, "experiment", lines, path)
+    for k in meta:
+        if k not in EXPERIMENT_KEYS:
+            raise ValueError(f"{_where(path, lines, k, 'experiment')}: unknown key {k!r} in [experiment] "
+                             f"(known: {', '.join(EXPERIMENT_KEYS)})")
+    title = str(meta.get("title") or Path(path).name)
+    return Experiment(path, hashlib.sha256(raw).hexdigest(), title, fixed, axes, params,
+                      str(meta.get("description", "")))
+
+
+def _table(doc: dict[str, Any], name: str, lines: list[str], path: str) -> dict[str, Any]:
+    value = doc.get(name, {})
+    if not isinstance(value, dict):
+        raise ValueError(f"{_where(path, lines, name)}: {name} must be a table ([{name}])")
+    return dict(value)
+
+
+def _run_values(doc: dict[str, Any], lines: list[str], path: str) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """The file's run options, checked: fixed values and list-valued axes (by field name)."""
+    keys, fields = run_keys(), {f.name: (f, opt) for f, opt in declared(RunConfig)}
+    fixed: dict[str, Any] = {}
+    axes: dict[str, list[Any]] = {}
+    for key, value in doc.items():
+        if key in TABLES:
+            continue
+        name = keys.get(key) or keys.get(key.replace("_", "-"))
+        if name is None:
+            raise ValueError(f"{_where(path, lines, key)}: unknown key {key!r} (the options of sstq-fl run, e.g. "
+                             f"{', '.join(list(keys)[:6])}, ...; see sstq-fl options)")
+        where = _where(path, lines, key)
+        if isinstance(value, list):
+            if not value:
+                raise ValueError(f"{where}: {key} is an empty list (give at least one value)")
+            axes[name] = [check_value(name, *fields[name], v, where) for v in value]
+        else:
+            fixed[name] = check_value(name, *fields[name], value, where)
+    return fixed, axes
+
+
+def check_value(name: str, f: Any, opt: Any, value: Any, where: str) -> Any:
+    """One file value as the field's value: its type, choices and range (one line naming ``where``)."""
+    base, optional = base_type(RunConfig, f)
+    key = key_name(name)
+    if isinstance(value, str) and opt.parse is not None:
+        value = opt.parse(value)
+    ok = (isinstance(value, bool) if base is bool else
+          isinstance(value, int) and not isinstance(value, bool) if base is int else
+          isinstance(value, int | float) and not isinstance(value, bool) if base is float else
+          isinstance(value, str))
+    if not ok:
+        what = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(base, str(base))
+        raise ValueError(f"{where}: {key} must be {what}, got {value!r}")
+    value = float(value) if base is float else value
+    if opt.choices is not None and value not in opt.choices:
+        raise ValueError(f"{where}: {key} must be one of {', '.join(map(str, opt.choices))}, got {value!r}")
+    if base in (int, float) and (opt.low is not None or opt.high is not None) and not in_range(value, opt):
+        raise ValueError(f"{where}: {key} must be {expected(base, opt)}, got {value!r}")
+    return value
+
+
+def _where(path: str, lines: list[str], key: str, table: str = "") -> str:
+    """``path:line`` of ``key``'s assignment (in ``[table]`` when given); ``path`` alone when not found."""
+    current = ""
+    pattern = re.compile(r'^\s*["\']?' + re.escape(key) + r'["\']?\s*=')
+    for i, line in enumerate(lines, 1):
+        header = re.match(r"^\s*\[([^\]]+)\]", line)
+        if header:
+            current = header.group(1).strip()
+        elif current == table and pattern.match(line):
+            return f"{path}:{i}"
+        if current == "" and not table and re.match(r"^\s*\[" + re.escape(key) + r"\]", line):
+            return f"{path}:{i}"
+    return path
+
+
+def single_values(exp: Experiment, allow_lists: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The file's values for one run (``run --config``, ``compare --config``): list values are refused
+    except for the fields in ``allow_lists`` (returned as lists)."""
+    bad = [k for k in exp.axes if k not in allow_lists]
+    if bad:
+        raise ValueError(f"{exp.path}: {key_name(bad[0])} is a list: one run takes one value per key "
+                         f"(run the grid with sstq-fl sweep {exp.path} --out DIR)")
+    return {**exp.fixed, **exp.axes, **task_params_value(exp.task_params)}
+
+
+def with_cfg(cell: Cell, **changes: Any) -> Cell:
+    """``cell`` with its config changed (e.g. the engine)."""
+    return replace(cell, cfg=replace(cell.cfg, **changes))

@@ -1,0 +1,139 @@
+"""``sstq-fl sweep``: every cell of an experiment's grid, then the tables and figures.
+
+Layout of ``DIR``: ``cells/<cell>/`` (each a run folder: ``metrics.json``, ``transcript.jsonl``,
+``curves.png``, ``experiment.json``), ``sweep.json`` (the experiment's file, digest and title, each
+cell's status and seconds, wall time, cores and parallel efficiency
+``Σ cell seconds / (wall seconds × cores)``), ``results.csv``/``.json``, ``aggregates.csv``,
+``final.csv`` (:mod:`sstq_fl.experiments.results`) and the figures
+(:mod:`sstq_fl.experiments.figures`).  ``resume`` reruns only the cells without a completed run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..io import atomic_write_json, run_meta
+from .figures import plot_all
+from .results import write_tables
+from .runner import CellResult, LocalExecutor, RayExecutor, pending_jobs, run_flower_cells
+from .spec import Cell, Experiment
+
+log = logging.getLogger("sstq_fl.sweep")
+SWEEP_FILES = ("sweep.json", "results.csv", "results.json", "aggregates.csv", "final.csv")
+
+
+@dataclass
+class SweepOptions:
+    """How a sweep runs: ``executor`` ``ray`` (default) or ``local``; CPUs per cell; where Ray is."""
+
+    executor: str = "ray"
+    cpus: float = 1.0
+    ray_address: str | None = None
+    resume: bool = False
+    force: bool = False
+    keep_checkpoints: bool = False
+    folders: dict[str, Path] = field(default_factory=dict)  # cell name -> folder (default DIR/cells/<name>)
+
+
+def claim(out: Path, opts: SweepOptions) -> None:
+    """Check ``out`` before anything runs: ``resume`` needs a sweep there; otherwise a folder holding
+    a sweep is refused unless ``force`` (which removes its cells and tables)."""
+    held = (out / "sweep.json").exists() or (out / "cells").exists()
+    if opts.resume and not held:
+        raise ValueError(f"--resume: no sweep in {out} (nothing to resume; run without --resume)")
+    if held and not opts.resume:
+        if not opts.force:
+            raise ValueError(f"{out} already holds a sweep: --resume runs its missing cells, --force starts over")
+        shutil.rmtree(out / "cells", ignore_errors=True)
+        for name in SWEEP_FILES:
+            (out / name).unlink(missing_ok=True)
+
+
+def sweep(exp: Experiment, out: str | Path, opts: SweepOptions | None = None, **overrides: Any) -> dict[str, Any]:
+    """Run ``exp``'s grid (``overrides``: command-line values) into ``out``; return ``sweep.json``'s content.
+
+    Every cell's config is checked and ``out`` is claimed before the first cell runs."""
+    opts, out = opts or SweepOptions(), Path(out)
+    cells = exp.cells(**overrides)
+    claim(out, opts)
+    jobs = [(c, opts.folders.get(c.name, out / "cells" / c.name)) for c in cells]
+    log.info("sweep %s: %d cells -> %s (%s)", exp.title, len(cells), out, _how(opts))
+    results, t0, cores = run_jobs(jobs, exp.provenance(), opts)
+    summary = write_summary(out, exp, cells, results, time.perf_counter() - t0, cores, opts)
+    doc = write_tables(out, cells, [f for _, f in jobs], {"experiment": exp.provenance(), "fixed": exp.fixed,
+                                                          "axes": {k: v for k, v in exp.axes.items()}})
+    summary["figures"] = [str(p.relative_to(out)) for p in plot_all(doc, out)]
+    return summary
+
+
+def _how(opts: SweepOptions) -> str:
+    if opts.executor == "local":
+        return "one cell at a time in this process"
+    return f"Ray tasks of {opts.cpus:g} CPU each" + (f" on {opts.ray_address}" if opts.ray_address else ", local Ray")
+
+
+def run_jobs(jobs: list[tuple[Cell, Path]], provenance: dict[str, Any], opts: SweepOptions
+             ) -> tuple[dict[str, CellResult], float, int]:
+    """Run the jobs (finished ones skipped), one live bar over the cells and a line per finished cell;
+    return the cells' ends, the start time of the first cell run and the cores they ran on."""
+    from ..progress import progress
+
+    results: dict[str, CellResult] = {}
+    t0 = time.perf_counter()
+    with progress(len(jobs), "cells", key="cells", every=len(jobs) + 1, level=logging.DEBUG) as bar:
+        def report(r: CellResult) -> None:
+            results[r.name] = r
+            bar.advance(last=r.name)
+            log.log(logging.WARNING if r.status == "failed" else logging.INFO, "%s | %s", bar.line().split(":")[0],
+                    r.line())
+
+        todo = pending_jobs(jobs, report)
+        t0 = time.perf_counter()
+        local = [j for j in todo if j[0].cfg.engine != "flower"]
+        executor = LocalExecutor() if opts.executor == "local" else RayExecutor(opts.cpus, opts.ray_address)
+        if local:
+            executor.run(local, opts.resume, opts.keep_checkpoints, provenance, report)
+        flower = [j for j in todo if j[0].cfg.engine == "flower"]
+        if flower:
+            run_flower_cells(flower, opts.resume, opts.keep_checkpoints, provenance, report)
+    cores = (executor.cores or 1) if local else 1
+    return results, t0, cores
+
+
+def write_summary(out: Path, exp: Experiment, cells: list[Cell], results: dict[str, CellResult], wall: float,
+                  cores: int, opts: SweepOptions) -> dict[str, Any]:
+    """``sweep.json``: the experiment, each cell's end, wall time, cores and parallel efficiency."""
+    ran = [r for r in results.values() if r.status == "done"]
+    busy = sum(r.seconds for r in ran)
+    summary = {"experiment": exp.provenance(), "executor": opts.executor, "cpus_per_cell": opts.cpus,
+               "cells": [{"name": c.name, "values": c.values, **_end(results.get(c.name))} for c in cells],
+               "counts": {s: sum(1 for r in results.values() if r.status == s) for s in ("done", "skipped", "failed")},
+               "wall_s": wall, "cores": cores, "cell_seconds": busy,
+               "parallel_efficiency": busy / (wall * cores) if ran and wall > 0 else None,
+               "meta": {**run_meta(), "cpu_count": os.cpu_count()}}
+    atomic_write_json(out / "sweep.json", summary)
+    return summary
+
+
+def _end(r: CellResult | None) -> dict[str, Any]:
+    if r is None:
+        return {"status": "not run"}
+    return {"status": r.status, "seconds": r.seconds, **({"error": r.error} if r.error else {})}
+
+
+def read_results(out: str | Path) -> dict[str, Any]:
+    """A sweep's ``results.json`` (one-line error when ``out`` holds none)."""
+    path = Path(out) / "results.json"
+    try:
+        return dict(json.loads(path.read_text()))
+    except OSError:
+        raise ValueError(f"{out} holds no sweep results (results.json): run sstq-fl sweep first") from None
+    except ValueError:
+        raise ValueError(f"{path} is not valid JSON") from None
