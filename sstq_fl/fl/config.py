@@ -39,8 +39,8 @@ class RunConfig(Options):
              "client per distinct id of the task's natural_ids)")
     alpha: float = option(0.5, help="dirichlet partition: concentration (small: strong label skew)", low=0,
                           strict_low=True)
-    min_partition_size: int = option(10, low=0, help="dirichlet partition: the partition is drawn again until "
-                                                      "every client holds at least this many records")
+    min_partition_size: int = option(10, low=0, help="dirichlet partition: the partition is drawn again (at most 11 "
+                                                      "draws) until every client holds at least this many records")
     self_balancing: bool = option(False, help="dirichlet partition: give no more of a class to a client already "
                                               "above the mean share of records (flwr-datasets' self_balancing)")
     shards_per_client: int = option(2, low=1, help="shard partition: label-sorted shards per client")
