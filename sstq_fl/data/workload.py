@@ -1,6 +1,6 @@
 """The records of a DP generative workload as every client loads them by itself (:class:`WorkloadData`):
 the source split, a class-stratified subset, and the record-level client partition
-(:func:`partition_records`: IID-stratified or Dirichlet(α) label skew).
+(:func:`partition_records`: IID-stratified, Dirichlet(α) label skew or another partitioner).
 
 Images are float32 ``[n, 1, 28, 28]`` in [0, 1]; labels are int64 ``[n]``.
 """
@@ -14,7 +14,7 @@ from functools import lru_cache
 import numpy as np
 
 from .. import rng
-from ..fl.partition import dirichlet_shards
+from ..fl.partitioners import PARTITIONERS, PartitionOptions
 from ..privacy.dataset_ledger import dataset_digest
 from .idx import load_fashion_mnist
 from .mnist import load_private_split
@@ -31,8 +31,9 @@ def _stratified_shards(labels: np.ndarray, clients: int, seed: int) -> list[np.n
 def partition_records(labels: np.ndarray, clients: int, scheme: str = "iid", alpha: float | None = None,
                       seed: int = 0) -> list[np.ndarray]:
     """Record-level partition of the private set over ``clients`` simulated clients: ``scheme="iid"``
-    (IID-stratified) or ``"dirichlet"`` (each class split by Dirichlet(``alpha``) proportions, our choice).  Returns
-    sorted, disjoint index arrays whose union is every record exactly once."""
+    (IID-stratified), ``"dirichlet"`` (each class split by Dirichlet(``alpha``) proportions, no client
+    without data) or another of :data:`~sstq_fl.fl.partitioners.PARTITIONERS` with its default options.
+    Returns sorted, disjoint index arrays (their union is every record exactly once for iid and dirichlet)."""
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.size == 0 or not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"labels must be a non-empty 1-D integer array, got {labels.dtype} {labels.shape}")
@@ -40,11 +41,12 @@ def partition_records(labels: np.ndarray, clients: int, scheme: str = "iid", alp
         raise ValueError(f"cannot split {labels.size} records over {clients} clients")
     if scheme == "iid":
         return _stratified_shards(labels, clients, seed)
-    if scheme == "dirichlet":
-        if alpha is None:
-            raise ValueError("scheme='dirichlet' needs alpha (the Dirichlet concentration)")
-        return dirichlet_shards(labels, clients, alpha, seed)
-    raise ValueError(f"unknown partition scheme {scheme!r} (use 'iid' or 'dirichlet')")
+    if scheme == "dirichlet" and alpha is None:
+        raise ValueError("scheme='dirichlet' needs alpha (the Dirichlet concentration)")
+    if scheme not in PARTITIONERS:
+        raise ValueError(f"unknown partition scheme {scheme!r} (use {', '.join(PARTITIONERS.names())})")
+    options = PartitionOptions(alpha=0.5 if alpha is None else alpha, min_partition_size=1)
+    return PARTITIONERS[scheme](labels, clients, seed, options)
 
 
 # ----------------------------------------------------------------------------- the workload's records

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..options import Options, option
+from .partitioners import PARTITIONERS
 
 RANDOMNESS_HELP = ("secure: each client keys its coins and minibatches with a fresh OS-CSPRNG key it never sends, and "
                    "the server samples from the OS CSPRNG (the LDP guarantee holds against the server); reproducible: "
@@ -30,8 +31,20 @@ class RunConfig(Options):
     clip: float = option(0.1, help="client clip norm C (the encoders' radius)")
     lr: float = option(0.2, help="server learning rate")
     server_cap: float = option(10.0, help="cap on the norm of the aggregated update")
-    partition: str = option("iid", help="how records are split among clients", choices=("iid", "dirichlet"))
-    alpha: float = option(0.5, help="dirichlet partition: concentration")
+    partition: str = option(
+        "iid", choices=tuple(PARTITIONERS.names()),
+        help="how the training records are split among clients, as flwr-datasets' partitioners: iid (equal random "
+             "shards), dirichlet (each class split by Dirichlet(alpha) proportions), shard (label-sorted shards, "
+             "shards-per-client each), pathological (classes-per-client random classes each), natural-id (one "
+             "client per distinct id of the task's natural_ids)")
+    alpha: float = option(0.5, help="dirichlet partition: concentration (small: strong label skew)", low=0,
+                          strict_low=True)
+    min_partition_size: int = option(10, low=0, help="dirichlet partition: the partition is drawn again (at most 11 "
+                                                      "draws) until every client holds at least this many records")
+    self_balancing: bool = option(False, help="dirichlet partition: give no more of a class to a client already "
+                                              "above the mean share of records (flwr-datasets' self_balancing)")
+    shards_per_client: int = option(2, low=1, help="shard partition: label-sorted shards per client")
+    classes_per_client: int = option(2, low=1, help="pathological partition: distinct classes per client")
     sampling_rate: float = option(1.0, help="probability q that a client joins a round")
     delta: float = option(1e-5, help="delta at which epsilon is reported")
     budget_epsilon: float | None = option(None, help="refuse to start if the plan exceeds it", unset=0.0)

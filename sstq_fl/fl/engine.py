@@ -51,7 +51,8 @@ from ..privacy.ledger import PrivacyLedger
 from ..privacy.replay import transcript_binding
 from ..rng import REPRODUCIBLE_WARNING
 from .config import RunConfig
-from .partition import client_coins, dirichlet_shards, encoder_seeds, iid_shards, minibatches, participates
+from .partition import client_coins, encoder_seeds, minibatches, participates
+from .partitioners import partition_for
 from .tasks import Task, make_task
 
 log = logging.getLogger("sstq_fl.fl")
@@ -103,7 +104,9 @@ def sigint_held() -> Iterator[None]:
 
 _FIELD_DEFAULTS = {f.name: f.default for f in fields(RunConfig) if f.default is not MISSING}
 """A checkpoint written before a field existed ran with that field's default (each new field defaults
-to the behaviour before it: one client per node, the old least-squares task)."""
+to the behaviour before it: one client per node, the old least-squares task, the partitioners' defaults;
+the Dirichlet partition's ``min_partition_size`` of 10 redraws only where the old draw gave a client
+under 10 records)."""
 
 
 def read_checkpoint(out: Path, cfg: RunConfig) -> dict[str, Any]:
@@ -163,9 +166,7 @@ class ClientData:
     def __init__(self, cfg: RunConfig, task: Task | None = None):
         self.cfg = cfg
         self.task = task or make_task(cfg.task, cfg.seed, **cfg.task_kwargs())
-        y, n_rec = self.task.data.y_train, self.task.data.x_train.shape[0]
-        self.shards = (iid_shards(n_rec, cfg.clients, cfg.seed) if cfg.partition == "iid"
-                       else dirichlet_shards(y.numpy(), cfg.clients, cfg.alpha, cfg.seed))
+        self.shards = partition_for(cfg, self.task)
 
     def gradients(self, theta: torch.Tensor, t: int, ids: np.ndarray, keys: np.ndarray | None) -> tuple[torch.Tensor, int]:
         """Round ``t``'s minibatch gradients of clients ``ids`` (``[n, d]``; minibatches from ``keys``

@@ -1,36 +1,16 @@
-"""Client partitions, per-round minibatches and participation, all derived per (seed, round, client)."""
+"""Per-round minibatches, participation and coins, all derived per (seed, round, client); the client
+partitions themselves are :mod:`sstq_fl.fl.partitioners`' (``iid_shards`` and ``dirichlet_shards`` are
+re-exported here)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .. import rng
+from .partitioners import dirichlet_shards, iid_shards
 
-
-def iid_shards(n_records: int, clients: int, seed: int) -> list[np.ndarray]:
-    """Disjoint IID shards of (almost) equal size: a seeded permutation split evenly."""
-    if not 1 <= clients <= n_records:
-        raise ValueError(f"cannot split {n_records} records over {clients} clients")
-    keys = rng.raw_bits(np.array([rng.derive_seed(seed, 0xA11)], np.uint64), "iid-permutation", n_records)[0]
-    return [np.sort(s) for s in np.array_split(np.argsort(keys, kind="stable"), clients)]
-
-
-def dirichlet_shards(labels: np.ndarray, clients: int, alpha: float, seed: int) -> list[np.ndarray]:
-    """Label-skewed disjoint shards: each class is split over clients by Dirichlet(α) proportions."""
-    if not alpha > 0:
-        raise ValueError(f"Dirichlet alpha must be positive, got {alpha}")
-    gen = np.random.Generator(np.random.Philox(key=rng.derive_seed(seed, 0xD1)))
-    parts: list[list[np.ndarray]] = [[] for _ in range(clients)]
-    for c in np.unique(labels):
-        idx = np.nonzero(labels == c)[0]
-        idx = idx[gen.permutation(len(idx))]
-        cuts = (np.cumsum(gen.dirichlet(np.full(clients, alpha))) * len(idx)).astype(int)[:-1]
-        for k, chunk in enumerate(np.split(idx, cuts)):
-            parts[k].append(chunk)
-    shards = [np.sort(np.concatenate(p)) for p in parts]
-    if any(len(s) == 0 for s in shards):
-        raise ValueError(f"Dirichlet({alpha}) left a client without data; use more data, fewer clients or larger alpha")
-    return shards
+__all__ = ["client_coins", "dirichlet_shards", "encoder_seeds", "iid_shards", "minibatch", "minibatches",
+           "participates"]
 
 
 def minibatch(shard: np.ndarray, batch: int, seed: int, round: int, client: int) -> np.ndarray:

@@ -233,8 +233,8 @@ def test_a_fresh_run_checkpoints_round_zero(tmp_path):
 
 
 def test_a_checkpoint_from_before_the_newer_fields_resumes_with_their_defaults(tmp_path):
-    """``lsq_noise``, ``lsq_theta_scale`` and ``clients_per_node`` came later: a checkpoint without them ran
-    with their defaults and resumes; one with another value for them does not."""
+    """``lsq_noise``, ``lsq_theta_scale``, ``clients_per_node`` and the partitioners' options came later: a
+    checkpoint without them ran with their defaults and resumes; one with another value for them does not."""
     cfg = RunConfig(encoder="sqkr", **{**LSQ, "rounds": 3})
     tr = Trainer(cfg)
     tr.run_round = lambda st: (_ for _ in ()).throw(KeyboardInterrupt)  # type: ignore[method-assign]
@@ -242,7 +242,8 @@ def test_a_checkpoint_from_before_the_newer_fields_resumes_with_their_defaults(t
         tr.train(tmp_path / "old", progress=False)
     path = tmp_path / "old" / "checkpoint.json"
     ck = json.loads(path.read_text())
-    for k in ("lsq_noise", "lsq_theta_scale", "clients_per_node"):
+    for k in ("lsq_noise", "lsq_theta_scale", "clients_per_node", "min_partition_size", "self_balancing",
+              "shards_per_client", "classes_per_client"):
         del ck["config"][k]
     path.write_text(json.dumps(ck))
     with pytest.raises(ValueError, match=r"different config \(\['lsq_noise'\]\)"):
