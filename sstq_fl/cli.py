@@ -228,12 +228,13 @@ def _run_config(args: argparse.Namespace, encoder: str) -> Any:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Several encoders on identical batches (every spec is checked before any training)."""
-    from .fl.compare import DEFAULT_ENCODERS, compare
+    from .experiments.compare import DEFAULT_ENCODERS, compare
 
     encoders = args.encoders or DEFAULT_ENCODERS
     print(f"comparing {len(encoders)} encoders on {args.task} ({args.clients} clients, {args.rounds} rounds, "
           f"epsilon {args.epsilon}) -> {args.out}")
-    compare(_run_config(args, encoders[0]), encoders, args.out, resume=args.resume, force=args.force)
+    compare(_run_config(args, encoders[0]), encoders, args.out, resume=args.resume, force=args.force,
+            experiment=getattr(args, "experiment", None), keep_checkpoints=args.keep_checkpoints)
     print(f"wrote {args.out}/comparison.md (table), {args.out}/comparison.png (curves, accuracy vs bits), "
           f"{args.out}/comparison.json and one folder per encoder")
     return 0
@@ -245,7 +246,7 @@ DEMO_ENCODERS = ["clean", "privunit", "sqkr", "sstq-flat:b=4", "sstq-ma:b=4"]
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """The built-in default comparison: Fashion-MNIST, 100 clients, five encoders, Flower + Ray."""
-    from .fl.compare import compare
+    from .experiments.compare import compare
     from .fl.engine import RunConfig
 
     base = RunConfig(task="fmnist", clients=100, rounds=args.rounds, epsilon=3.0, clip=0.5, lr=0.5,

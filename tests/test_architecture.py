@@ -148,7 +148,7 @@ def test_no_private_name_is_imported_from_another_package() -> None:
 def test_the_graph_sees_function_local_imports() -> None:
     """cli imports its commands' modules inside the command functions only: the graph has those edges."""
     graph, _ = import_graph()
-    assert "sstq_fl.fl.compare" in graph["sstq_fl.cli"] and "sstq_fl.bench.mse" in graph["sstq_fl.cli"]
+    assert "sstq_fl.experiments.compare" in graph["sstq_fl.cli"] and "sstq_fl.bench.mse" in graph["sstq_fl.cli"]
 
 
 def test_every_internal_import_resolves() -> None:

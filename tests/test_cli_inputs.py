@@ -96,7 +96,7 @@ def test_resume_says_where_it_restarts_and_refuses_a_missing_checkpoint(tmp_path
     assert main(run_args(tmp_path / "r")) == 0
     capsys.readouterr()
     assert main(run_args(tmp_path / "r", "--resume")) == 0
-    assert f"resuming from round 3 of 3 in {tmp_path / 'r'}" in capsys.readouterr().out
+    assert f"the run in {tmp_path / 'r'} is complete (3 rounds): nothing to resume" in capsys.readouterr().out
     assert main(run_args(tmp_path / "none", "--resume")) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no checkpoint" in err and not (tmp_path / "none").exists()

@@ -24,7 +24,9 @@ from .spec import Cell, key_name
 METRICS = ("test_accuracy", "test_metric", "distance_to_optimum")
 """The per-round quality metric, the first one a run records: accuracy, a task's own metric, or E2's distance."""
 ROUND_VALUES = ("bits_per_client", "train_loss", "epsilon_spent")
-IDENTITY = ("task", "encoder", "encoder_params", "encoder_spec", "epsilon", "b", "seed")
+BIT_PARAMS = ("b", "b0", "bits")
+"""The encoder parameter reported as ``b``: bits per label (SSTQ), the bit cap of SQKR's automatic ``k``, or
+PrivUnit-MRC's index bits, the first a spec sets."""
 SUMMARISED = ("metric", "train_loss", "epsilon_spent", "bits_per_client")
 
 
@@ -40,7 +42,7 @@ def identity(cell: Cell) -> dict[str, Any]:
     """The columns that say what a cell ran: task, encoder (name, parameters, spec), ε, b, seed."""
     name, params = parse_spec(cell.cfg.encoder)
     return {"task": cell.cfg.task, "encoder": name, "encoder_params": ",".join(f"{k}={v}" for k, v in params.items()),
-            "encoder_spec": cell.cfg.encoder, "epsilon": cell.cfg.epsilon, "b": params.get("b", ""),
+            "encoder_spec": cell.cfg.encoder, "epsilon": cell.cfg.epsilon, "b": next((params[p] for p in BIT_PARAMS if p in params), ""),
             "seed": cell.cfg.seed}
 
 

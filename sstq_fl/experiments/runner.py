@@ -81,22 +81,30 @@ def run_cell(cfg_json: str, folder: str, resume: bool, keep_checkpoints: bool, r
     import torch
 
     from ..fl.config import RunConfig
-    from ..fl.engine import Trainer, completed_metrics
+    from ..fl.engine import Trainer
 
     if threads > 0:
         torch.set_num_threads(threads)
-    t0, out = time.perf_counter(), Path(folder)
+    t0 = time.perf_counter()
     try:
         cfg = RunConfig(**json.loads(cfg_json))
-        done = completed_metrics(out, cfg)
-        if done is not None:
-            return {"status": "skipped", "seconds": 0.0, "final": done["final"]}
         trainer = Trainer(cfg, task=shared_task(cfg), keep_checkpoints=keep_checkpoints)
-        atomic_write_json(out / CELL_FILE, record)
-        m = trainer.train(out, resume=resume and (out / "checkpoint.json").exists(), progress=False)
-        return {"status": "done", "seconds": time.perf_counter() - t0, "final": m["final"]}
+        return train_cell(trainer, Path(folder), resume, record)
     except Exception as exc:  # noqa: BLE001  (a failing cell is reported; the sweep goes on)
         return {"status": "failed", "seconds": time.perf_counter() - t0, "error": one_line(exc)}
+
+
+def train_cell(trainer: Any, out: Path, resume: bool, record: dict[str, Any]) -> dict[str, Any]:
+    """Train (or resume, or skip when complete) one cell with its built trainer; its end as a dict."""
+    from ..fl.engine import completed_metrics
+
+    t0 = time.perf_counter()
+    done = completed_metrics(out, trainer.cfg)
+    if done is not None:
+        return {"status": "skipped", "seconds": 0.0, "final": done["final"]}
+    atomic_write_json(out / CELL_FILE, record)
+    m = trainer.train(out, resume=resume and (out / "checkpoint.json").exists(), progress=False)
+    return {"status": "done", "seconds": time.perf_counter() - t0, "final": m["final"]}
 
 
 def cell_record(cell: Cell, provenance: dict[str, Any]) -> dict[str, Any]:
@@ -107,19 +115,34 @@ def cell_record(cell: Cell, provenance: dict[str, Any]) -> dict[str, Any]:
 Report = Callable[[CellResult], None]
 
 
+@dataclass
 class LocalExecutor:
-    """The cells one after another in this process (shared task; a bar over each cell's rounds)."""
+    """The cells one after another in this process, a bar (or log lines at ``round_level``) over each
+    cell's rounds.  ``trainers``: already built ones by cell name (else built here, sharing one
+    loaded task); ``raise_errors``: a failing cell raises instead of being reported."""
 
-    cores = 1  # one cell at a time (its PyTorch threads are PyTorch's default)
+    trainers: dict[str, Any] = field(default_factory=dict)
+    raise_errors: bool = False
+    round_level: int = logging.INFO
+    cores: int = 1  # one cell at a time (its PyTorch threads are PyTorch's default)
 
     def run(self, jobs: list[tuple[Cell, Path]], resume: bool, keep: bool, provenance: dict[str, Any],
             report: Report) -> None:
         from ..progress import progress
 
         for cell, folder in jobs:
-            with progress(cell.cfg.rounds, f"{cell.name} rounds", key="rounds", every=max(1, cell.cfg.rounds // 5)):
-                got = run_cell(json.dumps(asdict(cell.cfg)), str(folder), resume, keep, cell_record(cell, provenance))
+            with progress(cell.cfg.rounds, f"{cell.cfg.encoder} rounds", key="rounds", level=self.round_level,
+                          every=1 if self.raise_errors else max(1, cell.cfg.rounds // 5)):
+                got = self._one(cell, folder, resume, keep, provenance)
             report(CellResult(cell.name, **got))
+
+    def _one(self, cell: Cell, folder: Path, resume: bool, keep: bool, provenance: dict[str, Any]) -> dict[str, Any]:
+        if cell.name not in self.trainers:
+            got = run_cell(json.dumps(asdict(cell.cfg)), str(folder), resume, keep, cell_record(cell, provenance))
+            if got["status"] == "failed" and self.raise_errors:
+                raise ValueError(got["error"])
+            return got
+        return train_cell(self.trainers[cell.name], folder, resume, cell_record(cell, provenance))
 
 
 @dataclass

@@ -113,13 +113,29 @@ def read_checkpoint(out: Path, cfg: RunConfig) -> dict[str, Any]:
     """``out``'s checkpoint; ``ValueError`` if there is none or it was made with another config."""
     path = out / "checkpoint.json"
     if not path.is_file():
-        raise ValueError(f"--resume: no checkpoint in {out} (nothing to resume; run without --resume)")
+        _no_checkpoint(out, cfg)
     ck = json.loads(path.read_text())
-    ck["config"] = {**_FIELD_DEFAULTS, **ck["config"]}  # fields added since the checkpoint: their defaults
-    if ck["config"] != asdict(cfg):
-        diff = sorted(k for k in ck["config"] if ck["config"][k] != asdict(cfg).get(k))
-        raise ValueError(f"--resume: the checkpoint in {out} was made with a different config ({diff})")
+    _same_config(ck["config"], cfg, f"the checkpoint in {out}")
     return dict(ck)
+
+
+def _same_config(recorded: dict[str, Any], cfg: RunConfig, what: str) -> None:
+    """Refuse to resume when ``recorded`` (fields added since it was written: their defaults) is not ``cfg``."""
+    recorded = {**_FIELD_DEFAULTS, **recorded}
+    if recorded != asdict(cfg):
+        diff = sorted(k for k in recorded if recorded[k] != asdict(cfg).get(k))
+        raise ValueError(f"--resume: {what} was made with a different config ({diff})")
+
+
+def _no_checkpoint(out: Path, cfg: RunConfig) -> None:
+    """Why ``out`` cannot be resumed without a checkpoint: a completed run there (whose checkpoint was removed
+    on completion) of another config, of this one (nothing left to do), or nothing at all."""
+    try:
+        recorded = json.loads((out / "metrics.json").read_text())["config"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ValueError(f"--resume: no checkpoint in {out} (nothing to resume; run without --resume)") from None
+    _same_config(recorded, cfg, f"the completed run in {out}")
+    raise ValueError(f"--resume: the run in {out} is complete (its checkpoint was removed when it completed)")
 
 
 CHECKPOINT_FILES = ("checkpoint.json", "checkpoint_theta.npy")
@@ -417,9 +433,12 @@ def run(cfg: RunConfig, out: str | Path, resume: bool = False, progress: bool | 
         trainer: Trainer | None = None) -> dict[str, Any]:
     """Run ``cfg`` into ``out`` on its engine (``trainer``: an already built one, vectorized engine);
     with ``resume``, a run already complete there returns its metrics."""
-    done = completed_metrics(Path(out), cfg) if resume and not (Path(out) / "checkpoint.json").exists() else None
-    if done is not None:
-        return done
+    folder = Path(out)
+    if resume and not (folder / "checkpoint.json").exists() and (folder / "metrics.json").exists():
+        done = completed_metrics(folder, cfg)
+        if done is None:
+            _no_checkpoint(folder, cfg)  # another config's run, or an incomplete one without its checkpoint
+        return dict(done or {})
     if cfg.engine == "flower":
         from ..backends import backend  # Flower stays at the edges: found by entry point
 
