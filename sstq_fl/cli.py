@@ -410,6 +410,7 @@ def _training_parsers(sub: Any) -> None:
     add_arguments(dm, RunConfig, only=("rounds", "seed", "engine", "randomness"),
                   defaults={"rounds": 20, "engine": "flower"})
     _resume_force_args(dm)
+    _verbose_arg(dm)
     dm.set_defaults(fn=cmd_demo)
 
 
@@ -462,7 +463,15 @@ def _training_args(r: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
                    help="flower engine: GPUs Ray reserves for each simulated node's actor (default 0.25 where CUDA is "
                         "available, else 0; e.g. 1 to give each cohort node a GPU of its own)")
     _resume_force_args(r)
+    _verbose_arg(r)
     r.add_argument("--out", required=True, help="output folder")
+
+
+def _verbose_arg(p: argparse.ArgumentParser) -> None:
+    """``--verbose``: the Flower engine's own INFO logs, which a training command otherwise hides."""
+    p.add_argument("--verbose", action="store_true",
+                   help="flower engine: show Flower's own INFO logs (per-round summaries); by default only its "
+                        "warnings and errors, and one progress line per round")
 
 
 def _last_round(out: Path) -> int | None:
@@ -489,13 +498,14 @@ def _interrupted(args: argparse.Namespace, exc: KeyboardInterrupt) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Parse and run one command; errors are one line on stderr (exit 2), Ctrl-C one line (exit 130).
     The ``sstq_fl`` loggers' INFO lines (progress, phases) go to stderr (:func:`sstq_fl.progress.configure_logging`)."""
-    from .progress import configure_logging
+    from .progress import configure_logging, quiet_flower
 
     words = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
     args = build_parser(gen=words[:1] == ["gen"]).parse_args(argv)  # the pipelines load only for ``gen``
     configure_logging()
     try:
-        return int(args.fn(args) or 0)
+        with quiet_flower(not getattr(args, "verbose", True)):  # training commands: Flower's INFO logs hidden
+            return int(args.fn(args) or 0)
     except (ValueError, OSError) as exc:
         print(f"sstq-fl: error: {exc}", file=sys.stderr)
         return 2

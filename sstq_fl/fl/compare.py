@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import atomic_write_bytes, atomic_write_json, clear_out, run_meta
-from ..progress import progress
+from ..progress import Progress, progress
 from ..rng import REPRODUCIBLE_WARNING
 from .engine import RunConfig, Trainer, existing_outputs, read_checkpoint, run, trainers
 
@@ -49,25 +49,30 @@ def compare(base: RunConfig, encoders: list[str], out: str | Path, resume: bool 
     for spec, t in prepare_out(base, encoders, out, resume, force).items():
         print(f"resuming {spec} from round {t} of {base.rounds} in {out / _slug(spec)}", flush=True)
     results = {}
-    if base.engine == "flower":  # one Flower simulation (one Ray start-up) for all encoders
-        from ..backends import backend  # Flower stays at the edges: found by entry point
-
-        jobs = [(replace(base, encoder=spec), out / _slug(spec), resume) for spec in encoders]
-        results = dict(zip(encoders, backend("flower-train-many")(jobs)))
     with progress(len(encoders), "encoders", every=1) as sweep:
+        if base.engine == "flower":  # one Flower simulation (one Ray start-up) for all encoders
+            from ..backends import backend  # Flower stays at the edges: found by entry point
+
+            jobs = [(replace(base, encoder=spec), out / _slug(spec), resume) for spec in encoders]
+            runs = backend("flower-train-many")(jobs, on_result=lambda i, m: _finished(sweep, encoders[i], m))
+            results = dict(zip(encoders, runs))
         for spec in encoders:
             if spec not in results:
                 results[spec] = _train(built[spec], out / _slug(spec), resume)
-            m = results[spec]
-            print(f"  {spec}: final {_metric_name(m)} {_metric(m):.4g}, {m['final']['bits_per_client']} bits, "
-                  f"{m['final']['wall_s']:.1f} s", flush=True)
-            sweep.advance(encoder=spec, final=f"{_metric_name(m).replace('_', ' ')} {_metric(m):.4g}")
+                _finished(sweep, spec, results[spec])
     rows = [_row(s, m) for s, m in results.items()]
     summary = {"config": {k: v for k, v in vars(base).items() if k != "encoder"}, "rows": rows, "meta": run_meta()}
     atomic_write_json(out / "comparison.json", summary)
     atomic_write_bytes(out / "comparison.md", (markdown(rows) + _randomness_line(base)).encode())
     plot_comparison(results, out / "comparison.png", base)
     return summary
+
+
+def _finished(sweep: Progress, spec: str, m: dict[str, Any]) -> None:
+    """Print an encoder's final line and advance the sweep, as soon as its run ends."""
+    print(f"  {spec}: final {_metric_name(m)} {_metric(m):.4g}, {m['final']['bits_per_client']} bits, "
+          f"{m['final']['wall_s']:.1f} s", flush=True)
+    sweep.advance(encoder=spec, final=f"{_metric_name(m).replace('_', ' ')} {_metric(m):.4g}")
 
 
 def _train(trainer: Trainer, out: Path, resume: bool) -> dict[str, Any]:

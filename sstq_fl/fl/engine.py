@@ -294,7 +294,8 @@ class Trainer:
         from ..progress import report  # a bar where the caller opened one (sstq-fl run, compare), else a log line
 
         report("rounds", st.round, self.cfg.rounds, label=self.cfg.encoder, loss=rec.get("train_loss"),
-               **{k: rec[k] for k in ("test_accuracy", "distance_to_optimum") if k in rec}, eps=rec["epsilon_spent"])
+               **{k: rec[k] for k in ("test_accuracy", "distance_to_optimum") if k in rec}, eps=rec["epsilon_spent"],
+               took=f"{seconds:.1f} s")
 
     def train(self, out: str | Path, resume: bool = False, progress: bool | None = None) -> dict[str, Any]:
         """Run (or with ``resume`` continue) into ``out``; Ctrl-C raises :class:`RunInterrupted`."""
