@@ -295,11 +295,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = _run_config(args, args.encoder)
     trainer = trainers(cfg, [cfg.encoder])[cfg.encoder]  # checks the encoder, the data and the budget
-    trainer.keep_checkpoints = args.keep_checkpoints
     _claim_out(cfg, args)
     _record_experiment(args, cfg)
     with progress(cfg.rounds, f"{cfg.encoder} rounds", key="rounds", every=1):  # a bar on a terminal, else log lines
-        m = run(cfg, args.out, resume=args.resume, trainer=trainer)
+        m = run(cfg, args.out, resume=args.resume, trainer=trainer, keep_checkpoints=args.keep_checkpoints)
     f = m["final"]
     metric = f"test accuracy {f['test_accuracy']:.4f}" if "test_accuracy" in f else \
         f"distance to optimum {f['distance_to_optimum']:.4g}"
@@ -431,6 +430,7 @@ def _training_parsers(sub: Any) -> None:
     add_arguments(dm, RunConfig, only=("rounds", "seed", "engine", "randomness"),
                   defaults={"rounds": 20, "engine": "flower"})
     _resume_force_args(dm)
+    _verbose_arg(dm)
     dm.set_defaults(fn=cmd_demo)
 
 
@@ -486,7 +486,15 @@ def _training_args(r: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
     _resume_force_args(r)
     add_keep_checkpoints(r)
     add_config_option(r)
+    _verbose_arg(r)
     r.add_argument("--out", required=True, help="output folder")
+
+
+def _verbose_arg(p: argparse.ArgumentParser) -> None:
+    """``--verbose``: the Flower engine's own INFO logs, which a training command otherwise hides."""
+    p.add_argument("--verbose", action="store_true",
+                   help="flower engine: show Flower's own INFO logs (per-round summaries); by default only its "
+                        "warnings and errors, and one progress line per round")
 
 
 def _last_round(out: Path) -> int | None:
@@ -513,7 +521,7 @@ def _interrupted(args: argparse.Namespace, exc: KeyboardInterrupt) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Parse and run one command; errors are one line on stderr (exit 2), Ctrl-C one line (exit 130).
     The ``sstq_fl`` loggers' INFO lines (progress, phases) go to stderr (:func:`sstq_fl.progress.configure_logging`)."""
-    from .progress import configure_logging
+    from .progress import configure_logging, quiet_flower
 
     words = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
     parser = build_parser(gen=words[:1] == ["gen"])  # the pipelines load only for ``gen``
@@ -524,7 +532,8 @@ def main(argv: list[str] | None = None) -> int:
             from .experiments.cli import apply_config
 
             args = apply_config(parser, args, argv)
-        return int(args.fn(args) or 0)
+        with quiet_flower(not getattr(args, "verbose", True)):  # training commands: Flower's INFO logs hidden
+            return int(args.fn(args) or 0)
     except (ValueError, OSError) as exc:
         print(f"sstq-fl: error: {exc}", file=sys.stderr)
         return 2

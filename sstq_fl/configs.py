@@ -10,7 +10,8 @@ from typing import Any
 
 from .options import options_markdown, run_config_defaults
 
-APP_KEYS: dict[str, Any] = {"workload": "train", "round-timeout": 0.0, "out-dir": "results/flwr-run", "resume": False}
+APP_KEYS: dict[str, Any] = {"workload": "train", "round-timeout": 0.0, "out-dir": "results/flwr-run", "resume": False,
+                           "keep-checkpoints": False}
 """The Flower app's own run-config keys and defaults (``workload``: ``train`` or a pipeline's name)."""
 TRAIN_APP_DEFAULTS: dict[str, Any] = {"clients": 10, "rounds": 20, "randomness": "secure"}
 """Where the Flower app's defaults differ from ``sstq-fl run``'s: a 10-SuperNode federation, and

@@ -35,7 +35,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,7 @@ from sstq_fl.flower.plumbing import (  # noqa: F401  (re-exported: the names the
     discover,
     round_timeout,
     simulate,
+    summary_level,
 )
 from sstq_fl.flower.run_config import config_from_run_config, workload_of
 from sstq_fl.progress import configure_logging
@@ -76,8 +77,11 @@ class SstqSampling(FedAvgM):
     def __init__(self, trainer: Trainer, offset: int, timeout: float, send_config: bool = False):
         self.per_node = trainer.cfg.clients_per_node
         n = self.parts = node_count(trainer.cfg.clients, self.per_node)  # partitions: one per (cohort) node
-        super().__init__(fraction_evaluate=0.0, min_train_nodes=n, min_available_nodes=n,
-                         server_learning_rate=trainer.cfg.lr, server_momentum=0.0)
+        super().__init__(min_train_nodes=n, min_available_nodes=n, server_learning_rate=trainer.cfg.lr,
+                         server_momentum=0.0)
+        # no federated evaluation (the server evaluates θ): set after __init__, which would log a WARNING
+        # each run that the skip we ask for happens
+        self.fraction_evaluate, self.min_evaluate_nodes = 0.0, 0
         self.tr, self.offset, self.timeout = trainer, offset, timeout
         self.cfg_json = json.dumps(asdict(trainer.cfg), sort_keys=True) if send_config else ""
         self._nodes: dict[int, int] | None = None
@@ -98,8 +102,8 @@ class SstqSampling(FedAvgM):
         self._by_node = {n: c for c, n in (value or {}).items()}
 
     def summary(self) -> None:
-        log.info("SstqSampling: %d clients on %d nodes, rounds %d..%d, server lr %s", self.tr.cfg.clients, self.parts,
-                 self.offset + 1, self.tr.cfg.rounds, self.server_learning_rate)
+        log.log(summary_level(), "SstqSampling: %d clients on %d nodes, rounds %d..%d, server lr %s", self.tr.cfg.clients,
+                self.parts, self.offset + 1, self.tr.cfg.rounds, self.server_learning_rate)
 
     def refresh_nodes(self, grid: Grid) -> set[int]:
         """Connected node ids; re-map partitions whose node left or went silent when new nodes joined.
@@ -192,15 +196,16 @@ class RunRecorder:
 
 
 def serve(grid: Grid, cfg: RunConfig, out: Path, resume: bool = False, progress: bool = False,
-          deployment: bool = False, timeout: float | None = None, send_config: bool = False) -> dict[str, Any]:
+          deployment: bool = False, timeout: float | None = None, send_config: bool = False,
+          keep_checkpoints: bool = False) -> dict[str, Any]:
     """Run (or resume) ``cfg`` through ``LdpDecoding(SstqSampling)``; write and return ``metrics.json``.
 
     ``deployment``: the metrics leave out ``train_loss`` (computed on the pooled private data,
-    which a real server does not hold)."""
+    which a real server does not hold); ``keep_checkpoints``: leave the checkpoint once the run completes."""
     if cfg.diagnostics:
         raise ValueError("diagnostics (the clients' raw encoder statistics) exist on the vectorized engine only: "
                          "only the mechanism's output leaves a Flower client")
-    tr = Trainer(cfg, publish_train_loss=not deployment)
+    tr = Trainer(cfg, publish_train_loss=not deployment, keep_checkpoints=keep_checkpoints)
     st = tr.initial_state(out, resume)
     if st.round == 0:
         tr.save(out, st)  # round 0: an interrupted run can always be resumed
@@ -235,13 +240,14 @@ def main(grid: Grid, context: Context) -> None:
         return
     cfg, out, resume = config_from_run_config(rc)
     refuse_in_deployment(cfg.clients_per_node)
-    final = serve(grid, cfg, out, resume, deployment=True, timeout=round_timeout(rc))["final"]
+    final = serve(grid, cfg, out, resume, deployment=True, timeout=round_timeout(rc),
+                  keep_checkpoints=bool(rc.get("keep-checkpoints", False)))["final"]
     log.info("sstq-fl run finished: %s → %s", json.dumps(final, default=str), out / "metrics.json")
 
 
 def run_flower(cfg: RunConfig, out: Path, resume: bool = False, progress: bool | None = None,
-               client_cpus: float | None = None, ray_address: str | None = None, client_gpus: float | None = None
-               ) -> dict[str, Any]:
+               client_cpus: float | None = None, ray_address: str | None = None, client_gpus: float | None = None,
+               keep_checkpoints: bool = False) -> dict[str, Any]:
     """Run ``cfg`` on Flower's simulation engine (Ray), one SuperNode per client, or, with
     ``cfg.clients_per_node`` M > 1, one per cohort of M virtual clients (:mod:`sstq_fl.flower.cohort`).
 
@@ -251,16 +257,21 @@ def run_flower(cfg: RunConfig, out: Path, resume: bool = False, progress: bool |
     batch) and ``client_gpus`` GPUs (default: 0.25 when CUDA is available, else 0), through
     Flower's client resources.
     """
-    return run_flower_many([(cfg, out, resume)], progress, client_cpus, ray_address, client_gpus)[0]
+    return run_flower_many([(cfg, out, resume)], progress, client_cpus, ray_address, client_gpus,
+                           keep_checkpoints=keep_checkpoints)[0]
 
 
 def run_flower_many(jobs: list[tuple[RunConfig, Path, bool]], progress: bool | None = None,
-                    client_cpus: float | None = None, ray_address: str | None = None, client_gpus: float | None = None
+                    client_cpus: float | None = None, ray_address: str | None = None, client_gpus: float | None = None,
+                    on_result: Callable[[int, dict[str, Any]], None] | None = None, keep_checkpoints: bool = False
                     ) -> list[dict[str, Any]]:
     """Run several configs (e.g. one per encoder) one after another in **one** Flower simulation.
 
     The SuperNodes and their Ray actors are started once; each message carries its run's config, so
     the clients switch encoder with the server.  All jobs need the same ``clients`` and ``clients_per_node``.
+    ``on_result(i, metrics)`` is called (in the ServerApp's thread) as soon as job ``i`` ends, so a
+    caller can report each run while the next one trains; ``keep_checkpoints``: leave each completed
+    run's checkpoint.
 
     One SIGINT (Ctrl-C) stops the simulation within seconds (:func:`~sstq_fl.flower.plumbing.simulate`):
     the round in progress is abandoned, every completed round is in its run's checkpoint, and
@@ -274,8 +285,11 @@ def run_flower_many(jobs: list[tuple[RunConfig, Path, bool]], progress: bool | N
 
     @server.main()
     def _main(grid: Grid, context: Context) -> None:
-        for cfg, out, resume in jobs:
-            results.append(serve(StoppableGrid(grid, stop), cfg, out, resume, bool(progress), send_config=True))
+        for i, (cfg, out, resume) in enumerate(jobs):
+            results.append(serve(StoppableGrid(grid, stop), cfg, out, resume, bool(progress), send_config=True,
+                                 keep_checkpoints=keep_checkpoints))
+            if on_result is not None:
+                on_result(i, results[-1])
 
     simulate(server, client_app, nodes, backend_config(cpus, ray_address, client_gpus), stop)
     if len(results) < len(jobs):

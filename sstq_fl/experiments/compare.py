@@ -103,7 +103,7 @@ def _run(cells: list[Cell], out: Path, built: dict[str, Any], resume: bool, keep
 
         jobs = pending_jobs([(c, out / c.name) for c in cells], report) if resume else [(c, out / c.name) for c in cells]
         if jobs and cells[0].cfg.engine == "flower":
-            run_flower_cells(jobs, resume, keep, provenance, report)
+            run_flower_cells(jobs, resume, keep, provenance, report, raise_errors=True)
         elif jobs:
             LocalExecutor(trainers={c.name: built[c.cfg.encoder] for c, _ in jobs}, raise_errors=True).run(
                 jobs, resume, keep, provenance, report)

@@ -120,8 +120,8 @@ def plot_bits(doc: dict[str, Any], base: Path) -> Figure:
 
 
 def _point(ax: Axes, x: float, a: dict[str, Any], label: str) -> None:
-    mean, low, high = a.get("metric_mean"), a.get("metric_ci_low"), a.get("metric_ci_high")
-    err = None if low is None or high is None else [[mean - low], [high - mean]]
+    mean, low, high = float(a["metric_mean"]), a.get("metric_ci_low"), a.get("metric_ci_high")
+    err = None if low is None or high is None else [[mean - float(low)], [float(high) - mean]]
     ax.errorbar([x], [mean], yerr=err, fmt="o", ms=4, capsize=3, label=label)
 
 

@@ -41,9 +41,9 @@ def metric_name(rounds: Sequence[dict[str, Any]]) -> str:
 def identity(cell: Cell) -> dict[str, Any]:
     """The columns that say what a cell ran: task, encoder (name, parameters, spec), ε, b, seed."""
     name, params = parse_spec(cell.cfg.encoder)
+    b = next((params[p] for p in BIT_PARAMS if p in params), "")
     return {"task": cell.cfg.task, "encoder": name, "encoder_params": ",".join(f"{k}={v}" for k, v in params.items()),
-            "encoder_spec": cell.cfg.encoder, "epsilon": cell.cfg.epsilon, "b": next((params[p] for p in BIT_PARAMS if p in params), ""),
-            "seed": cell.cfg.seed}
+            "encoder_spec": cell.cfg.encoder, "epsilon": cell.cfg.epsilon, "b": b, "seed": cell.cfg.seed}
 
 
 def cell_rows(cell: Cell, folder: Path) -> list[dict[str, Any]]:

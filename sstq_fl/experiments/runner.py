@@ -190,31 +190,46 @@ class RayExecutor:
 
 
 def run_flower_cells(jobs: list[tuple[Cell, Path]], resume: bool, keep: bool, provenance: dict[str, Any],
-                     report: Report) -> None:
+                     report: Report, raise_errors: bool = False) -> None:
     """Cells on the Flower engine: in this process, one Flower simulation (one Ray start) per group of
-    cells with the same federation (clients, clients per node)."""
-    from ..backends import backend  # Flower stays at the edges: found by entry point
-
+    cells with the same federation (clients, clients per node); each cell reported as it ends.  A
+    simulation that fails fails the group's unfinished cells (``raise_errors``: raises instead)."""
     groups: dict[tuple[int, int], list[tuple[Cell, Path]]] = {}
     for cell, folder in jobs:
         groups.setdefault((cell.cfg.clients, cell.cfg.clients_per_node), []).append((cell, folder))
-    for group in groups.values():
-        for cell, folder in group:
-            atomic_write_json(folder / CELL_FILE, cell_record(cell, provenance))
-        t0 = time.perf_counter()
-        try:
-            runs = backend("flower-train-many")([(c.cfg, f, resume and (f / "checkpoint.json").exists())
-                                                 for c, f in group])
-        except Exception as exc:  # noqa: BLE001
-            for cell, _ in group:
-                report(CellResult(cell.name, "failed", error=one_line(exc)))
-            continue
-        for (cell, folder), m in zip(group, runs):
-            if not keep:
-                from ..fl.engine import remove_checkpoints
+    finished: set[str] = set()
 
-                remove_checkpoints(folder)
-            report(CellResult(cell.name, "done", (time.perf_counter() - t0) / len(group), final=m["final"]))
+    def seen(r: CellResult) -> None:
+        finished.add(r.name)
+        report(r)
+
+    for group in groups.values():
+        try:
+            _flower_group(group, resume, keep, provenance, seen)
+        except Exception as exc:  # noqa: BLE001  (the simulation failed: its unfinished cells did)
+            if raise_errors:
+                raise
+            for cell, _ in group:
+                if cell.name not in finished:
+                    report(CellResult(cell.name, "failed", error=one_line(exc)))
+
+
+def _flower_group(group: list[tuple[Cell, Path]], resume: bool, keep: bool, provenance: dict[str, Any],
+                  report: Report) -> None:
+    """One Flower simulation for ``group``'s cells, one after another."""
+    from ..backends import backend  # Flower stays at the edges: found by entry point
+
+    for cell, folder in group:
+        atomic_write_json(folder / CELL_FILE, cell_record(cell, provenance))
+    clock = [time.perf_counter()]
+
+    def ended(i: int, m: dict[str, Any]) -> None:
+        now = time.perf_counter()
+        seconds, clock[0] = now - clock[0], now
+        report(CellResult(group[i][0].name, "done", seconds, final=m["final"]))
+
+    runs = [(c.cfg, f, resume and (f / "checkpoint.json").exists()) for c, f in group]
+    backend("flower-train-many")(runs, on_result=ended, keep_checkpoints=keep)
 
 
 def pending_jobs(jobs: Iterable[tuple[Cell, Path]], report: Report) -> list[tuple[Cell, Path]]:

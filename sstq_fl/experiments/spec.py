@@ -72,7 +72,8 @@ class Experiment:
         ``overrides`` (command-line options) replace fixed values and axes alike."""
         axes = {k: v for k, v in self.axes.items() if k not in overrides}
         base = {**self.fixed, **overrides, **task_params_value(self.task_params)}
-        cells, names = [], set()
+        cells: list[Cell] = []
+        names: set[str] = set()
         for combo in itertools.product(*axes.values()) if axes else [()]:
             values = dict(zip(axes, combo))
             cfg = _config(base, values, self.path)

@@ -335,7 +335,8 @@ class Trainer:
         from ..progress import report  # a bar where the caller opened one (sstq-fl run, compare), else a log line
 
         report("rounds", st.round, self.cfg.rounds, label=self.cfg.encoder, loss=rec.get("train_loss"),
-               **{k: rec[k] for k in ("test_accuracy", "distance_to_optimum") if k in rec}, eps=rec["epsilon_spent"])
+               **{k: rec[k] for k in ("test_accuracy", "distance_to_optimum") if k in rec}, eps=rec["epsilon_spent"],
+               took=f"{seconds:.1f} s")
 
     def train(self, out: str | Path, resume: bool = False, progress: bool | None = None) -> dict[str, Any]:
         """Run (or with ``resume`` continue) into ``out``; Ctrl-C raises :class:`RunInterrupted`."""
@@ -430,9 +431,10 @@ def plot_run(metrics: dict[str, Any], path: Path) -> Any:
 
 
 def run(cfg: RunConfig, out: str | Path, resume: bool = False, progress: bool | None = None,
-        trainer: Trainer | None = None) -> dict[str, Any]:
-    """Run ``cfg`` into ``out`` on its engine (``trainer``: an already built one, vectorized engine);
-    with ``resume``, a run already complete there returns its metrics."""
+        trainer: Trainer | None = None, keep_checkpoints: bool = False) -> dict[str, Any]:
+    """Run ``cfg`` into ``out`` on its engine (``trainer``: an already built one, vectorized engine;
+    ``keep_checkpoints``: leave the checkpoint once the run completes); with ``resume``, a run already
+    complete there returns its metrics."""
     folder = Path(out)
     if resume and not (folder / "checkpoint.json").exists() and (folder / "metrics.json").exists():
         done = completed_metrics(folder, cfg)
@@ -442,8 +444,10 @@ def run(cfg: RunConfig, out: str | Path, resume: bool = False, progress: bool | 
     if cfg.engine == "flower":
         from ..backends import backend  # Flower stays at the edges: found by entry point
 
-        return backend("flower-train")(cfg, Path(out), resume, progress)
-    return (trainer or Trainer(cfg)).train(out, resume, progress)
+        return backend("flower-train")(cfg, Path(out), resume, progress, keep_checkpoints=keep_checkpoints)
+    trainer = trainer or Trainer(cfg)
+    trainer.keep_checkpoints = trainer.keep_checkpoints or keep_checkpoints
+    return trainer.train(out, resume, progress)
 
 
 def trainers(base: RunConfig, specs: list[str]) -> dict[str, Trainer]:

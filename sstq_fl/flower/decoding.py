@@ -45,7 +45,7 @@ from ..privacy.errors import Budget
 from ..privacy.ledger import PrivacyLedger
 from ..progress import configure_logging
 from .mod import KEY_ENCODER, KEY_FINGERPRINT, WIRE_KEY, WIRE_STYPE, LdpSettings, encoder_for, flatten, unflatten
-from .plumbing import error_reason, node_unavailable, sender
+from .plumbing import error_reason, node_unavailable, sender, summary_level
 
 log = logging.getLogger("sstq_fl.flower")
 
@@ -85,8 +85,8 @@ class LdpDecoding(Strategy):
 
     def summary(self) -> None:
         s = self.settings
-        log.info("LdpDecoding: encoder %s, epsilon %s per message, radius %s, server cap %s", s.encoder, s.epsilon,
-                 s.radius, self.server_cap)
+        log.log(summary_level(), "LdpDecoding: encoder %s, epsilon %s per message, radius %s, server cap %s",
+                s.encoder, s.epsilon, s.radius, self.server_cap)
         self.strategy.summary()
 
     def prepare(self, arrays: ArrayRecord, num_rounds: int | None) -> Encoder:

@@ -22,6 +22,8 @@ from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 from flwr.serverapp import Grid, ServerApp
 
+from ..progress import QUIET_FLOWER_ENV
+
 log = logging.getLogger("sstq_fl.flower")
 ROUND_TIMEOUT_S = 600.0
 WORKLOAD_TIMEOUT_S = 1800.0
@@ -164,14 +166,17 @@ def discover(grid: Grid, clients: int, timeout: float = 120.0, nodes: Iterable[i
     return d.out
 
 
-def simulate(server: ServerApp, client_app: Any, nodes: int, backend_config: dict[str, Any], stop: threading.Event) -> None:
+def simulate(server: ServerApp, client_app: Any, nodes: int, backend_config: dict[str, Any], stop: threading.Event,
+             quiet: bool | None = None) -> None:
     """Flower's ``run_simulation`` with ``nodes`` SuperNodes, where one Ctrl-C sets ``stop`` and so ends the
     simulation within seconds (:func:`_stop_on_sigint`; the ServerApp must talk through a
     :class:`StoppableGrid` over ``stop``), and without Flower's deprecation banner for ``run_simulation``
-    (:class:`_RunSimulationDeprecation`).  The caller tells an interrupted simulation by ``stop``."""
+    (:class:`_RunSimulationDeprecation`).  ``quiet``: hide Flower's INFO logs (:func:`flower_logs_hidden`;
+    default: ``$SSTQ_FL_QUIET_FLOWER``, which the command line sets).  The caller tells an interrupted
+    simulation by ``stop``."""
     from flwr.simulation import run_simulation
 
-    with _stop_on_sigint(stop), _without_run_simulation_deprecation():
+    with _stop_on_sigint(stop), _without_run_simulation_deprecation(), flower_logs_hidden(quiet):
         try:
             run_simulation(server_app=server, client_app=client_app, num_supernodes=nodes, backend_config=backend_config)
         except Interrupted:
@@ -286,6 +291,35 @@ def _without_run_simulation_deprecation() -> Iterator[None]:
         yield
     finally:
         flower.removeFilter(quiet)
+
+
+@contextlib.contextmanager
+def flower_logs_hidden(hide: bool | None = None) -> Iterator[None]:
+    """While the block runs, Flower's own INFO and DEBUG records (per-round summaries, start-up banners)
+    are not emitted, so sstq-fl's one progress line per round is what a simulation prints; WARNING and
+    above (errors included) still show.  The ``flwr`` logger's level is raised to WARNING (its children
+    inherit it; its own console handler and the root's handlers see nothing below) and restored after.
+    Ray's driver logging is already at WARNING (Flower's default ``init_args.logging_level``) and the
+    actors' output still reaches the driver (``log_to_driver``), so a client's traceback stays visible.
+
+    ``hide``: default ``$SSTQ_FL_QUIET_FLOWER`` (set and not ``0``); off, nothing changes, so a library
+    caller or ``flwr run`` keeps Flower's normal logs."""
+    if hide is None:
+        hide = os.environ.get(QUIET_FLOWER_ENV, "0") not in ("", "0")
+    flower = logging.getLogger("flwr")
+    level = flower.level
+    if hide:
+        flower.setLevel(max(logging.WARNING, level))
+    try:
+        yield
+    finally:
+        flower.setLevel(level)
+
+
+def summary_level() -> int:
+    """The level of a strategy's ``summary()`` lines: INFO where Flower's own INFO logs show (they join
+    Flower's "Starting strategy" banner), DEBUG where :func:`flower_logs_hidden` hides that banner."""
+    return logging.INFO if logging.getLogger("flwr").isEnabledFor(logging.INFO) else logging.DEBUG
 
 
 def client_resource(value: float | None, env: str, default: Callable[[], float]) -> float:
