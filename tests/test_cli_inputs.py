@@ -59,7 +59,7 @@ def test_ctrl_c_stops_with_one_line_and_resume_completes_identically(tmp_path, c
 def test_a_keyboard_interrupt_from_the_flower_engine_gets_the_same_line(tmp_path, monkeypatch, capsys):
     import strategies.sstq_server as server
 
-    def interrupted(cfg, out, resume=False, progress=None):
+    def interrupted(cfg, out, resume=False, progress=None, keep_checkpoints=False):
         (out / "checkpoint.json").parent.mkdir(parents=True, exist_ok=True)
         (out / "checkpoint.json").write_text(json.dumps({"round": 2}))
         raise KeyboardInterrupt
@@ -86,7 +86,7 @@ def test_ctrl_c_during_compare_names_the_round_and_resume_finishes(tmp_path, mon
     monkeypatch.undo()
     assert main([*cmp, "--resume"]) == 0
     out = capsys.readouterr().out
-    assert "resuming clean from round 3 of 3" in out and "resuming sqkr from round 1 of 3" in out
+    assert "clean: " in out and "(already complete)" in out and "resuming sqkr from round 1 of 3" in out
     assert len(json.loads((tmp_path / "c" / "sqkr" / "metrics.json").read_text())["rounds"]) == 3
     with pytest.raises(SystemExit):
         build_parser().parse_args(["demo", "--resume", "--force"])
@@ -113,7 +113,8 @@ def test_compare_resume_needs_a_started_comparison(tmp_path, capsys):
     assert main([*cmp, str(tmp_path / "c")]) == 0
     capsys.readouterr()
     assert main([*cmp, str(tmp_path / "c"), "--resume"]) == 0
-    assert f"resuming sqkr from round 2 of 2 in {tmp_path / 'c' / 'sqkr'}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "sqkr: " in out and "(already complete)" in out and "resuming" not in out  # checkpoints removed when complete
 
 
 # ------------------------------------------------------------------ 2. occupied output folders
