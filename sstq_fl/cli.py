@@ -413,6 +413,7 @@ def _fwht_kashin_ledger_parsers(bs: Any) -> None:
 
 def _training_parsers(sub: Any) -> None:
     """``run``, ``compare`` and ``demo``."""
+    from .experiments.cli import add_verbose
     from .fl.config import RunConfig
     from .options import add_arguments
 
@@ -430,7 +431,7 @@ def _training_parsers(sub: Any) -> None:
     add_arguments(dm, RunConfig, only=("rounds", "seed", "engine", "randomness"),
                   defaults={"rounds": 20, "engine": "flower"})
     _resume_force_args(dm)
-    _verbose_arg(dm)
+    add_verbose(dm)
     dm.set_defaults(fn=cmd_demo)
 
 
@@ -471,7 +472,7 @@ def _resume_force_args(p: argparse.ArgumentParser) -> None:
 def _training_args(r: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
     """Options shared by ``run`` and ``compare``: the fields of :class:`~sstq_fl.fl.config.RunConfig`
     (declared there once), where the Flower engine runs, ``--config``, and the output folder."""
-    from .experiments.cli import add_config_option, add_keep_checkpoints
+    from .experiments.cli import add_config_option, add_keep_checkpoints, add_verbose
     from .fl.config import RunConfig
     from .options import add_arguments
 
@@ -486,15 +487,8 @@ def _training_args(r: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
     _resume_force_args(r)
     add_keep_checkpoints(r)
     add_config_option(r)
-    _verbose_arg(r)
+    add_verbose(r)
     r.add_argument("--out", required=True, help="output folder")
-
-
-def _verbose_arg(p: argparse.ArgumentParser) -> None:
-    """``--verbose``: the Flower engine's own INFO logs, which a training command otherwise hides."""
-    p.add_argument("--verbose", action="store_true",
-                   help="flower engine: show Flower's own INFO logs (per-round summaries); by default only its "
-                        "warnings and errors, and one progress line per round")
 
 
 def _last_round(out: Path) -> int | None:
@@ -511,6 +505,8 @@ def _interrupted(args: argparse.Namespace, exc: KeyboardInterrupt) -> str:
     (a progress bar is gone by then: :func:`sstq_fl.progress.progress` removes it on the way out)."""
     if not hasattr(args, "resume"):
         return "interrupted"
+    if getattr(args, "cmd", "") == "sweep":
+        return "interrupted: rerun with --resume (finished cells are kept; started ones continue from their checkpoint)"
     t = getattr(exc, "round", None)
     t = _last_round(Path(args.out)) if t is None else t
     if t is None:

@@ -26,11 +26,19 @@ def add_experiment_parsers(sub: Any, resume_force: Any) -> None:
                    help="CPUs each cell's Ray task holds (PyTorch gets one thread per CPU)")
     s.add_argument("--ray-address", default=None, help="attach to this Ray cluster (host:port) instead of a local Ray")
     add_keep_checkpoints(s)
+    add_verbose(s)
     resume_force(s)
     s.set_defaults(fn=cmd_sweep)
     p = sub.add_parser("plot", help="redraw a sweep's or comparison's figures from its results.json")
     p.add_argument("dir", help="the folder sstq-fl sweep (or compare) wrote")
     p.set_defaults(fn=cmd_plot)
+
+
+def add_verbose(p: argparse.ArgumentParser) -> None:
+    """``--verbose``: the Flower engine's own INFO logs, which a training command otherwise hides."""
+    p.add_argument("--verbose", action="store_true",
+                   help="flower engine: show Flower's own INFO logs (per-round summaries); by default only its "
+                        "warnings and errors, and one progress line per round")
 
 
 def add_keep_checkpoints(p: argparse.ArgumentParser) -> None:

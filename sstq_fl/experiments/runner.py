@@ -89,6 +89,7 @@ def run_cell(cfg_json: str, folder: str, resume: bool, keep_checkpoints: bool, r
     try:
         cfg = RunConfig(**json.loads(cfg_json))
         trainer = Trainer(cfg, task=shared_task(cfg), keep_checkpoints=keep_checkpoints)
+        trainer.plot_curves = False  # the sweep draws its own figures from every cell
         return train_cell(trainer, Path(folder), resume, record)
     except Exception as exc:  # noqa: BLE001  (a failing cell is reported; the sweep goes on)
         return {"status": "failed", "seconds": time.perf_counter() - t0, "error": one_line(exc)}

@@ -10,6 +10,8 @@ cell's status and seconds, wall time, cores and parallel efficiency
 
 from __future__ import annotations
 
+import csv
+import gzip
 import json
 import logging
 import os
@@ -21,7 +23,7 @@ from typing import Any
 
 from ..io import atomic_write_json, run_meta
 from .figures import plot_all
-from .results import write_tables
+from .results import aggregate, final_rows, write_tables
 from .runner import CellResult, LocalExecutor, RayExecutor, pending_jobs, run_flower_cells
 from .spec import Cell, Experiment
 
@@ -129,11 +131,41 @@ def _end(r: CellResult | None) -> dict[str, Any]:
 
 
 def read_results(out: str | Path) -> dict[str, Any]:
-    """A sweep's ``results.json`` (one-line error when ``out`` holds none)."""
-    path = Path(out) / "results.json"
+    """A sweep's results: its ``results.json``, else its tidy table ``results.csv`` or ``results.csv.gz``
+    (the aggregates recomputed; the experiment from ``sweep.json``); one-line error when there is none."""
+    out = Path(out)
+    path = out / "results.json"
     try:
         return dict(json.loads(path.read_text()))
-    except OSError:
-        raise ValueError(f"{out} holds no sweep results (results.json): run sstq-fl sweep first") from None
-    except ValueError:
-        raise ValueError(f"{path} is not valid JSON") from None
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError):
+        raise ValueError(f"{path} is not a readable JSON file") from None
+    rows = read_table(out)
+    aggs = aggregate(rows)
+    try:
+        exp = json.loads((out / "sweep.json").read_text()).get("experiment", {})
+    except (OSError, ValueError):
+        exp = {}
+    return {"experiment": exp, "rows": rows, "aggregates": aggs, "final": final_rows(aggs)}
+
+
+def read_table(out: Path) -> list[dict[str, Any]]:
+    """The rows of ``results.csv`` (or ``results.csv.gz``), numbers as numbers, empty cells as None."""
+    for name, opener in (("results.csv", open), ("results.csv.gz", gzip.open)):
+        if (out / name).is_file():
+            with opener(out / name, "rt", newline="") as fh:  # type: ignore[operator]
+                return [{k: _typed(v) for k, v in r.items()} for r in csv.DictReader(fh)]
+    raise ValueError(f"{out} holds no sweep results (results.json or results.csv): run sstq-fl sweep first")
+
+
+def _typed(text: str) -> Any:
+    """A CSV cell as int, float, None (empty) or the text itself."""
+    if text == "":
+        return None
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text

@@ -222,6 +222,7 @@ class Trainer:
         checkpoint files in place once the run completes); raises ``ValueError`` on a bad encoder spec
         or missing data, ``BudgetExceededError`` if the plan exceeds the budget."""
         self.cfg, self.publish_train_loss, self.keep_checkpoints = cfg, publish_train_loss, keep_checkpoints
+        self.plot_curves = True  # curves.png at the end (a sweep's cells leave it to the sweep's figures)
         self.setup_s: float | None = None  # the untimed warm-up of ``train`` (None: no warm-up ran)
         self.task = task or make_task(cfg.task, cfg.seed, **cfg.task_kwargs())
         self.enc = make_encoder(cfg.encoder, self.task.dim, cfg.epsilon, radius=cfg.clip, seed=cfg.seed)
@@ -393,7 +394,8 @@ class Trainer:
         if self.publish_train_loss or self.cfg.diagnostics:
             metrics["non_private_diagnostics"] = {"fields": self.diagnostic_fields(), "note": NON_PRIVATE_DIAGNOSTICS}
         atomic_write_json(out / "metrics.json", metrics)
-        plot_run(metrics, out / "curves.png")
+        if self.plot_curves:
+            plot_run(metrics, out / "curves.png")
         if st.round >= self.cfg.rounds and not self.keep_checkpoints:
             remove_checkpoints(out)
         return metrics

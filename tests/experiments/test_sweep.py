@@ -112,3 +112,20 @@ def test_run_takes_its_options_from_a_config_file_and_the_command_line_overrides
     assert rec["experiment"]["file"] == str(f)
     f.write_bytes(GRID)
     assert main(["run", "--config", str(f), "--out", str(tmp_path / "r2")]) == 2
+
+
+def test_plot_redraws_from_the_gzipped_tidy_table_alone(tmp_path: Path) -> None:
+    import gzip
+
+    exp = parse_experiment(GRID, "grid.toml")
+    sweep(exp, tmp_path, _local(), seed=0)
+    final = (tmp_path / "final.csv").read_text()
+    (tmp_path / "results.csv.gz").write_bytes(gzip.compress((tmp_path / "results.csv").read_bytes()))
+    for name in ("results.json", "results.csv", "rounds.png", "bits.pdf"):
+        (tmp_path / name).unlink()
+    assert main(["plot", str(tmp_path)]) == 0
+    assert (tmp_path / "rounds.png").is_file() and (tmp_path / "bits.pdf").is_file()
+    from sstq_fl.experiments.sweep import read_results
+
+    doc = read_results(tmp_path)
+    assert len(doc["final"]) == len(final.splitlines()) - 1 and doc["experiment"]["title"] == "grid.toml"
