@@ -52,7 +52,7 @@ from ..privacy.replay import transcript_binding
 from ..rng import REPRODUCIBLE_WARNING
 from .config import RunConfig
 from .partition import client_coins, dirichlet_shards, encoder_seeds, iid_shards, minibatches, participates
-from .tasks import Task, make_task
+from .tasks import LeastSquaresTask, Task, make_task
 
 log = logging.getLogger("sstq_fl.fl")
 
@@ -69,6 +69,10 @@ class RoundState:
 NON_PRIVATE_DIAGNOSTICS = ("non-private simulation diagnostics, computed on the pooled private data or the clients' "
                            "raw encoder statistics; no privacy guarantee covers them and a deployment does not publish them")
 
+
+METRIC_KEYS = ("test_accuracy", "test_metric", "test_loss", "distance_to_optimum")
+"""A round's model metric, by task: accuracy (classifiers), a user task's own metric or its test loss,
+the least-squares distance to θ*."""
 
 _WARNED: set[str] = set()
 
@@ -294,7 +298,7 @@ class Trainer:
         from ..progress import report  # a bar where the caller opened one (sstq-fl run, compare), else a log line
 
         report("rounds", st.round, self.cfg.rounds, label=self.cfg.encoder, loss=rec.get("train_loss"),
-               **{k: rec[k] for k in ("test_accuracy", "distance_to_optimum") if k in rec}, eps=rec["epsilon_spent"])
+               **{k: rec[k] for k in METRIC_KEYS if k in rec}, eps=rec["epsilon_spent"])
 
     def train(self, out: str | Path, resume: bool = False, progress: bool | None = None) -> dict[str, Any]:
         """Run (or with ``resume`` continue) into ``out``; Ctrl-C raises :class:`RunInterrupted`."""
@@ -338,7 +342,7 @@ class Trainer:
             self.ledger.mark_complete()
         self.ledger.write_transcript(out / "transcript.jsonl", delta=self.cfg.delta)
         last = st.rounds[-1]
-        final: dict[str, Any] = {k: last[k] for k in ("test_accuracy", "distance_to_optimum", "train_loss") if k in last}
+        final: dict[str, Any] = {k: last[k] for k in (*METRIC_KEYS, "train_loss") if k in last}
         final.update({"bits_per_client": self.enc.payload_bits(), "epsilon_total": self.ledger.epsilon(self.cfg.delta),
                       "delta": self.cfg.delta, "wall_s": st.wall_s,
                       **({"setup_s": self.setup_s} if self.setup_s is not None else {}), "encoder_spec": self.enc.spec,
@@ -374,7 +378,7 @@ class Trainer:
     def diagnostic_fields(self) -> list[str]:
         """The published per-round fields that no privacy guarantee covers."""
         out = ["train_loss"] if self.publish_train_loss else []
-        if self.cfg.task == "lsq":
+        if isinstance(self.task, LeastSquaresTask):  # a plug-in's least squares too, whatever its name
             out.append("distance_to_optimum (θ* is fitted on the pooled private data)")
         return out + (["encode_stats"] if self.cfg.diagnostics else [])
 
