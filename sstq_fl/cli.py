@@ -290,7 +290,7 @@ def _record_experiment(args: argparse.Namespace, cfg: Any) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """One training run: the config, encoder, data and budget are checked before ``--out`` is touched."""
-    from .fl.engine import run, trainers
+    from .fl.engine import METRIC_KEYS, run, trainers
     from .progress import progress
 
     cfg = _run_config(args, args.encoder)
@@ -300,8 +300,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with progress(cfg.rounds, f"{cfg.encoder} rounds", key="rounds", every=1):  # a bar on a terminal, else log lines
         m = run(cfg, args.out, resume=args.resume, trainer=trainer, keep_checkpoints=args.keep_checkpoints)
     f = m["final"]
-    metric = f"test accuracy {f['test_accuracy']:.4f}" if "test_accuracy" in f else \
-        f"distance to optimum {f['distance_to_optimum']:.4g}"
+    metric = next(f"{k.replace('_', ' ')} {f[k]:.4g}" for k in METRIC_KEYS if k in f)
     print(f"{cfg.encoder}: {metric}, train loss {f['train_loss']:.4f} (non-private diagnostic), "
           f"{f['bits_per_client']} bits/client/round, randomness {cfg.randomness}, "
           f"epsilon {f['epsilon_total']:.4g} at delta {f['delta']:g} ({f['wall_s']:.1f} s)")

@@ -100,9 +100,10 @@ def _label_round_axes(ax: Sequence[Axes], key: str) -> None:
 
 
 def metric_key(m: Mapping[str, Any]) -> str:
-    """``test_accuracy`` where a run has it, else ``distance_to_optimum`` (least squares)."""
+    """``test_accuracy`` where a run has it, else a user task's ``test_metric`` or ``test_loss``, else
+    ``distance_to_optimum`` (least squares)."""
     last = m["final"] if "final" in m else m["rounds"][-1]
-    return "test_accuracy" if "test_accuracy" in last else "distance_to_optimum"
+    return next((k for k in ("test_accuracy", "test_metric", "test_loss") if k in last), "distance_to_optimum")
 
 
 def plot_run(metrics: dict[str, Any], path: PathLike) -> Figure:

@@ -46,7 +46,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, Message
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvgM
 
-from sstq_fl.fl.engine import RoundState, RunConfig, Trainer
+from sstq_fl.fl.engine import METRIC_KEYS, RoundState, RunConfig, Trainer
 from sstq_fl.flower import LdpDecoding
 from sstq_fl.flower.cohort import COHORT_MESSAGE_TYPE, KEY_COHORT, CohortDecoding, node_count, refuse_in_deployment
 from sstq_fl.flower.plumbing import (  # noqa: F401  (re-exported: the names the project's tests and docs use)
@@ -64,7 +64,7 @@ from sstq_fl.flower.run_config import config_from_run_config, workload_of
 from sstq_fl.progress import configure_logging
 
 log = logging.getLogger("sstq_fl.fl")
-_METRICS = ("train_loss", "test_accuracy", "distance_to_optimum", "bits_per_client", "epsilon_spent")
+_METRICS = ("train_loss", *METRIC_KEYS, "bits_per_client", "epsilon_spent")
 
 
 class SstqSampling(FedAvgM):

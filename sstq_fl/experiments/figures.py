@@ -24,7 +24,7 @@ from ..plots import finite, integer_ticks
 
 MAX_PANELS = 6
 FIGURES = ("rounds", "bits", "epsilon")
-LABELS = {"test_accuracy": "test accuracy", "test_metric": "test metric",
+LABELS = {"test_accuracy": "test accuracy", "test_metric": "test metric", "test_loss": "test loss",
           "distance_to_optimum": "‖θ − θ*‖² (distance to optimum)"}
 
 

@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from ..encoders.base import parse_spec
+from ..fl.engine import METRIC_KEYS
 from ..io import atomic_write_bytes, atomic_write_json
 from .spec import Cell, key_name
 
-METRICS = ("test_accuracy", "test_metric", "distance_to_optimum")
-"""The per-round quality metric, the first one a run records: accuracy, a task's own metric, or E2's distance."""
+METRICS = METRIC_KEYS
+"""The per-round quality metric, the first one a run records (:data:`sstq_fl.fl.engine.METRIC_KEYS`)."""
 ROUND_VALUES = ("bits_per_client", "train_loss", "epsilon_spent")
 BIT_PARAMS = ("b", "b0", "bits")
 """The encoder parameter reported as ``b``: bits per label (SSTQ), the bit cap of SQKR's automatic ``k``, or

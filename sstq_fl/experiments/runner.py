@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..fl.engine import METRIC_KEYS
 from ..io import atomic_write_json
 from .spec import Cell
 
@@ -45,8 +46,7 @@ class CellResult:
         if self.status == "failed":
             return f"{self.name}: FAILED: {self.error}"
         f, what = self.final, "already complete" if self.status == "skipped" else f"{self.seconds:.1f} s"
-        metric = next((f"{k.replace('_', ' ')} {f[k]:.4g}" for k in ("test_accuracy", "test_metric",
-                                                                      "distance_to_optimum") if k in f), "")
+        metric = next((f"{k.replace('_', ' ')} {f[k]:.4g}" for k in METRIC_KEYS if k in f), "")
         return f"{self.name}: {metric}, {f.get('bits_per_client')} bits/client ({what})"
 
 

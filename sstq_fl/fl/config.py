@@ -3,8 +3,10 @@ Flower run config's keys and the options reference are generated from :class:`Ru
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..options import Options, option
@@ -20,8 +22,11 @@ RANDOMNESS_HELP = ("secure: each client keys its coins and minibatches with a fr
 class RunConfig(Options):
     """Everything that determines a run (with the seed, it determines every number)."""
 
-    task: str = option("fmnist", help="FL task: fmnist / cifar10 (MLP) or lsq (synthetic least squares); "
-                                      "plug-ins add more")
+    task: str = option("fmnist", help="FL task: fmnist / cifar10 (MLP) or lsq (synthetic least squares), a "
+                                      "registered plug-in, or your own: PKG.MODULE:NAME or path/to/file.py:NAME, where "
+                                      "NAME(**task-params) returns an sstq_fl.Task (model and data)")
+    task_params: str = option("", help="the task's parameters as a JSON object, e.g. '{\"records\": 2000}' (your own "
+                                       "or a plug-in task; the built-in tasks take none)", metavar="JSON")
     encoder: str = option("sstq-flat:b=4", help="encoder spec (see sstq-fl encoders)")
     clients: int = option(100, help="simulated clients", low=1)
     rounds: int = option(100, help="training rounds", low=1)
@@ -71,6 +76,7 @@ class RunConfig(Options):
         """The declared choices and ranges (:class:`~sstq_fl.options.Options`), then the checks no single
         declaration states: finiteness and one field against another."""
         super().__post_init__()
+        self.task, self.task_params = absolute_task(self.task), canonical_params(self.task_params)
         if self.diagnostics and self.randomness != "reproducible":
             raise ValueError("diagnostics (data-dependent, not covered by the LDP guarantee) are available only with "
                              "randomness=reproducible")
@@ -88,4 +94,36 @@ class RunConfig(Options):
     def task_kwargs(self) -> dict[str, Any]:
         """The task's own parameters (:func:`~sstq_fl.fl.tasks.make_task`)."""
         return {"data_dir": self.data_dir, "dim": self.dim, "n": self.n, "noise": self.lsq_noise,
-                "theta_scale": self.lsq_theta_scale}
+                "theta_scale": self.lsq_theta_scale, "task_params": json.loads(self.task_params or "{}")}
+
+
+def split_task(task: str) -> tuple[str, str] | None:
+    """``(module or file, NAME)`` of a user task string ``PKG.MODULE:NAME`` / ``path/to/file.py:NAME``;
+    ``None`` for a registered task's name."""
+    where, sep, name = task.rpartition(":")
+    return (where, name) if sep else None
+
+
+def absolute_task(task: str) -> str:
+    """A ``file.py:NAME`` task with its file made absolute, so that Ray actors and cohort nodes, whatever
+    their working directory, load the same file; any other task string as it is."""
+    parts = split_task(task)
+    if parts is None or not parts[0].endswith(".py") or Path(parts[0]).is_absolute():
+        return task
+    return f"{Path(parts[0]).resolve()}:{parts[1]}"
+
+
+def canonical_params(text: str) -> str:
+    """``task-params`` as canonical JSON (sorted keys, no spaces; ``""``: none): one spelling per value,
+    so a resumed run's config compares equal; a one-line error unless it is a JSON object."""
+    if not text.strip():
+        return ""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"task-params must be a JSON object such as '{{\"records\": 2000}}', got {text!r} ({exc.msg})") \
+            from None
+    if not isinstance(value, dict):
+        raise ValueError(f"task-params must be a JSON object such as '{{\"records\": 2000}}', got a JSON "
+                         f"{type(value).__name__}: {text!r}")
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))

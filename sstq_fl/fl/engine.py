@@ -53,7 +53,7 @@ from ..rng import REPRODUCIBLE_WARNING
 from .config import RunConfig
 from .partition import client_coins, encoder_seeds, minibatches, participates
 from .partitioners import partition_for
-from .tasks import Task, make_task
+from .tasks import LeastSquaresTask, Task, make_task
 
 log = logging.getLogger("sstq_fl.fl")
 
@@ -70,6 +70,10 @@ class RoundState:
 NON_PRIVATE_DIAGNOSTICS = ("non-private simulation diagnostics, computed on the pooled private data or the clients' "
                            "raw encoder statistics; no privacy guarantee covers them and a deployment does not publish them")
 
+
+METRIC_KEYS = ("test_accuracy", "test_metric", "test_loss", "distance_to_optimum")
+"""A round's model metric, by task: accuracy (classifiers), a user task's own metric or its test loss,
+the least-squares distance to θ*."""
 
 _WARNED: set[str] = set()
 
@@ -336,8 +340,7 @@ class Trainer:
         from ..progress import report  # a bar where the caller opened one (sstq-fl run, compare), else a log line
 
         report("rounds", st.round, self.cfg.rounds, label=self.cfg.encoder, loss=rec.get("train_loss"),
-               **{k: rec[k] for k in ("test_accuracy", "distance_to_optimum") if k in rec}, eps=rec["epsilon_spent"],
-               took=f"{seconds:.1f} s")
+               **{k: rec[k] for k in METRIC_KEYS if k in rec}, eps=rec["epsilon_spent"], took=f"{seconds:.1f} s")
 
     def train(self, out: str | Path, resume: bool = False, progress: bool | None = None) -> dict[str, Any]:
         """Run (or with ``resume`` continue) into ``out``; Ctrl-C raises :class:`RunInterrupted`."""
@@ -381,7 +384,7 @@ class Trainer:
             self.ledger.mark_complete()
         self.ledger.write_transcript(out / "transcript.jsonl", delta=self.cfg.delta)
         last = st.rounds[-1]
-        final: dict[str, Any] = {k: last[k] for k in ("test_accuracy", "distance_to_optimum", "train_loss") if k in last}
+        final: dict[str, Any] = {k: last[k] for k in (*METRIC_KEYS, "train_loss") if k in last}
         final.update({"bits_per_client": self.enc.payload_bits(), "epsilon_total": self.ledger.epsilon(self.cfg.delta),
                       "delta": self.cfg.delta, "wall_s": st.wall_s,
                       **({"setup_s": self.setup_s} if self.setup_s is not None else {}), "encoder_spec": self.enc.spec,
@@ -420,7 +423,7 @@ class Trainer:
     def diagnostic_fields(self) -> list[str]:
         """The published per-round fields that no privacy guarantee covers."""
         out = ["train_loss"] if self.publish_train_loss else []
-        if self.cfg.task == "lsq":
+        if isinstance(self.task, LeastSquaresTask):  # a plug-in's least squares too, whatever its name
             out.append("distance_to_optimum (θ* is fitted on the pooled private data)")
         return out + (["encode_stats"] if self.cfg.diagnostics else [])
 

@@ -1,51 +1,32 @@
-"""Learning tasks: a flat parameter vector, batched per-client gradients, and evaluation.
-
-Per-client gradients for a whole round come from one batched forward/backward
-(``torch.func.vmap`` over clients of ``torch.func.grad``).
+"""The FL tasks by name: the built-in ones (MLPs, least squares), plug-ins, and a user's own task
+(``PKG.MODULE:NAME`` or ``path/to/file.py:NAME``, where ``NAME(**params)`` returns a
+:class:`sstq_fl.Task`), all resolved by :func:`make_task` into the engines' :class:`Task`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import json
 import math
-from abc import ABC, abstractmethod
+import os
+import sys
+import types
 from collections.abc import Callable
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch.func import grad, vmap
 
 from .. import rng
 from ..registry import Registry
+from .config import split_task
+from .task_base import Dataset, Task
 
-
-@dataclass
-class Dataset:
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_test: torch.Tensor
-    y_test: torch.Tensor
-
-
-class Task(ABC):
-    name: str
-    dim: int
-    data: Dataset
-
-    @abstractmethod
-    def init_params(self, seed: int) -> torch.Tensor: ...
-
-    @abstractmethod
-    def loss(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Mean loss of one client's batch."""
-
-    def client_grads(self, theta: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        """Per-client gradients ``[clients, d]`` of each client's mean batch loss."""
-        return vmap(grad(self.loss), in_dims=(None, 0, 0))(theta, xb, yb)
-
-    @abstractmethod
-    def evaluate(self, theta: torch.Tensor) -> dict[str, float]: ...
+__all__ = ["TASKS", "Dataset", "LeastSquaresTask", "MLPTask", "Task", "TaskFactory", "make_task"]
 
 
 class MLPTask(Task):
@@ -126,10 +107,12 @@ class LeastSquaresTask(Task):
 
 TaskFactory = Callable[..., Task]
 """Builds a task: ``factory(seed, **kwargs) -> Task``; ``kwargs`` are :meth:`RunConfig.task_kwargs`
-(``data_dir``, ``dim``, ``n``, ``noise``, ``theta_scale``), of which a task uses those it needs."""
+(``data_dir``, ``dim``, ``n``, ``noise``, ``theta_scale``) and the run's task params, of which a task
+uses those it needs.  A registered callable without a first parameter ``seed`` is a user's task
+function instead: ``NAME(**task_params) -> sstq_fl.Task``."""
 
-TASKS: Registry[TaskFactory] = Registry("FL task", group="sstq_fl.tasks", accepts=callable,
-                                        kind="a task factory (seed, **kwargs) -> Task")
+TASKS: Registry[Callable[..., Any]] = Registry("FL task", group="sstq_fl.tasks", accepts=callable,
+                                               kind="a task factory (seed, **kwargs) -> Task or NAME(**params) -> sstq_fl.Task")
 """The FL tasks by name: the built-ins below, then the ``sstq_fl.tasks`` entry points (each a
 :data:`TaskFactory`).  The built-ins are registered in this module, so the registry needs no
 ``builtins=`` modules."""
@@ -161,10 +144,111 @@ def lsq_task(seed: int, **kw: Any) -> Task:
                             noise=float(kw.get("noise", 0.1)), theta_scale=kw.get("theta_scale"))
 
 
-def make_task(name: str, seed: int = 0, **kw: Any) -> Task:
-    """The task ``name`` built by its registered factory; an unknown name is a one-line error listing
-    the registered ones."""
-    return TASKS[name](seed, **kw)
+BUILTIN_TASKS = ("fmnist", "cifar10", "lsq")
+"""The registered tasks of this package: their options are ``RunConfig`` fields, so they take no task params."""
+
+
+def make_task(name: str, seed: int = 0, task_params: dict[str, Any] | None = None, **kw: Any) -> Task:
+    """The task ``name``: a registered name (an unknown one is a one-line error listing the registered
+    ones), or ``PKG.MODULE:NAME`` / ``path/to/file.py:NAME``, called as ``NAME(**task_params)``.
+
+    A registered factory whose first parameter is ``seed`` is a :data:`TaskFactory`, called as
+    ``factory(seed, **kw, **task_params)``; any other is called as ``factory(**task_params)``.  Either
+    may return an engine :class:`Task` or a user's :class:`sstq_fl.Task` (run by
+    :class:`~sstq_fl.fl.module_task.ModuleTask`).  Every failure is a one-line ``ValueError`` naming ``name``."""
+    params = dict(task_params or {})
+    if split_task(name) is not None:
+        return _built(name, resolve(name), seed, params, {})
+    if params and name in BUILTIN_TASKS:
+        raise ValueError(f"task {name!r} takes no task params (its options are run options), got {json.dumps(params)}")
+    return _built(name, TASKS[name], seed, params, kw)
+
+
+def _built(name: str, factory: Callable[..., Any], seed: int, params: dict[str, Any], kw: dict[str, Any]) -> Task:
+    """``factory``'s task (see :func:`make_task`), a user's :class:`sstq_fl.Task` wrapped for the engines."""
+    from .module_task import ModuleTask
+    from .user_task import Task as UserTask
+
+    takes_seed = next(iter(_parameters(factory)), None) == "seed"
+    try:
+        made = factory(seed, **{**kw, **params}) if takes_seed else factory(**params)
+    except TypeError as exc:
+        raise ValueError(f"task {name!r}: calling it with task params {json.dumps(params)} failed: {_first(exc)}") \
+            from None
+    except ValueError as exc:
+        if name in BUILTIN_TASKS:  # their messages name them
+            raise
+        raise ValueError(f"task {name!r}: {(str(exc).splitlines() or [''])[0]}") from None
+    if isinstance(made, Task):
+        return made
+    if not isinstance(made, UserTask):
+        raise ValueError(f"task {name!r} returned {type(made).__name__}, not an sstq_fl.Task")
+    try:
+        return ModuleTask(name, made, seed)
+    except ValueError as exc:
+        raise ValueError(f"task {name!r}: {exc}") from None
+
+
+def _parameters(fn: Callable[..., Any]) -> list[str]:
+    """The names of ``fn``'s parameters (none where its signature cannot be read)."""
+    try:
+        return list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
+def resolve(name: str) -> Callable[..., Any]:
+    """The callable a ``PKG.MODULE:NAME`` or ``path/to/file.py:NAME`` task string names."""
+    parts = split_task(name)
+    if parts is None or not all(parts):
+        raise ValueError(f"task {name!r}: expected a registered name, PKG.MODULE:NAME or path/to/file.py:NAME")
+    where, attr = parts
+    module = _load_file(name, Path(where)) if where.endswith(".py") else _import(name, where)
+    obj = getattr(module, attr, None)
+    if not callable(obj):
+        raise ValueError(f"task {name!r}: {where} has no callable {attr!r}")
+    return obj  # type: ignore[no-any-return]
+
+
+def _import(name: str, module: str) -> types.ModuleType:
+    """``module`` imported, the working directory on ``sys.path`` first (as ``python -m`` has it; Flower
+    passes the driver's ``sys.path`` to its Ray workers)."""
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+            raise ValueError(f"task {name!r}: no module named {module!r} (on sys.path or in {cwd})") from None
+        raise ValueError(f"task {name!r}: importing {module} failed: {_first(exc)}") from None
+    except Exception as exc:  # the user's module: any failure is a one-line refusal
+        raise ValueError(f"task {name!r}: importing {module} failed: {_first(exc)}") from None
+
+
+def _load_file(name: str, path: Path) -> types.ModuleType:
+    """The Python file ``path`` loaded as a module (once per process and path)."""
+    path = path.resolve()
+    if not path.is_file():
+        raise ValueError(f"task {name!r}: no file {path}")
+    key = "sstq_fl_user_task_" + hashlib.sha256(str(path).encode()).hexdigest()[:16]
+    if key in sys.modules:
+        return sys.modules[key]
+    spec = importlib.util.spec_from_file_location(key, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[key] = module  # dataclasses and pickling look the module up by name
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file: any failure is a one-line refusal
+        del sys.modules[key]
+        raise ValueError(f"task {name!r}: loading {path} failed: {_first(exc)}") from None
+    return module
+
+
+def _first(exc: BaseException) -> str:
+    """``Type: first line of the message`` of an exception."""
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
 
 
 def _tensors(xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yte: np.ndarray) -> Dataset:

@@ -1,0 +1,171 @@
+"""Any ``torch.nn.Module`` as an engine task: the model's parameters are the flat vector θ.
+
+The forward pass is ``torch.func.functional_call`` with the parameters unflattened from θ, so one
+model serves every client, the server and every seed.  Per-client gradients of a round are one
+``vmap(grad(loss))`` over clients where the model allows it; a model whose training-mode forward
+mixes the records of a batch (batch normalisation) or that ``vmap`` cannot run is differentiated
+one client at a time, which gives the same gradients, with a one-line note naming the cause.
+
+Buffers (batch-norm running statistics) are not part of θ and are not federated: every forward
+runs on a copy of the module's initial buffers, so the server, each engine and each Ray actor
+evaluate the same model for the same θ.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from torch.func import functional_call, grad
+
+from .. import rng
+from .task_base import Dataset
+from .task_base import Task as EngineTask
+from .user_task import Task
+
+log = logging.getLogger("sstq_fl.fl")
+EVAL_CHUNK = 1024
+"""Records per forward pass in :meth:`ModuleTask.evaluate` (bounds its memory)."""
+
+
+class ModuleTask(EngineTask):
+    """A :class:`~sstq_fl.fl.user_task.Task` run on a flat parameter vector (``dim`` = the model's parameter count)."""
+
+    def __init__(self, name: str, spec: Task, seed: int = 0):
+        self.name, self.spec = name, spec
+        self.module = self.build(seed)
+        params = dict(self.module.named_parameters())
+        if not params:
+            raise ValueError(f"Task model {type(self.module).__name__} has no parameters to train")
+        dtypes = sorted({str(p.dtype) for p in params.values()})
+        if len(dtypes) > 1 or not next(iter(params.values())).is_floating_point():
+            raise ValueError(f"Task model's parameters must share one floating dtype, got {', '.join(dtypes)}")
+        self.names = list(params)
+        self.shapes = [p.shape for p in params.values()]
+        self.numels = [p.numel() for p in params.values()]
+        self.dtype, self.dim = next(iter(params.values())).dtype, sum(self.numels)
+        self.buffers = {k: b.detach().clone() for k, b in self.module.named_buffers()}
+        self.integer = spec.integer_labels
+        (xtr, ytr), (xte, yte) = spec.train, spec.test
+        self.data = Dataset(self._x(xtr), self._y(ytr), self._x(xte), self._y(yte))
+        self.natural_ids = spec.natural_ids
+        self.loop_reason = batch_statistics_layer(self.module)
+        self._noted = False
+        self.check_output()
+
+    def build(self, seed: int) -> torch.nn.Module:
+        """The user's model, initialised by its own code under a seed derived from ``seed`` (the global
+        torch generator is left as it was)."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(rng.derive_seed(seed, 0x0D17) % 2**63)
+            module = self.spec.model()
+        if not isinstance(module, torch.nn.Module):
+            raise ValueError(f"Task model must return a torch.nn.Module, got {type(module).__name__}")
+        return module
+
+    def _x(self, x: torch.Tensor) -> torch.Tensor:
+        """Floating (or boolean) inputs in the parameters' dtype; integer inputs (token ids) as they are."""
+        return x.to(self.dtype) if x.is_floating_point() or x.dtype == torch.bool else x
+
+    def _y(self, y: torch.Tensor) -> torch.Tensor:
+        """Integer labels as int64 (cross-entropy's class indices), others in the parameters' dtype."""
+        return y.long() if self.integer else y.to(self.dtype)
+
+    def check_output(self) -> None:
+        """Refuse a model whose output does not fit the labels, or a loss that is not a scalar."""
+        x, y = self.data.x_train[:2], self.data.y_train[:2]
+        try:
+            with torch.no_grad():
+                out = self.forward(self.flat(self.module), x, train=False)
+        except Exception as exc:  # the user's forward: any failure is a one-line refusal
+            raise ValueError(f"Task model fails on training records of shape {list(x.shape[1:])} "
+                             f"({type(exc).__name__}: {(str(exc).splitlines() or [''])[0]})") from None
+        if not isinstance(out, torch.Tensor) or out.dim() == 0 or len(out) != len(x):
+            raise ValueError(f"Task model must return one output row per record, got {_shape(out)} for {len(x)} records")
+        classes = int(max(self.data.y_train.max(), self.data.y_test.max())) + 1 if self.integer else 0
+        if self.integer and (out.dim() != 2 or out.shape[1] < classes):
+            raise ValueError(f"Task model returns {_shape(out)} for {len(x)} records; integer labels up to {classes - 1} "
+                             f"need logits [{len(x)}, >= {classes}]")
+        if not self.integer and out[0].numel() != y[0].numel():
+            raise ValueError(f"Task model returns {_shape(out)} for {len(x)} records but the labels are {_shape(y)}")
+        loss = self.loss_of(out, y)
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            raise ValueError(f"Task loss must return a scalar tensor, got {_shape(loss)}")
+
+    def flat(self, module: torch.nn.Module) -> torch.Tensor:
+        """``module``'s parameters as one flat vector (in ``named_parameters`` order)."""
+        return torch.cat([p.detach().reshape(-1) for p in module.parameters()]).to(self.dtype)
+
+    def params(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
+        """θ unflattened into the module's named parameters."""
+        return {n: t.view(s) for n, t, s in zip(self.names, theta.split(self.numels), self.shapes)}
+
+    def forward(self, theta: torch.Tensor, x: torch.Tensor, train: bool = True) -> torch.Tensor:
+        """The model's output on ``x`` with parameters θ, in training or eval mode, on a copy of the buffers."""
+        self.module.train(train)
+        buffers = {k: b.clone() for k, b in self.buffers.items()}
+        return functional_call(self.module, (self.params(theta), buffers), (x,))  # type: ignore[no-any-return]
+
+    def loss_of(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The user's loss, else cross-entropy (integer labels) or mean squared error."""
+        if self.spec.loss is not None:
+            return self.spec.loss(out, y)
+        if self.integer:
+            return torch.nn.functional.cross_entropy(out, y)
+        return torch.nn.functional.mse_loss(out.reshape(y.shape), y)
+
+    def loss(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.loss_of(self.forward(theta, x), y)
+
+    def init_params(self, seed: int) -> torch.Tensor:
+        """The model's own initialisation under ``seed`` (the same θ for the same seed)."""
+        return self.flat(self.build(seed))
+
+    def client_grads(self, theta: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        """Per-client gradients, batched over clients (``vmap``) unless the model needs one client at a time."""
+        if self.loop_reason is None:
+            try:
+                return super().client_grads(theta, xb, yb)
+            except Exception as exc:  # vmap cannot run this model (in-place ops, data-dependent control flow...)
+                self.loop_reason = f"vmap failed ({type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:120]})"
+        self.note()
+        return torch.stack([grad(self.loss)(theta, x, y) for x, y in zip(xb, yb)])
+
+    def note(self) -> None:
+        """Log once per task why gradients are computed one client at a time."""
+        if not self._noted:
+            self._noted = True
+            log.info("task %s: %s: per-client gradients one client at a time", self.name, self.loop_reason)
+
+    def evaluate(self, theta: torch.Tensor) -> dict[str, float]:
+        """``train_loss`` (a non-private diagnostic) and ``test_accuracy`` / ``test_metric`` / ``test_loss``, in eval mode."""
+        d = self.data
+        with torch.no_grad():
+            out_train, out_test = self.outputs(theta, d.x_train), self.outputs(theta, d.x_test)
+            rec = {"train_loss": float(self.loss_of(out_train, d.y_train))}
+            if self.spec.metric is not None:
+                rec["test_metric"] = float(self.spec.metric(out_test, d.y_test))
+            elif self.integer:
+                rec["test_accuracy"] = float((out_test.argmax(1) == d.y_test).float().mean())
+            else:
+                rec["test_loss"] = float(self.loss_of(out_test, d.y_test))
+        return rec
+
+    def outputs(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The model's eval-mode outputs on all of ``x``, computed :data:`EVAL_CHUNK` records at a time."""
+        return torch.cat([self.forward(theta, x[i:i + EVAL_CHUNK], train=False) for i in range(0, len(x), EVAL_CHUNK)])
+
+
+def batch_statistics_layer(module: torch.nn.Module) -> str | None:
+    """Why per-client gradients cannot be batched over clients: the first batch-norm-like layer (in
+    training mode, where gradients are taken, it normalises with its batch's statistics), as ``"BatchNorm2d at 'bn1' uses batch
+    statistics"``; ``None`` if there is none."""
+    for name, m in module.named_modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) or "BatchNorm" in type(m).__name__:
+            return f"{type(m).__name__} at {name!r} uses batch statistics"
+    return None
+
+
+def _shape(value: object) -> str:
+    """A tensor's shape as ``[2, 10]``, else the value's type."""
+    return str(list(value.shape)) if isinstance(value, torch.Tensor) else type(value).__name__

@@ -1,0 +1,44 @@
+"""The engines' view of a learning task: a flat parameter vector θ, a per-client batch loss, batched
+per-client gradients and evaluation.
+
+Per-client gradients for a whole round come from one batched forward/backward
+(``torch.func.vmap`` over clients of ``torch.func.grad``).  Its own module so that both the
+built-in tasks (:mod:`sstq_fl.fl.tasks`) and the adapter of a user's model
+(:mod:`sstq_fl.fl.module_task`) derive from it without importing each other.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+from torch.func import grad, vmap
+
+
+@dataclass
+class Dataset:
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+
+
+class Task(ABC):
+    name: str
+    dim: int
+    data: Dataset
+
+    @abstractmethod
+    def init_params(self, seed: int) -> torch.Tensor: ...
+
+    @abstractmethod
+    def loss(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Mean loss of one client's batch."""
+
+    def client_grads(self, theta: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        """Per-client gradients ``[clients, d]`` of each client's mean batch loss."""
+        return vmap(grad(self.loss), in_dims=(None, 0, 0))(theta, xb, yb)
+
+    @abstractmethod
+    def evaluate(self, theta: torch.Tensor) -> dict[str, float]: ...
