@@ -83,30 +83,34 @@ def _how(opts: SweepOptions) -> str:
 
 def run_jobs(jobs: list[tuple[Cell, Path]], provenance: dict[str, Any], opts: SweepOptions
              ) -> tuple[dict[str, CellResult], float, int]:
-    """Run the jobs (finished ones skipped), one live bar over the cells and a line per finished cell;
-    return the cells' ends, the start time of the first cell run and the cores they ran on."""
+    """Run the jobs (finished ones skipped), one live bar over the cells to run and a line per finished
+    cell; return the cells' ends, the start time of the first cell run and the cores they ran on."""
     from ..progress import progress
 
     results: dict[str, CellResult] = {}
+
+    def skipped(r: CellResult) -> None:
+        results[r.name] = r
+        log.info("%s", r.line())
+
+    todo = pending_jobs(jobs, skipped)
     t0 = time.perf_counter()
-    with progress(len(jobs), "cells", key="cells", every=len(jobs) + 1, level=logging.DEBUG) as bar:
+    executor = LocalExecutor(round_level=logging.DEBUG) if opts.executor == "local" else \
+        RayExecutor(opts.cpus, opts.ray_address)
+    local = [j for j in todo if j[0].cfg.engine != "flower"]
+    flower = [j for j in todo if j[0].cfg.engine == "flower"]
+    with progress(len(todo), "cells", key="cells", every=len(todo) + 1, level=logging.DEBUG) as bar:
         def report(r: CellResult) -> None:
             results[r.name] = r
             bar.advance(last=r.name)
             log.log(logging.WARNING if r.status == "failed" else logging.INFO, "%s | %s", bar.line().split(":")[0],
                     r.line())
 
-        todo = pending_jobs(jobs, report)
-        t0 = time.perf_counter()
-        local = [j for j in todo if j[0].cfg.engine != "flower"]
-        executor = LocalExecutor() if opts.executor == "local" else RayExecutor(opts.cpus, opts.ray_address)
         if local:
             executor.run(local, opts.resume, opts.keep_checkpoints, provenance, report)
-        flower = [j for j in todo if j[0].cfg.engine == "flower"]
         if flower:
             run_flower_cells(flower, opts.resume, opts.keep_checkpoints, provenance, report)
-    cores = (executor.cores or 1) if local else 1
-    return results, t0, cores
+    return results, t0, (executor.cores or 1) if local else 1
 
 
 def write_summary(out: Path, exp: Experiment, cells: list[Cell], results: dict[str, CellResult], wall: float,
