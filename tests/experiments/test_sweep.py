@@ -129,3 +129,18 @@ def test_plot_redraws_from_the_gzipped_tidy_table_alone(tmp_path: Path) -> None:
 
     doc = read_results(tmp_path)
     assert len(doc["final"]) == len(final.splitlines()) - 1 and doc["experiment"]["title"] == "grid.toml"
+
+
+def test_compare_takes_its_encoders_from_a_config_file_and_writes_the_sweep_tables(tmp_path: Path) -> None:
+    f = tmp_path / "cmp.toml"
+    f.write_bytes(b'task = "lsq"\ndim = 16\nn = 400\nclients = 8\nrounds = 4\nencoder = ["clean", "sqkr"]\n')
+    assert main(["compare", "--config", str(f), "--rounds", "2", "--out", str(tmp_path / "c")]) == 0
+    rows = json.loads((tmp_path / "c" / "comparison.json").read_text())["rows"]
+    assert [r["encoder"] for r in rows] == ["clean", "sqkr"]
+    assert json.loads((tmp_path / "c" / "sqkr" / "metrics.json").read_text())["config"]["rounds"] == 2
+    final = list(csv.DictReader((tmp_path / "c" / "final.csv").open()))
+    assert [r["encoder_spec"] for r in final] == ["clean", "sqkr"] and {r["round"] for r in final} == {"2"}
+    rec = json.loads((tmp_path / "c" / "sqkr" / "experiment.json").read_text())
+    assert rec["experiment"]["file"] == str(f) and rec["values"] == {"encoder": "sqkr"}
+    assert main(["compare", "--config", str(f), "--encoders", "vqsgd", "--out", str(tmp_path / "d")]) == 0
+    assert [r["encoder"] for r in json.loads((tmp_path / "d" / "comparison.json").read_text())["rows"]] == ["vqsgd"]
