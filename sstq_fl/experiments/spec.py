@@ -69,9 +69,11 @@ class Experiment:
 
     def cells(self, **overrides: Any) -> list[Cell]:
         """The grid's cells (product of the axes, the first axis slowest), each config checked;
-        ``overrides`` (command-line options) replace fixed values and axes alike."""
+        ``overrides`` (command-line options) replace fixed values and axes alike (a list: an axis)."""
         axes = {k: v for k, v in self.axes.items() if k not in overrides}
-        base = {**self.fixed, **overrides, **task_params_value(self.task_params)}
+        axes.update({k: v for k, v in overrides.items() if isinstance(v, list)})
+        fixed = {k: v for k, v in overrides.items() if not isinstance(v, list)}
+        base = {**self.fixed, **fixed, **task_params_value(self.task_params)}
         cells: list[Cell] = []
         names: set[str] = set()
         for combo in itertools.product(*axes.values()) if axes else [()]:

@@ -32,6 +32,8 @@ def test_the_grid_is_the_product_of_the_list_valued_keys_in_file_order() -> None
 def test_overrides_replace_axes_and_fixed_values() -> None:
     cells = parse_experiment(GRID, "tiny.toml").cells(seed=7, rounds=5)
     assert len(cells) == 4 and {c.cfg.seed for c in cells} == {7} and {c.cfg.rounds for c in cells} == {5}
+    cells = parse_experiment(GRID, "tiny.toml").cells(clients=[4, 8], seed=0)
+    assert len(cells) == 8 and [c.cfg.clients for c in cells[:2]] == [4, 8] and cells[-1].values["clients"] == 8
 
 
 def test_provenance_is_the_file_its_sha256_and_title(tmp_path) -> None:
