@@ -290,6 +290,7 @@ def _record_experiment(args: argparse.Namespace, cfg: Any) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """One training run: the config, encoder, data and budget are checked before ``--out`` is touched."""
+    from .experiments.runner import number
     from .fl.engine import METRIC_KEYS, run, trainers
     from .progress import progress
 
@@ -300,10 +301,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     with progress(cfg.rounds, f"{cfg.encoder} rounds", key="rounds", every=1):  # a bar on a terminal, else log lines
         m = run(cfg, args.out, resume=args.resume, trainer=trainer, keep_checkpoints=args.keep_checkpoints)
     f = m["final"]
-    metric = next(f"{k.replace('_', ' ')} {f[k]:.4g}" for k in METRIC_KEYS if k in f)
-    print(f"{cfg.encoder}: {metric}, train loss {f['train_loss']:.4f} (non-private diagnostic), "
+    metric = next(f"{k.replace('_', ' ')} {number(f[k])}" for k in METRIC_KEYS if k in f)
+    print(f"{cfg.encoder}: {metric}, train loss {number(f.get('train_loss'))} (non-private diagnostic), "
           f"{f['bits_per_client']} bits/client/round, randomness {cfg.randomness}, "
-          f"epsilon {f['epsilon_total']:.4g} at delta {f['delta']:g} ({f['wall_s']:.1f} s)")
+          f"epsilon {number(f['epsilon_total'])} at delta {f['delta']:g} ({f['wall_s']:.1f} s)")
     print(f"wrote {args.out}/metrics.json, {args.out}/transcript.jsonl, {args.out}/curves.png")
     return 0
 

@@ -179,7 +179,7 @@ def add_arguments(parser: argparse.ArgumentParser | Any, cls: Any, *, skip: Sequ
         else:
             kw["default"] = defaults.get(f.name, _default(f))
         if base is bool and opt.parse is None:
-            parser.add_argument(flag, action="store_true", **kw)
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)  # --x, --no-x: overrides a file
             continue
         kw["type"] = _cli_type(base, opt, int_ranges)
         if opt.choices is not None and opt.parse is None:

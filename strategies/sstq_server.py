@@ -46,7 +46,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, Message
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvgM
 
-from sstq_fl.fl.engine import METRIC_KEYS, RoundState, RunConfig, Trainer
+from sstq_fl.configs import APP_KEYS
+from sstq_fl.fl.engine import METRIC_KEYS, RoundState, RunConfig, Trainer, finished_run
 from sstq_fl.flower import LdpDecoding
 from sstq_fl.flower.cohort import COHORT_MESSAGE_TYPE, KEY_COHORT, CohortDecoding, node_count, refuse_in_deployment
 from sstq_fl.flower.plumbing import (  # noqa: F401  (re-exported: the names the project's tests and docs use)
@@ -205,6 +206,9 @@ def serve(grid: Grid, cfg: RunConfig, out: Path, resume: bool = False, progress:
     if cfg.diagnostics:
         raise ValueError("diagnostics (the clients' raw encoder statistics) exist on the vectorized engine only: "
                          "only the mechanism's output leaves a Flower client")
+    done = finished_run(out, cfg, resume)  # a completed run (its checkpoint removed): nothing to train
+    if done is not None:
+        return done
     tr = Trainer(cfg, publish_train_loss=not deployment, keep_checkpoints=keep_checkpoints)
     st = tr.initial_state(out, resume)
     if st.round == 0:
@@ -241,7 +245,7 @@ def main(grid: Grid, context: Context) -> None:
     cfg, out, resume = config_from_run_config(rc)
     refuse_in_deployment(cfg.clients_per_node)
     final = serve(grid, cfg, out, resume, deployment=True, timeout=round_timeout(rc),
-                  keep_checkpoints=bool(rc.get("keep-checkpoints", False)))["final"]
+                  keep_checkpoints=bool(rc.get("keep-checkpoints", APP_KEYS["keep-checkpoints"])))["final"]
     log.info("sstq-fl run finished: %s → %s", json.dumps(final, default=str), out / "metrics.json")
 
 

@@ -96,6 +96,7 @@ def plot_rounds(doc: dict[str, Any], base: Path) -> Figure:
         for label, members in groups.items():
             _band(ax, members, label)
         ax.set(xlabel="round", ylabel=LABELS.get(metric, metric), title=name)
+        _metric_scale(ax, metric)
         integer_ticks(ax)
         ax.legend(fontsize=6)
     save_both(fig, base)
@@ -111,12 +112,20 @@ def plot_bits(doc: dict[str, Any], base: Path) -> Figure:
     for ax, (name, rows) in zip(axes, parts):
         cols = varying(rows, ("epsilon",))
         for a in rows:
-            _point(ax, float(a["bits_per_client_mean"]), a, label_of(a, cols))
+            if a.get("metric_mean") is not None and a.get("bits_per_client_mean") is not None:
+                _point(ax, float(a["bits_per_client_mean"]), a, label_of(a, cols))
         ax.set_xscale("log")
+        _metric_scale(ax, metric)
         ax.set(xlabel="bits per client per round (log scale)", ylabel=f"final {LABELS.get(metric, metric)}", title=name)
         ax.legend(fontsize=6)
     save_both(fig, base)
     return fig
+
+
+def _metric_scale(ax: Axes, metric: str) -> None:
+    """A log axis for least squares' distance to the optimum (it spans decades), else linear."""
+    if metric == "distance_to_optimum":
+        ax.set_yscale("log")
 
 
 def _point(ax: Axes, x: float, a: dict[str, Any], label: str) -> None:
@@ -144,6 +153,7 @@ def plot_epsilon(doc: dict[str, Any], base: Path) -> Figure | None:
         ax.errorbar(x, y, yerr=None if all(math.isnan(v) for v in low) else err, fmt="-o", ms=3, capsize=2,
                     label=label)
     ax.set(xlabel="per-message ε", ylabel=f"final {LABELS.get(metric, metric)}")
+    _metric_scale(ax, metric)
     ax.legend(fontsize=6)
     save_both(fig, base)
     return fig

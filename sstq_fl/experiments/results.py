@@ -11,19 +11,21 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..encoders.base import parse_spec
-from ..fl.engine import METRIC_KEYS
+from ..fl.engine import METRIC_KEYS, NON_PRIVATE_DIAGNOSTICS, completed_metrics
 from ..io import atomic_write_bytes, atomic_write_json
 from .spec import Cell, key_name
 
 METRICS = METRIC_KEYS
 """The per-round quality metric, the first one a run records (:data:`sstq_fl.fl.engine.METRIC_KEYS`)."""
+NON_PRIVATE_FIELDS = {"fields": ["train_loss", "metric where metric_name is distance_to_optimum (θ* is fitted on the "
+                                                "pooled private data)"], "note": NON_PRIVATE_DIAGNOSTICS}
+"""The table's columns no privacy guarantee covers (as in each run's ``metrics.json``)."""
 ROUND_VALUES = ("bits_per_client", "train_loss", "epsilon_spent")
 BIT_PARAMS = ("b", "b0", "bits")
 """The encoder parameter reported as ``b``: bits per label (SSTQ), the bit cap of SQKR's automatic ``k``, or
@@ -48,10 +50,10 @@ def identity(cell: Cell) -> dict[str, Any]:
 
 
 def cell_rows(cell: Cell, folder: Path) -> list[dict[str, Any]]:
-    """One row per round of a finished cell (none if it has no ``metrics.json``)."""
-    try:
-        m = json.loads((folder / "metrics.json").read_text())
-    except (OSError, ValueError):
+    """One row per round of a finished cell: its completed run of exactly its config (none otherwise: a
+    failed cell, or another config's run left in its folder)."""
+    m = completed_metrics(folder, cell.cfg)
+    if m is None:
         return []
     rounds = m.get("rounds", [])
     metric = metric_name(rounds)
@@ -69,15 +71,15 @@ def group_columns(rows: Sequence[dict[str, Any]]) -> list[str]:
     return [c for c in cols[: cols.index("round")] if c not in ("cell", "seed")]
 
 
-def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float | None, float | None]:
+def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float | None, float | None, float | None]:
     """``(mean, sd, low, high)``: the mean, the sample standard deviation and the Student-t interval
-    at ``level`` over ``values`` (``low``/``high`` None for fewer than two values)."""
+    at ``level`` over ``values`` (``sd``, ``low`` and ``high`` None for fewer than two values)."""
     from scipy.stats import t
 
     n = len(values)
     mean = math.fsum(values) / n
     if n < 2:
-        return mean, 0.0, None, None
+        return mean, None, None, None
     sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
     half = float(t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
     return mean, sd, mean - half, mean + half
@@ -135,7 +137,7 @@ def write_tables(out: Path, cells: Sequence[Cell], folders: Sequence[Path], head
     rows = [r for cell, folder in zip(cells, folders) for r in cell_rows(cell, folder)]
     aggs = aggregate(rows)
     finals = final_rows(aggs)
-    doc = {**header, "rows": rows, "aggregates": aggs, "final": finals}
+    doc = {**header, "non_private_diagnostics": NON_PRIVATE_FIELDS, "rows": rows, "aggregates": aggs, "final": finals}
     atomic_write_bytes(out / "results.csv", to_csv(rows))
     atomic_write_bytes(out / "aggregates.csv", to_csv(aggs))
     atomic_write_bytes(out / "final.csv", to_csv(finals))

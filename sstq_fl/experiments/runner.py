@@ -46,8 +46,14 @@ class CellResult:
         if self.status == "failed":
             return f"{self.name}: FAILED: {self.error}"
         f, what = self.final, "already complete" if self.status == "skipped" else f"{self.seconds:.1f} s"
-        metric = next((f"{k.replace('_', ' ')} {f[k]:.4g}" for k in METRIC_KEYS if k in f), "")
+        metric = next((f"{k.replace('_', ' ')} {number(f[k])}" for k in METRIC_KEYS if k in f), "")
         return f"{self.name}: {metric}, {f.get('bits_per_client')} bits/client ({what})"
+
+
+def number(v: Any) -> str:
+    """A number as text: 4 significant digits; ``None`` (a non-finite value stored as JSON null: an infinite ε,
+    a diverged metric) as ``n/a``."""
+    return f"{v:.4g}" if isinstance(v, int | float) else "n/a"
 
 
 def one_line(exc: BaseException) -> str:
@@ -97,10 +103,10 @@ def run_cell(cfg_json: str, folder: str, resume: bool, keep_checkpoints: bool, r
 
 def train_cell(trainer: Any, out: Path, resume: bool, record: dict[str, Any]) -> dict[str, Any]:
     """Train (or resume, or skip when complete) one cell with its built trainer; its end as a dict."""
-    from ..fl.engine import completed_metrics
+    from ..fl.engine import completed_metrics, finished_run
 
     t0 = time.perf_counter()
-    done = completed_metrics(out, trainer.cfg)
+    done = completed_metrics(out, trainer.cfg) or finished_run(out, trainer.cfg, resume)  # refuses another config's
     if done is not None:
         return {"status": "skipped", "seconds": 0.0, "final": done["final"]}
     atomic_write_json(out / CELL_FILE, record)
@@ -174,7 +180,7 @@ class RayExecutor:
         import ray
 
         paths = [p for p in [os.getcwd(), *sys.path] if p and os.path.isdir(p)]
-        os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))  # the workers import what this process can
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
         kw: dict[str, Any] = {"address": self.address} if self.address else {"num_cpus": os.cpu_count() or 1}

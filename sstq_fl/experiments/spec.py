@@ -31,12 +31,12 @@ import itertools
 import json
 import re
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..fl.config import RunConfig
-from ..options import base_type, declared, expected, flag_of, in_range
+from ..options import ABSENT, base_type, declared, expected, flag_of, in_range
 
 TABLES = ("task_params", "experiment")
 EXPERIMENT_KEYS = ("title", "description")
@@ -73,20 +73,26 @@ class Experiment:
         axes = {k: v for k, v in self.axes.items() if k not in overrides}
         axes.update({k: v for k, v in overrides.items() if isinstance(v, list)})
         fixed = {k: v for k, v in overrides.items() if not isinstance(v, list)}
-        base = {**self.fixed, **fixed, **task_params_value(self.task_params)}
+        base = {**self.fixed, **task_params_value(self.task_params, self.path), **fixed}
         cells: list[Cell] = []
         names: set[str] = set()
         for combo in itertools.product(*axes.values()) if axes else [()]:
             values = dict(zip(axes, combo))
             cfg = _config(base, values, self.path)
+            check_encoder(cfg.encoder, self.path)
             name = unique(cell_name(values), names)
             cells.append(Cell(name, values, cfg))
         return cells
 
 
-def task_params_value(params: dict[str, Any]) -> dict[str, Any]:
-    """The ``task_params`` field's value for a ``[task_params]`` table (canonical JSON; none: no field)."""
-    return {"task_params": json.dumps(params, sort_keys=True)} if params else {}
+def task_params_value(params: dict[str, Any], path: str | None = None) -> dict[str, Any]:
+    """The ``task_params`` field's value for a ``[task_params]`` table (canonical JSON; none: no field);
+    a value JSON cannot hold (a TOML date) is a one-line error naming the file."""
+    try:
+        return {"task_params": json.dumps(params, sort_keys=True)} if params else {}
+    except TypeError as exc:
+        raise ValueError(f"{path or 'experiment'}: [task_params] holds a value that is not a number, string, "
+                         f"boolean, list or table: {exc}") from None
 
 
 def _config(base: dict[str, Any], values: dict[str, Any], path: str | None) -> RunConfig:
@@ -96,6 +102,17 @@ def _config(base: dict[str, Any], values: dict[str, Any], path: str | None) -> R
     except (ValueError, TypeError) as exc:
         where = ", ".join(f"{k}={v}" for k, v in values.items()) or "its values"
         raise ValueError(f"{path or 'experiment'}: the cell {where}: {exc}") from None
+
+
+def check_encoder(spec: str, path: str | None) -> None:
+    """Refuse (one line naming the file) an encoder spec with an unknown name or parameter, before any cell runs."""
+    from ..encoders.base import ENCODERS, parse_spec, resolve_params
+
+    try:
+        name, params = parse_spec(spec)
+        resolve_params(name, ENCODERS[name].params, params)
+    except (ValueError, KeyError) as exc:
+        raise ValueError(f"{path or 'experiment'}: encoder {spec!r}: {str(exc).strip(chr(34))}") from None
 
 
 def cell_name(values: dict[str, Any]) -> str:
@@ -198,6 +215,8 @@ def check_value(name: str, f: Any, opt: Any, value: Any, where: str) -> Any:
     """One file value as the field's value: its type, choices and range (one line naming ``where``)."""
     base, optional = base_type(RunConfig, f)
     key = key_name(name)
+    if optional and opt.unset is not ABSENT and value == opt.unset and type(value) is type(opt.unset):
+        return None  # the run config's marker for unset (TOML has no null)
     if isinstance(value, str) and opt.parse is not None:
         value = opt.parse(value)
     ok = (isinstance(value, bool) if base is bool else
@@ -237,9 +256,4 @@ def single_values(exp: Experiment, allow_lists: tuple[str, ...] = ()) -> dict[st
     if bad:
         raise ValueError(f"{exp.path}: {key_name(bad[0])} is a list: one run takes one value per key "
                          f"(run the grid with sstq-fl sweep {exp.path} --out DIR)")
-    return {**exp.fixed, **exp.axes, **task_params_value(exp.task_params)}
-
-
-def with_cfg(cell: Cell, **changes: Any) -> Cell:
-    """``cell`` with its config changed (e.g. the engine)."""
-    return replace(cell, cfg=replace(cell.cfg, **changes))
+    return {**task_params_value(exp.task_params, exp.path), **exp.fixed, **exp.axes}

@@ -17,18 +17,19 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..io import atomic_write_json, run_meta
-from .figures import plot_all
+from .figures import FIGURES, plot_all
 from .results import aggregate, final_rows, write_tables
 from .runner import CellResult, LocalExecutor, RayExecutor, pending_jobs, run_flower_cells
 from .spec import Cell, Experiment
 
 log = logging.getLogger("sstq_fl.sweep")
-SWEEP_FILES = ("sweep.json", "results.csv", "results.json", "aggregates.csv", "final.csv")
+SWEEP_FILES = ("sweep.json", "results.csv", "results.csv.gz", "results.json", "aggregates.csv", "final.csv",
+               *(f"{name}.{fmt}" for name in FIGURES for fmt in ("png", "pdf")))
 
 
 @dataclass
@@ -41,7 +42,6 @@ class SweepOptions:
     resume: bool = False
     force: bool = False
     keep_checkpoints: bool = False
-    folders: dict[str, Path] = field(default_factory=dict)  # cell name -> folder (default DIR/cells/<name>)
 
 
 def claim(out: Path, opts: SweepOptions) -> None:
@@ -65,12 +65,13 @@ def sweep(exp: Experiment, out: str | Path, opts: SweepOptions | None = None, **
     opts, out = opts or SweepOptions(), Path(out)
     cells = exp.cells(**overrides)
     claim(out, opts)
-    jobs = [(c, opts.folders.get(c.name, out / "cells" / c.name)) for c in cells]
+    jobs = [(c, out / "cells" / c.name) for c in cells]
     log.info("sweep %s: %d cells -> %s (%s)", exp.title, len(cells), out, _how(opts))
     results, t0, cores = run_jobs(jobs, exp.provenance(), opts)
-    summary = write_summary(out, exp, cells, results, time.perf_counter() - t0, cores, opts)
-    doc = write_tables(out, cells, [f for _, f in jobs], {"experiment": exp.provenance(), "fixed": exp.fixed,
-                                                          "axes": {k: v for k, v in exp.axes.items()}})
+    header = {"experiment": exp.provenance(), "fixed": exp.fixed, "axes": exp.axes, "task_params": exp.task_params,
+              "overrides": overrides}
+    summary = write_summary(out, header, cells, results, time.perf_counter() - t0, cores, opts)
+    doc = write_tables(out, cells, [f for _, f in jobs], header)
     summary["figures"] = [str(p.relative_to(out)) for p in plot_all(doc, out)]
     return summary
 
@@ -113,12 +114,13 @@ def run_jobs(jobs: list[tuple[Cell, Path]], provenance: dict[str, Any], opts: Sw
     return results, t0, (executor.cores or 1) if local else 1
 
 
-def write_summary(out: Path, exp: Experiment, cells: list[Cell], results: dict[str, CellResult], wall: float,
+def write_summary(out: Path, header: dict[str, Any], cells: list[Cell], results: dict[str, CellResult], wall: float,
                   cores: int, opts: SweepOptions) -> dict[str, Any]:
-    """``sweep.json``: the experiment, each cell's end, wall time, cores and parallel efficiency."""
+    """``sweep.json``: the experiment (``header``: its provenance, values and the command line's overrides),
+    each cell's end, wall time, cores and parallel efficiency."""
     ran = [r for r in results.values() if r.status == "done"]
     busy = sum(r.seconds for r in ran)
-    summary = {"experiment": exp.provenance(), "executor": opts.executor, "cpus_per_cell": opts.cpus,
+    summary = {**header, "executor": opts.executor, "cpus_per_cell": opts.cpus,
                "cells": [{"name": c.name, "values": c.values, **_end(results.get(c.name))} for c in cells],
                "counts": {s: sum(1 for r in results.values() if r.status == s) for s in ("done", "skipped", "failed")},
                "wall_s": wall, "cores": cores, "cell_seconds": busy,

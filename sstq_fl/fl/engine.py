@@ -117,7 +117,7 @@ def read_checkpoint(out: Path, cfg: RunConfig) -> dict[str, Any]:
     """``out``'s checkpoint; ``ValueError`` if there is none or it was made with another config."""
     path = out / "checkpoint.json"
     if not path.is_file():
-        _no_checkpoint(out, cfg)
+        refuse_without_checkpoint(out, cfg)
     ck = json.loads(path.read_text())
     _same_config(ck["config"], cfg, f"the checkpoint in {out}")
     return dict(ck)
@@ -131,8 +131,8 @@ def _same_config(recorded: dict[str, Any], cfg: RunConfig, what: str) -> None:
         raise ValueError(f"--resume: {what} was made with a different config ({diff})")
 
 
-def _no_checkpoint(out: Path, cfg: RunConfig) -> None:
-    """Why ``out`` cannot be resumed without a checkpoint: a completed run there (whose checkpoint was removed
+def refuse_without_checkpoint(out: Path, cfg: RunConfig) -> None:
+    """Raise why ``out`` cannot be resumed without a checkpoint: a completed run there (whose checkpoint was removed
     on completion) of another config, of this one (nothing left to do), or nothing at all."""
     try:
         recorded = json.loads((out / "metrics.json").read_text())["config"]
@@ -162,6 +162,18 @@ def completed_metrics(out: Path, cfg: RunConfig) -> dict[str, Any] | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return dict(m) if done else None
+
+
+def finished_run(out: Path, cfg: RunConfig, resume: bool) -> dict[str, Any] | None:
+    """With ``resume`` and no checkpoint in ``out``: the metrics of the completed run of ``cfg`` there (its
+    checkpoint was removed on completion: nothing to train); a completed run of another config there is
+    refused (never trained over).  None otherwise: train (or resume from the checkpoint)."""
+    if not resume or (out / "checkpoint.json").exists() or not (out / "metrics.json").exists():
+        return None
+    done = completed_metrics(out, cfg)
+    if done is None:
+        refuse_without_checkpoint(out, cfg)
+    return done
 
 
 def existing_outputs(folder: Path, names: tuple[str, ...] = RUN_FILES) -> list[Path]:
@@ -440,12 +452,9 @@ def run(cfg: RunConfig, out: str | Path, resume: bool = False, progress: bool | 
     """Run ``cfg`` into ``out`` on its engine (``trainer``: an already built one, vectorized engine;
     ``keep_checkpoints``: leave the checkpoint once the run completes); with ``resume``, a run already
     complete there returns its metrics."""
-    folder = Path(out)
-    if resume and not (folder / "checkpoint.json").exists() and (folder / "metrics.json").exists():
-        done = completed_metrics(folder, cfg)
-        if done is None:
-            _no_checkpoint(folder, cfg)  # another config's run, or an incomplete one without its checkpoint
-        return dict(done or {})
+    done = finished_run(Path(out), cfg, resume)
+    if done is not None:
+        return done
     if cfg.engine == "flower":
         from ..backends import backend  # Flower stays at the edges: found by entry point
 

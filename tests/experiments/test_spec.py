@@ -78,3 +78,18 @@ def test_task_params_table_becomes_canonical_json() -> None:
     exp = parse_experiment(b'task = "lsq"\n[task_params]\nwidth = 8\nact = "relu"\n', "e.toml")
     assert exp.task_params == {"width": 8, "act": "relu"}
     assert single_values(exp)["task_params"] == json.dumps({"act": "relu", "width": 8})
+
+
+def test_a_bad_encoder_spec_or_a_toml_date_is_refused_before_any_cell_runs() -> None:
+    with pytest.raises(ValueError, match=r"^e\.toml: encoder 'sstq-flat:q=2': .*no parameter"):
+        parse_experiment(b'encoder = ["clean", "sstq-flat:q=2"]\n', "e.toml").cells()
+    with pytest.raises(ValueError, match=r"^e\.toml: encoder 'nope'"):
+        parse_experiment(b'encoder = "nope"\n', "e.toml").cells()
+    with pytest.raises(ValueError, match=r"^e\.toml: \[task_params\] holds a value"):
+        parse_experiment(b'task = "lsq"\n[task_params]\nwhen = 2026-12-01\n', "e.toml").cells()
+
+
+def test_command_line_task_params_override_the_table_and_unset_markers_read_as_none() -> None:
+    exp = parse_experiment(b'task = "lsq"\nbudget-epsilon = 0.0\n[task_params]\nwidth = 8\n', "e.toml")
+    assert exp.fixed["budget_epsilon"] is None
+    assert json.loads(exp.cells(task_params='{"width": 4}')[0].cfg.task_params) == {"width": 4}

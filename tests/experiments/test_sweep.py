@@ -144,3 +144,19 @@ def test_compare_takes_its_encoders_from_a_config_file_and_writes_the_sweep_tabl
     assert rec["experiment"]["file"] == str(f) and rec["values"] == {"encoder": "sqkr"}
     assert main(["compare", "--config", str(f), "--encoders", "vqsgd", "--out", str(tmp_path / "d")]) == 0
     assert [r["encoder"] for r in json.loads((tmp_path / "d" / "comparison.json").read_text())["rows"]] == ["vqsgd"]
+
+
+def test_a_resumed_sweep_never_trains_over_another_configs_completed_run(tmp_path: Path) -> None:
+    exp = parse_experiment(GRID, "grid.toml")
+    sweep(exp, tmp_path, _local(), seed=0, epsilon=1.0)
+    s = sweep(exp, tmp_path, _local(resume=True), seed=0, epsilon=1.0, rounds=3)
+    assert s["counts"] == {"done": 0, "skipped": 0, "failed": 2}
+    assert all("different config" in c["error"] for c in s["cells"])
+    assert s["overrides"]["rounds"] == 3 and json.loads((tmp_path / "results.json").read_text())["rows"] == []
+
+
+def test_a_cell_line_with_a_non_finite_metric_reads_n_a() -> None:
+    from sstq_fl.experiments.runner import CellResult
+
+    line = CellResult("c", "skipped", final={"test_accuracy": None, "bits_per_client": 20}).line()
+    assert line == "c: test accuracy n/a, 20 bits/client (already complete)"
