@@ -117,22 +117,38 @@ def run_jobs(jobs: list[tuple[Cell, Path]], provenance: dict[str, Any], opts: Sw
 def write_summary(out: Path, header: dict[str, Any], cells: list[Cell], results: dict[str, CellResult], wall: float,
                   cores: int, opts: SweepOptions) -> dict[str, Any]:
     """``sweep.json``: the experiment (``header``: its provenance, values and the command line's overrides),
-    each cell's end, wall time, cores and parallel efficiency."""
+    each cell's end (a cell skipped now keeps the seconds of the session that ran it), and one entry per
+    session (this run, and each earlier one a resume continued): wall time, cores, parallel efficiency."""
+    before = _previous(out) if opts.resume else {}
     ran = [r for r in results.values() if r.status == "done"]
     busy = sum(r.seconds for r in ran)
-    summary = {**header, "executor": opts.executor, "cpus_per_cell": opts.cpus,
-               "cells": [{"name": c.name, "values": c.values, **_end(results.get(c.name))} for c in cells],
+    session = {"executor": opts.executor, "cpus_per_cell": opts.cpus, "wall_s": wall, "cores": cores,
                "counts": {s: sum(1 for r in results.values() if r.status == s) for s in ("done", "skipped", "failed")},
-               "wall_s": wall, "cores": cores, "cell_seconds": busy,
-               "parallel_efficiency": busy / (wall * cores) if ran and wall > 0 else None,
+               "cell_seconds": busy, "parallel_efficiency": busy / (wall * cores) if ran and wall > 0 else None,
                "meta": {**run_meta(), "cpu_count": os.cpu_count()}}
+    earlier = {c["name"]: c for c in before.get("cells", [])}
+    summary = {**header, **{k: session[k] for k in ("counts", "wall_s", "cores", "parallel_efficiency")},
+               "cells": [{"name": c.name, "values": c.values, **_end(results.get(c.name), earlier.get(c.name))}
+                         for c in cells],
+               "sessions": [*before.get("sessions", []), session]}
     atomic_write_json(out / "sweep.json", summary)
     return summary
 
 
-def _end(r: CellResult | None) -> dict[str, Any]:
+def _previous(out: Path) -> dict[str, Any]:
+    """The ``sweep.json`` a resumed sweep continues (empty when there is none or it is unreadable)."""
+    try:
+        return dict(json.loads((out / "sweep.json").read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def _end(r: CellResult | None, earlier: dict[str, Any] | None) -> dict[str, Any]:
+    """A cell's entry: how it ended now; a skipped one keeps the session that ran it's seconds."""
     if r is None:
         return {"status": "not run"}
+    if r.status == "skipped" and earlier and earlier.get("seconds"):
+        return {"status": "skipped", "seconds": earlier["seconds"]}
     return {"status": r.status, "seconds": r.seconds, **({"error": r.error} if r.error else {})}
 
 
