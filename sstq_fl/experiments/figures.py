@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -63,23 +64,44 @@ def panels(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any
     return [(f"ε = {e:g}", [r for r in rows if float(r["epsilon"]) == e]) for e in eps[:MAX_PANELS]]
 
 
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")
+LINES = ("-", "--", "-.", ":")
+
+
+def style(i: int) -> dict[str, Any]:
+    """The ``i``-th group's colour (20 distinct), marker and line style."""
+    from matplotlib import colormaps
+
+    return {"color": colormaps["tab20"](i % 20), "marker": MARKERS[i % len(MARKERS)], "ls": LINES[(i // 20) % 4]}
+
+
 def _figure(n: int, title: str) -> tuple[Figure, list[Axes]]:
+    """``n`` panels (up to 3 a row; one panel drawn wide, its legend beside it) under a wrapped title."""
     cols = min(n, 3)
-    fig = Figure(figsize=(5.2 * cols, 4.2 * math.ceil(n / cols) + 0.6), layout="constrained")
+    width = 5.2 * cols if n > 1 else 10.0
+    fig = Figure(figsize=(width, 4.4 * math.ceil(n / cols) + 0.8), layout="constrained")
     axes = list(fig.subplots(math.ceil(n / cols), cols, squeeze=False).ravel())
     for ax in axes[n:]:
         ax.set_visible(False)
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(textwrap.fill(title, int(width * 15)), fontsize=9)
     return fig, axes[:n]
 
 
-def _band(ax: Axes, members: list[dict[str, Any]], label: str) -> None:
+def _legend(ax: Axes, single: bool) -> None:
+    """The panel's legend: beside a single panel, inside each of several."""
+    if single:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    else:
+        ax.legend(fontsize=6)
+
+
+def _band(ax: Axes, members: list[dict[str, Any]], label: str, look: dict[str, Any]) -> None:
     members = sorted(members, key=lambda a: a["round"])
     x = [a["round"] for a in members]
-    (line,) = ax.plot(x, finite([a.get("metric_mean") for a in members]), label=label, lw=1.4)
+    ax.plot(x, finite([a.get("metric_mean") for a in members]), label=label, lw=1.3, color=look["color"], ls=look["ls"])
     low, high = finite([a.get("metric_ci_low") for a in members]), finite([a.get("metric_ci_high") for a in members])
     if any(not math.isnan(v) for v in low):
-        ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, lw=0)
+        ax.fill_between(x, low, high, color=look["color"], alpha=0.15, lw=0)
 
 
 def plot_rounds(doc: dict[str, Any], base: Path) -> Figure:
@@ -93,12 +115,12 @@ def plot_rounds(doc: dict[str, Any], base: Path) -> Figure:
         groups: dict[str, list[dict[str, Any]]] = {}
         for a in rows:
             groups.setdefault(label_of(a, cols), []).append(a)
-        for label, members in groups.items():
-            _band(ax, members, label)
+        for i, (label, members) in enumerate(groups.items()):
+            _band(ax, members, label, style(i))
         ax.set(xlabel="round", ylabel=LABELS.get(metric, metric), title=name)
         _metric_scale(ax, metric)
         integer_ticks(ax)
-        ax.legend(fontsize=6)
+        _legend(ax, len(parts) == 1)
     save_both(fig, base)
     return fig
 
@@ -111,13 +133,14 @@ def plot_bits(doc: dict[str, Any], base: Path) -> Figure:
                                     f"(mean and 95 % interval over {_seeds(doc)})")
     for ax, (name, rows) in zip(axes, parts):
         cols = varying(rows, ("epsilon",))
-        for a in rows:
+        for i, a in enumerate(rows):
             if a.get("metric_mean") is not None and a.get("bits_per_client_mean") is not None:
-                _point(ax, float(a["bits_per_client_mean"]), a, label_of(a, cols))
+                _point(ax, float(a["bits_per_client_mean"]), a, label_of(a, cols), style(i))
         ax.set_xscale("log")
         _metric_scale(ax, metric)
         ax.set(xlabel="bits per client per round (log scale)", ylabel=f"final {LABELS.get(metric, metric)}", title=name)
-        ax.legend(fontsize=6)
+        ax.grid(True, which="both", alpha=0.3)
+        _legend(ax, len(parts) == 1)
     save_both(fig, base)
     return fig
 
@@ -128,10 +151,10 @@ def _metric_scale(ax: Axes, metric: str) -> None:
         ax.set_yscale("log")
 
 
-def _point(ax: Axes, x: float, a: dict[str, Any], label: str) -> None:
+def _point(ax: Axes, x: float, a: dict[str, Any], label: str, look: dict[str, Any]) -> None:
     mean, low, high = float(a["metric_mean"]), a.get("metric_ci_low"), a.get("metric_ci_high")
     err = None if low is None or high is None else [[mean - float(low)], [float(high) - mean]]
-    ax.errorbar([x], [mean], yerr=err, fmt="o", ms=4, capsize=3, label=label)
+    ax.errorbar([x], [mean], yerr=err, fmt=look["marker"], color=look["color"], ms=5, capsize=3, label=label)
 
 
 def plot_epsilon(doc: dict[str, Any], base: Path) -> Figure | None:
@@ -145,16 +168,18 @@ def plot_epsilon(doc: dict[str, Any], base: Path) -> Figure | None:
     groups: dict[str, list[dict[str, Any]]] = {}
     for a in finals:
         groups.setdefault(label_of(a, cols), []).append(a)
-    for label, members in groups.items():
+    for i, (label, members) in enumerate(groups.items()):
         members.sort(key=lambda a: float(a["epsilon"]))
         x, y = [float(a["epsilon"]) for a in members], finite([a.get("metric_mean") for a in members])
         low, high = finite([a.get("metric_ci_low") for a in members]), finite([a.get("metric_ci_high") for a in members])
         err = [[m - lo for m, lo in zip(y, low)], [h - m for m, h in zip(y, high)]]
-        ax.errorbar(x, y, yerr=None if all(math.isnan(v) for v in low) else err, fmt="-o", ms=3, capsize=2,
-                    label=label)
-    ax.set(xlabel="per-message ε", ylabel=f"final {LABELS.get(metric, metric)}")
+        look = style(i)
+        ax.errorbar(x, y, yerr=None if all(math.isnan(v) for v in low) else err, marker=look["marker"], ls=look["ls"],
+                    color=look["color"], ms=4, capsize=2, label=label)
+    ax.set(xlabel="per-message ε (log scale)", ylabel=f"final {LABELS.get(metric, metric)}", xscale="log")
     _metric_scale(ax, metric)
-    ax.legend(fontsize=6)
+    ax.grid(True, which="both", alpha=0.3)
+    _legend(ax, True)
     save_both(fig, base)
     return fig
 
