@@ -56,6 +56,15 @@ def varying(rows: Sequence[dict[str, Any]], skip: Sequence[str]) -> list[str]:
     return [c for c in cols if len({str(r[c]) for r in rows}) > 1]
 
 
+def by_label(rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """``rows`` grouped by legend label (encoder spec and the varying grid values besides ε)."""
+    cols = varying(rows, ("epsilon",))
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for a in rows:
+        groups.setdefault(label_of(a, cols), []).append(a)
+    return groups
+
+
 def panels(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
     """Rows split by ε where it varies (``[("ε 3", rows)]``), else one panel of all rows."""
     eps = sorted({float(r["epsilon"]) for r in rows})
@@ -111,11 +120,7 @@ def plot_rounds(doc: dict[str, Any], base: Path) -> Figure:
     fig, axes = _figure(len(parts), f"{doc_title(doc)}: {LABELS.get(metric, metric)} per round "
                                     f"(mean and 95 % interval over {_seeds(doc)})")
     for ax, (name, rows) in zip(axes, parts):
-        cols = varying(rows, ("epsilon",))
-        groups: dict[str, list[dict[str, Any]]] = {}
-        for a in rows:
-            groups.setdefault(label_of(a, cols), []).append(a)
-        for i, (label, members) in enumerate(groups.items()):
+        for i, (label, members) in enumerate(by_label(rows).items()):
             _band(ax, members, label, style(i))
         ax.set(xlabel="round", ylabel=LABELS.get(metric, metric), title=name)
         _metric_scale(ax, metric)
@@ -164,11 +169,7 @@ def plot_epsilon(doc: dict[str, Any], base: Path) -> Figure | None:
         return None
     fig, (ax,) = _figure(1, f"{doc_title(doc)}: final {LABELS.get(metric, metric)} against per-message ε "
                             f"(mean and 95 % interval over {_seeds(doc)})")
-    cols = varying(finals, ("epsilon",))
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for a in finals:
-        groups.setdefault(label_of(a, cols), []).append(a)
-    for i, (label, members) in enumerate(groups.items()):
+    for i, (label, members) in enumerate(by_label(finals).items()):
         members.sort(key=lambda a: float(a["epsilon"]))
         x, y = [float(a["epsilon"]) for a in members], finite([a.get("metric_mean") for a in members])
         low, high = finite([a.get("metric_ci_low") for a in members]), finite([a.get("metric_ci_high") for a in members])
