@@ -30,32 +30,31 @@ def test_flower_engine_matches_vectorized_and_survives_faulty_clients(tmp_path, 
 
 
 def test_flower_engine_attaches_to_an_existing_ray_cluster(tmp_path):
-    """A local Ray head on loopback (``ray start --head``), the run attached to it, then ``ray stop``."""
+    """A local Ray head on loopback (``ray start --head``), the run attached to it, then only this head's
+    processes stopped (``ray stop`` would stop every Ray cluster on the machine: another run's, a sweep's)."""
     import os
-    import socket
+    import shutil
     import subprocess
     import sys
+    import tempfile
     from pathlib import Path
 
     from strategies.sstq_server import run_flower
 
     ray = str(Path(sys.executable).with_name("ray"))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port, temp = _free_port(), tempfile.mkdtemp(prefix="rh", dir="/tmp")  # short: Ray's socket paths live under it
     env = {**os.environ, "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
-    subprocess.run([ray, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2",
-                    "--include-dashboard=false", "--disable-usage-stats"], check=True, capture_output=True, env=env,
-                   timeout=180)
     try:
+        subprocess.run([ray, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2",
+                        "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}"], check=True,
+                       capture_output=True, env=env, timeout=180)
         cfg = RunConfig(engine="flower", **{**CFG, "rounds": 2})
         res = run_flower(cfg, tmp_path / "cluster", ray_address=f"127.0.0.1:{port}")
         ref = run(RunConfig(**{**CFG, "rounds": 2}), tmp_path / "v", progress=False)
         assert same_rounds(res["rounds"], ref["rounds"], rel=1e-6)
     finally:
-        subprocess.run([ray, "stop", "--force"], capture_output=True, env=env, timeout=120)
-    left = subprocess.run(["pgrep", "-f", f"gcs_server.*{port}"], capture_output=True, text=True).stdout.strip()
-    assert not left, f"ray processes left behind: {left}"
+        _stop_own_cluster(temp, port)
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def test_a_client_that_times_out_is_left_out_and_the_run_goes_on(tmp_path, monkeypatch):
