@@ -107,10 +107,18 @@ def sigint_held() -> Iterator[None]:
 
 
 _FIELD_DEFAULTS = {f.name: f.default for f in fields(RunConfig) if f.default is not MISSING}
-"""A checkpoint written before a field existed ran with that field's default (each new field defaults
-to the behaviour before it: one client per node, the old least-squares task, the partitioners' defaults;
-the Dirichlet partition's ``min_partition_size`` of 10 redraws only where the old draw gave a client
-under 10 records)."""
+"""A config recorded before a field existed ran with that field's default (each new field defaults to
+the behaviour before it: one client per node, the old least-squares task, the partitioners' defaults),
+except where :func:`recorded_config` says otherwise."""
+
+
+def recorded_config(recorded: dict[str, Any]) -> dict[str, Any]:
+    """A recorded config with the fields added since it was written filled in as the run behaved: their
+    defaults, except a Dirichlet partition's ``min_partition_size``, 1 before it existed (the old
+    partitioner refused a client without records; its draws are the new one's first), so an old run
+    is never resumed on a partition redrawn for the new default of 10."""
+    before = {"min_partition_size": 1} if recorded.get("partition") == "dirichlet" else {}
+    return {**_FIELD_DEFAULTS, **before, **recorded}
 
 
 def read_checkpoint(out: Path, cfg: RunConfig) -> dict[str, Any]:
@@ -125,7 +133,7 @@ def read_checkpoint(out: Path, cfg: RunConfig) -> dict[str, Any]:
 
 def _same_config(recorded: dict[str, Any], cfg: RunConfig, what: str) -> None:
     """Refuse to resume when ``recorded`` (fields added since it was written: their defaults) is not ``cfg``."""
-    recorded = {**_FIELD_DEFAULTS, **recorded}
+    recorded = recorded_config(recorded)
     if recorded != asdict(cfg):
         diff = sorted(k for k in recorded if recorded[k] != asdict(cfg).get(k))
         raise ValueError(f"--resume: {what} was made with a different config ({diff})")
@@ -158,7 +166,7 @@ def completed_metrics(out: Path, cfg: RunConfig) -> dict[str, Any] | None:
     """``out``'s ``metrics.json`` when it records a completed run of exactly ``cfg`` (else None)."""
     try:
         m = json.loads((out / "metrics.json").read_text())
-        done = {**_FIELD_DEFAULTS, **m["config"]} == asdict(cfg) and len(m["rounds"]) >= cfg.rounds
+        done = recorded_config(m["config"]) == asdict(cfg) and len(m["rounds"]) >= cfg.rounds
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return dict(m) if done else None

@@ -272,3 +272,16 @@ def test_a_crash_between_the_model_file_and_the_checkpoint_resumes_consistently(
     monkeypatch.setattr(engine, "atomic_write_json", real)
     got = run(cfg, tmp_path / "k", resume=True, progress=False)
     assert same_rounds(got["rounds"], ref["rounds"])
+
+
+def test_an_old_dirichlet_run_resumes_only_with_the_minimum_it_ran_with():
+    """Before ``min_partition_size`` existed the Dirichlet partitioner refused empty clients (minimum 1): an
+    old Dirichlet config reads as minimum 1, so resuming it under the new default 10 is refused, not redrawn."""
+    from dataclasses import asdict
+
+    from sstq_fl.fl.engine import recorded_config
+
+    old = {k: v for k, v in asdict(RunConfig(partition="dirichlet")).items() if k != "min_partition_size"}
+    assert recorded_config(old)["min_partition_size"] == 1
+    assert recorded_config({**old, "partition": "iid"})["min_partition_size"] == 10
+    assert recorded_config(old) == asdict(RunConfig(partition="dirichlet", min_partition_size=1))
