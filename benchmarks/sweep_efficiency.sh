@@ -8,6 +8,7 @@ OUT=benchmarks/results/sweeps/efficiency
 .venv/bin/sstq-fl sweep benchmarks/experiments/efficiency.toml --out "$OUT" --force
 .venv/bin/sstq-fl sweep benchmarks/experiments/efficiency.toml --out "$OUT" --resume
 gzip -9 -n -c "$OUT/results.csv" > "$OUT/results.csv.gz"
+gzip -9 -n -c "$OUT/aggregates.csv" > "$OUT/aggregates.csv.gz"
 .venv/bin/python - "$OUT/sweep.json" <<'PY' | tee "$OUT/summary.txt"
 import json, sys
 first, resumed = json.load(open(sys.argv[1]))["sessions"]

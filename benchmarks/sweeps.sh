@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The committed experiment files, run as sweeps (cells as Ray tasks, one CPU each): E3 (13 encoder settings x
 # 5 seeds) and E3 across epsilon and bits (12 encoder settings x 6 epsilons x 3 seeds).  Each result folder
-# keeps sweep.json, aggregates.csv, final.csv, results.csv.gz and the figures (PNG, PDF); the cells' run
-# folders and results.json stay local (.gitignore).  RESUME=1 continues killed sweeps.
+# keeps sweep.json, final.csv, results.csv.gz, aggregates.csv.gz and the figures (PNG, PDF); the cells' run
+# folders, results.json and the uncompressed tables stay local (.gitignore).  RESUME=1 continues killed sweeps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=--force
@@ -11,4 +11,5 @@ for name in ${SWEEPS:-e3 e3_eps}; do
   out=benchmarks/results/sweeps/$name
   .venv/bin/sstq-fl sweep "benchmarks/experiments/$name.toml" --out "$out" $mode
   gzip -9 -n -c "$out/results.csv" > "$out/results.csv.gz"
+  gzip -9 -n -c "$out/aggregates.csv" > "$out/aggregates.csv.gz"
 done
