@@ -19,6 +19,7 @@ from typing import Any
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from ..io import atomic_write_bytes
 from ..plots import finite, integer_ticks
@@ -142,12 +143,23 @@ def plot_bits(doc: dict[str, Any], base: Path) -> Figure:
             if a.get("metric_mean") is not None and a.get("bits_per_client_mean") is not None:
                 _point(ax, float(a["bits_per_client_mean"]), a, label_of(a, cols), style(i))
         ax.set_xscale("log")
+        _plain_log_ticks(ax)
         _metric_scale(ax, metric)
         ax.set(xlabel="bits per client per round (log scale)", ylabel=f"final {LABELS.get(metric, metric)}", title=name)
         ax.grid(True, which="both", alpha=0.3)
         _legend(ax, len(parts) == 1)
     save_both(fig, base)
     return fig
+
+
+def _plain_log_ticks(ax: Axes) -> None:
+    """A log x axis labelled in plain numbers (``20``, not ``2×10¹``); minor ticks labelled too when the
+    axis spans less than a decade (else they would crowd it)."""
+    ax.autoscale_view()
+    low, high = ax.get_xlim()
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.xaxis.set_major_formatter(plain)
+    ax.xaxis.set_minor_formatter(plain if high / max(low, 1e-300) < 10 else NullFormatter())
 
 
 def _metric_scale(ax: Axes, metric: str) -> None:
@@ -178,6 +190,9 @@ def plot_epsilon(doc: dict[str, Any], base: Path) -> Figure | None:
         ax.errorbar(x, y, yerr=None if all(math.isnan(v) for v in low) else err, marker=look["marker"], ls=look["ls"],
                     color=look["color"], ms=4, capsize=2, label=label)
     ax.set(xlabel="per-message ε (log scale)", ylabel=f"final {LABELS.get(metric, metric)}", xscale="log")
+    eps = sorted({float(a["epsilon"]) for a in finals})
+    ax.set_xticks(eps, [f"{e:g}" for e in eps])
+    ax.xaxis.set_minor_formatter(NullFormatter())
     _metric_scale(ax, metric)
     ax.grid(True, which="both", alpha=0.3)
     _legend(ax, True)
