@@ -93,7 +93,7 @@ def test_sweep_on_ray_runs_cells_in_parallel_and_plot_redraws(tmp_path: Path, ca
     f.write_bytes(GRID)
     assert main(["sweep", str(f), "--out", str(tmp_path / "o"), "--set", "seed=0"]) == 0
     s = json.loads((tmp_path / "o" / "sweep.json").read_text())
-    assert s["executor"] == "ray" and s["counts"]["done"] == 4 and s["cores"] >= 1
+    assert s["sessions"][-1]["executor"] == "ray" and s["counts"]["done"] == 4 and s["cores"] >= 1
     for p in (tmp_path / "o").glob("*.p*"):
         p.unlink()
     assert main(["plot", str(tmp_path / "o")]) == 0
