@@ -263,11 +263,11 @@ def _claim_out(cfg: Any, args: argparse.Namespace) -> None:
     """Check ``--out`` once the config is valid, before anything is written: ``--resume`` needs its
     checkpoint (same config) and says where it restarts; otherwise another run's files there are
     refused unless ``--force`` (which removes them)."""
-    from .fl.engine import completed_metrics, existing_outputs, read_checkpoint
+    from .fl.engine import existing_outputs, finished_run, read_checkpoint
     from .io import clear_out
 
     out = Path(args.out)
-    if args.resume and not (out / "checkpoint.json").exists() and completed_metrics(out, cfg) is not None:
+    if finished_run(out, cfg, args.resume) is not None:  # another config's completed run there: refused
         print(f"the run in {args.out} is complete ({cfg.rounds} rounds): nothing to resume", flush=True)
     elif args.resume:
         t = read_checkpoint(out, cfg)["round"]
@@ -280,12 +280,11 @@ def _record_experiment(args: argparse.Namespace, cfg: Any) -> None:
     """With ``--config``: ``OUT/experiment.json`` records the file, its sha256 and the resolved config."""
     if getattr(args, "experiment", None) is None:
         return
-    from dataclasses import asdict
-
+    from .experiments.runner import CELL_FILE, cell_record
+    from .experiments.spec import Cell
     from .io import atomic_write_json
 
-    atomic_write_json(Path(args.out) / "experiment.json", {"experiment": args.experiment.provenance(),
-                                                           "config": asdict(cfg)})
+    atomic_write_json(Path(args.out) / CELL_FILE, cell_record(Cell("run", {}, cfg), args.experiment.provenance()))
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata
 from typing import Any, Generic, TypeVar
 
+from .errors import described
+
 T = TypeVar("T")
 
 
@@ -110,8 +112,7 @@ class Registry(Generic[T]):
         try:
             obj = ep.load()
         except Exception as exc:  # any failure of third-party code: skip that plug-in only
-            why = (str(exc).splitlines() or [""])[0]
-            warnings.warn(f"{where} skipped: loading it failed ({type(exc).__name__}: {why})", PluginWarning,
+            warnings.warn(f"{where} skipped: loading it failed ({described(exc)})", PluginWarning,
                           stacklevel=5)
             return
         if self._accepts is not None and not self._accepts(obj):

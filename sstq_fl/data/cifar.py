@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import first_line
+
 _ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
             ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
             ("numpy._core.multiarray", "scalar"), ("_codecs", "encode")}
@@ -40,7 +42,7 @@ def _unpickle(path: str | os.PathLike[str]) -> Any:
     except BatchError as exc:
         raise BatchError(f"{path}: {exc}") from exc
     except Exception as exc:  # anything the unpickler trips on in a damaged file (EOF, bad opcodes, sizes, codecs)
-        why = (str(exc).splitlines() or [""])[0] or type(exc).__name__
+        why = first_line(exc) or type(exc).__name__
         raise BatchError(f"{path}: truncated or corrupt CIFAR batch ({why})") from exc
 
 

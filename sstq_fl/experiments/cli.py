@@ -9,8 +9,6 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from .spec import Experiment, key_name, run_keys
-
 
 def add_experiment_parsers(sub: Any, resume_force: Any) -> None:
     """``sweep`` and ``plot`` (``resume_force``: adds the shared ``--resume`` / ``--force`` pair)."""
@@ -120,21 +118,18 @@ def apply_config(parser: argparse.ArgumentParser, args: argparse.Namespace, argv
     exp = load_experiment(args.config)
     compare = hasattr(args, "encoders")
     values = single_values(exp, allow_lists=("encoder",) if compare else ())
-    defaults = _defaults(values, compare, exp)
+    defaults = _defaults(values, compare)
     args.config_parser.set_defaults(**defaults)
     again = parser.parse_args(argv)
     again.experiment = exp
     return again
 
 
-def _defaults(values: dict[str, Any], compare: bool, exp: Experiment) -> dict[str, Any]:
-    """Parser defaults (by dest) from the file's values; compare's ``encoder`` key fills ``--encoders``."""
+def _defaults(values: dict[str, Any], compare: bool) -> dict[str, Any]:
+    """Parser defaults (by dest: the field names) from the file's values; compare's ``encoder`` key fills
+    ``--encoders``."""
     out = dict(values)
     if compare and "encoder" in out:
         enc = out.pop("encoder")
         out["encoders"] = enc if isinstance(enc, list) else [enc]
-    flags = {v: k for k, v in run_keys().items()}
-    missing = [k for k in out if k not in flags and k not in ("encoders", "task_params")]
-    if missing:
-        raise ValueError(f"{exp.path}: {key_name(missing[0])} is not an option of this command")
     return out

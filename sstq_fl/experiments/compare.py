@@ -19,7 +19,7 @@ from ..fl.engine import RunConfig, existing_outputs, read_checkpoint, trainers
 from ..io import atomic_write_bytes, atomic_write_json, clear_out, run_meta
 from ..rng import REPRODUCIBLE_WARNING
 from .figures import plot_all
-from .results import METRICS, write_tables
+from .results import metric_name, write_tables
 from .runner import CellResult, LocalExecutor, pending_jobs, run_flower_cells
 from .spec import Cell, Experiment, unique
 
@@ -124,7 +124,7 @@ def _randomness_line(base: RunConfig) -> str:
 
 
 def _metric_name(m: dict[str, Any]) -> str:
-    return next((k for k in METRICS if k in m["final"]), "test_accuracy")
+    return metric_name(m["rounds"])
 
 
 def _metric(m: dict[str, Any]) -> float:

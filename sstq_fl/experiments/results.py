@@ -110,7 +110,8 @@ def final_rows(aggregates: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each group's last round."""
     last: dict[tuple[Any, ...], dict[str, Any]] = {}
     for a in aggregates:
-        key = tuple(str(a[c]) for c in a if c not in ("round", "seeds") and not c.startswith(SUMMARISED))
+        cols = list(a)
+        key = tuple(str(a[c]) for c in cols[: cols.index("round")])  # the group's columns (see aggregate)
         if key not in last or a["round"] > last[key]["round"]:
             last[key] = a
     return list(last.values())

@@ -13,6 +13,7 @@ on Ray, so they run in this process, one simulation for all of them.
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import described, first_line
 from ..fl.engine import METRIC_KEYS
 from ..io import atomic_write_json
 from .spec import Cell
@@ -58,8 +60,8 @@ def number(v: Any) -> str:
 
 def one_line(exc: BaseException) -> str:
     """An exception as one line: the message (a ``ValueError``'s alone), else ``Type: message``."""
-    text = (str(exc).strip().splitlines() or [""])[0][:300]
-    return text if isinstance(exc, ValueError) and text else f"{type(exc).__name__}: {text}"
+    text = first_line(exc)[:300]
+    return text if isinstance(exc, ValueError) and text else described(exc)[:300]
 
 
 _TASKS: dict[str, Any] = {}
@@ -103,10 +105,10 @@ def run_cell(cfg_json: str, folder: str, resume: bool, keep_checkpoints: bool, r
 
 def train_cell(trainer: Any, out: Path, resume: bool, record: dict[str, Any]) -> dict[str, Any]:
     """Train (or resume, or skip when complete) one cell with its built trainer; its end as a dict."""
-    from ..fl.engine import completed_metrics, finished_run
+    from ..fl.engine import finished_run
 
     t0 = time.perf_counter()
-    done = completed_metrics(out, trainer.cfg) or finished_run(out, trainer.cfg, resume)  # refuses another config's
+    done = finished_run(out, trainer.cfg, resume)  # a completed run of this config; refuses another config's
     if done is not None:
         return {"status": "skipped", "seconds": 0.0, "final": done["final"]}
     atomic_write_json(out / CELL_FILE, record)
@@ -138,8 +140,7 @@ class LocalExecutor:
         from ..progress import progress
 
         for cell, folder in jobs:
-            with progress(cell.cfg.rounds, f"{cell.cfg.encoder} rounds", key="rounds", level=self.round_level,
-                          every=1 if self.raise_errors else max(1, cell.cfg.rounds // 5)):
+            with progress(cell.cfg.rounds, f"{cell.cfg.encoder} rounds", key="rounds", level=self.round_level, every=1):
                 got = self._one(cell, folder, resume, keep, provenance)
             report(CellResult(cell.name, **got))
 
@@ -162,6 +163,7 @@ class RayExecutor:
 
     def run(self, jobs: list[tuple[Cell, Path]], resume: bool, keep: bool, provenance: dict[str, Any],
             report: Report) -> None:
+        saved_print = builtins.print  # ray.init installs its own print in builtins and shutdown leaves it there
         ray = self._start()
         try:
             task = ray.remote(num_cpus=self.cpus, max_retries=0)(run_cell)
@@ -174,6 +176,7 @@ class RayExecutor:
                     report(self._result(ray, ref, pending.pop(ref)))
         finally:
             ray.shutdown()
+            builtins.print = saved_print
 
     def _start(self) -> Any:
         """Start (or attach to) Ray, quietly, with this process's import path for its workers."""

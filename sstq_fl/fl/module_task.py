@@ -19,6 +19,7 @@ import torch
 from torch.func import functional_call, grad
 
 from .. import rng
+from ..errors import described
 from .task_base import Dataset
 from .task_base import Task as EngineTask
 from .user_task import Task
@@ -79,7 +80,7 @@ class ModuleTask(EngineTask):
                 out = self.forward(self.flat(self.module), x, train=False)
         except Exception as exc:  # the user's forward: any failure is a one-line refusal
             raise ValueError(f"Task model fails on training records of shape {list(x.shape[1:])} "
-                             f"({type(exc).__name__}: {(str(exc).splitlines() or [''])[0]})") from None
+                             f"({described(exc)})") from None
         if not isinstance(out, torch.Tensor) or out.dim() == 0 or len(out) != len(x):
             raise ValueError(f"Task model must return one output row per record, got {_shape(out)} for {len(x)} records")
         classes = int(max(self.data.y_train.max(), self.data.y_test.max())) + 1 if self.integer else 0
@@ -127,7 +128,7 @@ class ModuleTask(EngineTask):
             try:
                 return super().client_grads(theta, xb, yb)
             except Exception as exc:  # vmap cannot run this model (in-place ops, data-dependent control flow...)
-                self.loop_reason = f"vmap failed ({type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:120]})"
+                self.loop_reason = f"vmap failed ({described(exc)[:160]})"
         self.note()
         return torch.stack([grad(self.loss)(theta, x, y) for x, y in zip(xb, yb)])
 

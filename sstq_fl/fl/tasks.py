@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from .. import rng
+from ..errors import described, first_line
 from ..registry import Registry
 from .config import split_task
 from .task_base import Dataset, Task
@@ -173,12 +174,12 @@ def _built(name: str, factory: Callable[..., Any], seed: int, params: dict[str, 
     try:
         made = factory(seed, **{**kw, **params}) if takes_seed else factory(**params)
     except TypeError as exc:
-        raise ValueError(f"task {name!r}: calling it with task params {json.dumps(params)} failed: {_first(exc)}") \
+        raise ValueError(f"task {name!r}: calling it with task params {json.dumps(params)} failed: {described(exc)}") \
             from None
     except ValueError as exc:
         if name in BUILTIN_TASKS:  # their messages name them
             raise
-        raise ValueError(f"task {name!r}: {(str(exc).splitlines() or [''])[0]}") from None
+        raise ValueError(f"task {name!r}: {first_line(exc)}") from None
     if isinstance(made, Task):
         return made
     if not isinstance(made, UserTask):
@@ -221,9 +222,9 @@ def _import(name: str, module: str) -> types.ModuleType:
     except ModuleNotFoundError as exc:
         if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
             raise ValueError(f"task {name!r}: no module named {module!r} (on sys.path or in {cwd})") from None
-        raise ValueError(f"task {name!r}: importing {module} failed: {_first(exc)}") from None
+        raise ValueError(f"task {name!r}: importing {module} failed: {described(exc)}") from None
     except Exception as exc:  # the user's module: any failure is a one-line refusal
-        raise ValueError(f"task {name!r}: importing {module} failed: {_first(exc)}") from None
+        raise ValueError(f"task {name!r}: importing {module} failed: {described(exc)}") from None
 
 
 def _load_file(name: str, path: Path) -> types.ModuleType:
@@ -242,13 +243,8 @@ def _load_file(name: str, path: Path) -> types.ModuleType:
         spec.loader.exec_module(module)
     except Exception as exc:  # the user's file: any failure is a one-line refusal
         del sys.modules[key]
-        raise ValueError(f"task {name!r}: loading {path} failed: {_first(exc)}") from None
+        raise ValueError(f"task {name!r}: loading {path} failed: {described(exc)}") from None
     return module
-
-
-def _first(exc: BaseException) -> str:
-    """``Type: first line of the message`` of an exception."""
-    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
 
 
 def _tensors(xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yte: np.ndarray) -> Dataset:

@@ -1,0 +1,13 @@
+"""An exception as the one line a user sees (the project's errors are one line, never a traceback)."""
+
+from __future__ import annotations
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message ("" when it has none)."""
+    return (str(exc).strip().splitlines() or [""])[0]
+
+
+def described(exc: BaseException) -> str:
+    """``Type: first line of the message``, for an exception from code the user does not see (theirs, a library's)."""
+    return f"{type(exc).__name__}: {first_line(exc)}"
