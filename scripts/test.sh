@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Set up (idempotent), then lint, type-check and run the default test suite.
+# Set up (idempotent), then lint, type-check, run the default test suite, and build the wheel and
+# smoke-run it in a fresh environment outside the clone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check sstq_fl tests benchmarks clients strategies docker examples
+.venv/bin/ruff check sstq_fl tests benchmarks clients strategies docker examples scripts
 .venv/bin/mypy
 .venv/bin/python -m pytest -q "$@"
+bash scripts/wheel_smoke.sh

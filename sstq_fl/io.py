@@ -10,8 +10,11 @@ import re
 import sys
 import tempfile
 import time
+from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from . import __version__
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
@@ -70,6 +73,37 @@ def scrub_argv(argv: list[str]) -> list[str]:
     return out
 
 
+PLUGIN_GROUPS = ("sstq_fl.encoders", "sstq_fl.tasks", "sstq_fl.pipelines", "sstq_fl.backends")
+"""The entry-point groups through which other distributions extend sstq-fl."""
+
+
+def _installed(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def plugin_versions() -> dict[str, str]:
+    """``{distribution: version}`` of every installed distribution (sstq-fl aside) that extends sstq-fl
+    through an entry point of :data:`PLUGIN_GROUPS`."""
+    out: dict[str, str] = {}
+    for group in PLUGIN_GROUPS:
+        for ep in metadata.entry_points(group=group):
+            dist = getattr(ep, "dist", None)
+            if dist is not None and dist.metadata["Name"] not in ("sstq-fl", "sstq_fl"):
+                out[dist.metadata["Name"]] = dist.version
+    return dict(sorted(out.items()))
+
+
+def library_versions(torch_version: str, numpy_version: str) -> dict[str, Any]:
+    """The versions a result depends on: Python, sstq-fl, Flower, Ray, torch, numpy, dp-accounting
+    (``None`` where one is not installed) and the extending plug-ins."""
+    return {"python": platform.python_version(), "sstq_fl": __version__, "flwr": _installed("flwr"),
+            "ray": _installed("ray"), "torch": torch_version, "numpy": numpy_version,
+            "dp_accounting": _installed("dp-accounting"), "plugins": plugin_versions()}
+
+
 def run_meta() -> dict[str, Any]:
     """What produced a result: command line (credentials redacted), machine, library versions, time."""
     import numpy
@@ -80,7 +114,7 @@ def run_meta() -> dict[str, Any]:
         "command": " ".join(["sstq-fl", *argv[1:]]) if argv and argv[0].endswith("sstq-fl") else " ".join(argv),
         "machine": {"platform": platform.platform(), "processor": platform.machine(), "cpus": os.cpu_count(),
                     "torch_threads": torch.get_num_threads()},
-        "versions": {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__},
+        "versions": library_versions(torch.__version__, numpy.__version__),
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 

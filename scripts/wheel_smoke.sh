@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Build the sdist and the wheel, install the wheel into a fresh virtual environment outside the clone,
+# and run the smoke commands there: the demo on both engines (2 rounds), the encoder conformance kit,
+# and the LDP example Flower app through `flwr run`.  Needs the project's .venv (scripts/setup.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/sstq-fl-wheel.XXXXXX")
+export FLWR_HOME="$WORK/flwr-home"
+cleanup() { pkill -f "flower-superlink.*$FLWR_HOME" 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+step() { printf '== %s\n' "$*"; }
+
+step "build: sdist and wheel"
+.venv/bin/python -m build --no-isolation --sdist --wheel --outdir "$WORK/dist" . >"$WORK/build.log" 2>&1 \
+  || { tail -20 "$WORK/build.log"; exit 1; }
+.venv/bin/python scripts/check_dist.py "$WORK"/dist/*.whl "$WORK"/dist/*.tar.gz
+
+step "install the wheel into a fresh venv"
+python3 -m venv "$WORK/venv"
+"$WORK/venv/bin/python" -m pip install --quiet --upgrade pip
+"$WORK/venv/bin/python" -m pip install --quiet "torch==2.13.0"
+"$WORK/venv/bin/python" -m pip install --quiet "$WORK"/dist/sstq_fl-*.whl
+cp -r "$ROOT/examples/quickstart-ldp" "$WORK/app"
+cd "$WORK"   # outside the clone: nothing of it is importable from here
+"$WORK/venv/bin/python" -c "import sstq_fl, sys; assert '$ROOT' not in sstq_fl.__file__, sstq_fl.__file__; print('sstq-fl', sstq_fl.__version__, 'from', sstq_fl.__file__)"
+SSTQ="$WORK/venv/bin/sstq-fl"
+
+step "sstq-fl demo --engine vectorized"
+"$SSTQ" demo --engine vectorized --rounds 2 --out demo-vectorized
+step "sstq-fl demo --engine flower"
+"$SSTQ" demo --engine flower --rounds 2 --out demo-flower
+"$WORK/venv/bin/python" - <<'PY'
+import json, pathlib
+v = json.loads(next(pathlib.Path("demo-vectorized").glob("sstq-flat*/metrics.json")).read_text())
+f = json.loads(next(pathlib.Path("demo-flower").glob("sstq-flat*/metrics.json")).read_text())
+assert [r["test_accuracy"] for r in v["rounds"]] == [r["test_accuracy"] for r in f["rounds"]], "engines differ"
+print("both engines: test accuracy", [r["test_accuracy"] for r in f["rounds"]], "versions", f["meta"]["versions"])
+PY
+
+step "sstq-fl encoders check"
+"$SSTQ" encoders
+for spec in sstq-flat:b=4 sqkr; do "$SSTQ" encoders check "$spec"; done
+
+step "flwr run (examples/quickstart-ldp, 2 rounds, 4 SuperNodes)"
+FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=0 PATH="$WORK/venv/bin:$PATH" \
+  flwr run app --stream --federation-config "num-supernodes=4 client-resources-num-cpus=1" \
+  -c "num-server-rounds=2 max-examples=100 out-dir=\"$WORK/app-out\"" >"$WORK/flwr.log" 2>&1 \
+  || { tail -30 "$WORK/flwr.log"; exit 1; }
+"$WORK/venv/bin/python" -c "
+import json; ev = json.load(open('$WORK/app-out/result.json'))['central_evaluation']
+assert [e['round'] for e in ev] == [0, 1, 2], ev; print('flwr run: central evaluation', ev)" \
+  || { tail -30 "$WORK/flwr.log"; exit 1; }
+step "wheel smoke passed"

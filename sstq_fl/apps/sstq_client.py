@@ -1,0 +1,180 @@
+"""The project's ``ClientApp``: one simulated client of an sstq-fl run, and of its DP workloads.
+
+Built like any Flower app that adopts an sstq-fl encoder: the ``train`` handler returns its local
+model as the ArrayRecord ``arrays`` (one SGD step at unit learning rate on its minibatch,
+``θ − g``, with ``num-examples``), and :class:`sstq_fl.flower.LdpEncodeMod` turns the reply into
+the ε-LDP wire message of the pseudo-gradient ``θ − (θ − g) = g``, clipped to ``clip``.  The
+server takes the step with its learning rate (``FedAvgM``).  The run config is read from
+``context.run_config`` (``flwr run``), or from the message where the in-process launcher sends
+it (Flower's in-process simulation has no run config).
+
+With ``randomness=secure`` (the deployment default) the client draws fresh keys from its own OS
+CSPRNG for its minibatch and, in the mod, for its encoding coins, and never sends them; with
+``reproducible`` everything is derived from ``(seed, round, client)``, so the reply is the same
+whichever actor runs it (simulation only).  Only the mechanism's output leaves the client: the
+wire message and ``num-examples`` (the public batch size).
+
+``train.cohort`` messages (simulation, ``clients-per-node`` > 1) make the node a cohort of virtual
+clients: it runs the ones the message names batched, as the in-process engine runs a round
+(:meth:`sstq_fl.fl.engine.ClientData.messages`: each client its own coins, in secure mode its own
+OS-CSPRNG key) and replies with one wire message per virtual client
+(:mod:`sstq_fl.flower.cohort`); a one-shot ``flwr-clientapp`` process (a deployment) refuses them.
+
+``train.gen`` messages run a registered client task of a DP generative workload
+(:mod:`sstq_fl.apps.gen_client`).  ``query`` reports the node's partition
+(:func:`sstq_fl.flower.plumbing.answer_query`); a long-lived process (a simulation actor) warms
+its heavy imports up meanwhile, a one-shot ``flwr-clientapp`` process does not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from sstq_fl.flower import LdpEncodeMod, LdpSettings
+from sstq_fl.flower.cohort import (
+    COHORT_ACTION,
+    cohort_of,
+    cohort_record,
+    deployment_process,
+    message_key,
+    node_clients,
+    refuse_in_deployment,
+)
+from sstq_fl.flower.mod import WIRE_KEY, check_server, encoder_for, server_round, wire_array
+from sstq_fl.flower.plumbing import answer_query
+
+from .gen_client import run_task
+
+if TYPE_CHECKING:
+    from sstq_fl.fl.engine import ClientData, RunConfig
+
+
+def run_config(msg: Message, context: Context) -> RunConfig:
+    """This message's run config: the one it carries (in-process launcher), else ``context.run_config``."""
+    from sstq_fl.fl.engine import RunConfig
+    from sstq_fl.flower.run_config import config_from_run_config
+
+    conf: Any = msg.content.config_records.get("config", {})
+    if "run-config" in conf:
+        return RunConfig(**json.loads(str(conf["run-config"])))
+    return config_from_run_config(dict(context.run_config))[0]  # type: ignore[no-any-return]
+
+
+def ldp_settings(msg: Message, context: Context) -> LdpSettings:
+    """The mod's settings from the run config: encoder, ε, radius = ``clip``, frame seed = ``seed``."""
+    cfg = run_config(msg, context)
+    return LdpSettings(cfg.encoder, cfg.epsilon, cfg.clip, cfg.randomness, frame_seed=cfg.seed, seed=cfg.seed)
+
+
+@lru_cache(maxsize=2)
+def _client_data(cfg_json: str) -> ClientData:
+    """The task and the shards (no encoder, no ledger), once per actor process and config."""
+    import torch
+
+    from sstq_fl.fl.engine import ClientData, RunConfig
+
+    torch.set_num_threads(1)
+    return ClientData(RunConfig(**json.loads(cfg_json)))
+
+
+def _injected_faults(clients: list[int], t: int) -> dict[int, str]:
+    """``SSTQ_FL_FAULTS``: a JSON list of ``{"client": c, "round": t, "kind": "raise" | "garbage" | "sleep:S"}``;
+    the faults of ``clients`` in round ``t``, by client."""
+    return {int(f["client"]): str(f["kind"]) for f in json.loads(os.environ.get("SSTQ_FL_FAULTS", "[]"))
+            if int(f["client"]) in clients and int(f["round"]) == t}
+
+
+def fault_injection_mod(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
+    """A mod for tests of the server's fault handling (outermost): raise, sleep, or replace the wire
+    message by garbage bytes, for the client and round ``$SSTQ_FL_FAULTS`` names.  On a cohort node
+    a raise or a sleep hits the node (all its clients), garbage that virtual client's message only."""
+    conf: Any = msg.content.config_records.get("config", {})
+    cohort = msg.metadata.message_type.endswith(f".{COHORT_ACTION}")
+    clients = cohort_of(msg) if cohort else [int(context.node_config["partition-id"])]
+    faults = _injected_faults(clients, int(conf.get("server-round", -1)))
+    if "raise" in faults.values():
+        raise RuntimeError(f"injected fault: client {min(c for c, f in faults.items() if f == 'raise')} raises")
+    for f in faults.values():
+        if f.startswith("sleep:"):
+            time.sleep(float(f.split(":", 1)[1]))
+    reply = call_next(msg, context)
+    for c in [c for c, f in faults.items() if f == "garbage"] if not reply.has_error() else []:
+        key = message_key(c) if cohort else WIRE_KEY
+        reply.content.array_records["arrays"][key] = wire_array(b"\x00garbage")
+    return reply
+
+
+app = ClientApp()
+
+
+@app.query()
+def query(msg: Message, context: Context) -> Message:
+    if not deployment_process():  # a flwr-clientapp handles one message; warm a long-lived process up
+        import torch  # noqa: F401
+
+        import sstq_fl.fl.engine  # noqa: F401
+    return answer_query(msg, context)
+
+
+@app.train(mods=[fault_injection_mod, LdpEncodeMod(settings=ldp_settings, metrics="num-examples")])
+def train(msg: Message, context: Context) -> Message:
+    """One SGD step at unit learning rate: reply ``θ − g`` (float64, so that ``θ − (θ − g) = g`` exactly)."""
+    import torch
+
+    from sstq_fl.fl.partition import client_coins
+
+    cfg = run_config(msg, context)
+    data = _client_data(json.dumps(asdict(cfg), sort_keys=True))
+    content: Any = msg.content
+    t, pid = int(content["config"]["server-round"]), int(context.node_config["partition-id"])
+    theta = torch.from_numpy(np.array(content["arrays"]["theta"].numpy()))
+    g, _ = data.gradients(theta, t, np.array([pid]), client_coins(cfg.randomness, cfg.seed, t, np.array([pid])))
+    local = theta.double().numpy() - g[0].double().numpy()
+    return Message(RecordDict({"arrays": ArrayRecord({"theta": Array(local)}),
+                               "metrics": MetricRecord({"num-examples": cfg.batch})}), reply_to=msg)
+
+
+@app.train(COHORT_ACTION, mods=[fault_injection_mod])
+def cohort(msg: Message, context: Context) -> Message:
+    """A cohort node (simulation): its virtual clients the message names, batched as the in-process engine
+    batches a round (:meth:`sstq_fl.fl.engine.ClientData.messages`): one wire message per client, each
+    encoded with that client's own coins (secure: its own OS-CSPRNG key, drawn here and never sent)."""
+    import torch
+
+    cfg = run_config(msg, context)
+    ids = _cohort_ids(msg, context, cfg)
+    data = _client_data(json.dumps(asdict(cfg), sort_keys=True))
+    content: Any = msg.content
+    theta = torch.from_numpy(np.array(content["arrays"]["theta"].numpy()))
+    enc = encoder_for(cfg.encoder, int(theta.numel()), cfg.epsilon, cfg.clip, cfg.seed)
+    check_server(msg, enc)
+    blobs, _ = data.messages(enc, theta, server_round(msg), np.asarray(ids, dtype=np.int64))
+    return Message(RecordDict({"arrays": cohort_record(ids, blobs),
+                               "metrics": MetricRecord({"num-examples": cfg.batch})}), reply_to=msg)
+
+
+def _cohort_ids(msg: Message, context: Context, cfg: RunConfig) -> list[int]:
+    """The virtual clients a cohort message asks this node for; ``ValueError`` for a deployment (one
+    client per SuperNode) or for clients this node does not host."""
+    refuse_in_deployment(cfg.clients_per_node)
+    ids, hosted = cohort_of(msg), node_clients(int(context.node_config["partition-id"]), cfg.clients,
+                                               cfg.clients_per_node)
+    if not ids or any(c not in hosted for c in ids) or len(set(ids)) != len(ids):
+        raise ValueError(f"the cohort message asks for clients {ids[:4]}... but this node hosts {hosted}")
+    return ids
+
+
+@app.train("gen")
+def gen(msg: Message, context: Context) -> Message:
+    """A DP generative workload's client task (``train.gen``)."""
+    return run_task(msg, context)
