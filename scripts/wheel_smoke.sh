@@ -21,7 +21,6 @@ python3 -m venv "$WORK/venv"
 "$WORK/venv/bin/python" -m pip install --quiet --upgrade pip
 "$WORK/venv/bin/python" -m pip install --quiet "torch==2.13.0"
 "$WORK/venv/bin/python" -m pip install --quiet "$WORK"/dist/sstq_fl-*.whl
-cp -r "$ROOT/examples/quickstart-ldp" "$WORK/app"
 cd "$WORK"   # outside the clone: nothing of it is importable from here
 "$WORK/venv/bin/python" -c "import sstq_fl, sys; assert '$ROOT' not in sstq_fl.__file__, sstq_fl.__file__; print('sstq-fl', sstq_fl.__version__, 'from', sstq_fl.__file__)"
 SSTQ="$WORK/venv/bin/sstq-fl"
@@ -42,13 +41,20 @@ step "sstq-fl encoders check"
 "$SSTQ" encoders
 for spec in sstq-flat:b=4 sqkr; do "$SSTQ" encoders check "$spec"; done
 
-step "flwr run (examples/quickstart-ldp, 2 rounds, 4 SuperNodes)"
-FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=0 PATH="$WORK/venv/bin:$PATH" \
-  flwr run app --stream --federation-config "num-supernodes=4 client-resources-num-cpus=1" \
-  -c "num-server-rounds=2 max-examples=100 out-dir=\"$WORK/app-out\"" >"$WORK/flwr.log" 2>&1 \
-  || { tail -30 "$WORK/flwr.log"; exit 1; }
-"$WORK/venv/bin/python" -c "
-import json; ev = json.load(open('$WORK/app-out/result.json'))['central_evaluation']
-assert [e['round'] for e in ev] == [0, 1, 2], ev; print('flwr run: central evaluation', ev)" \
-  || { tail -30 "$WORK/flwr.log"; exit 1; }
+flwr_app() {  # flwr run one example app (copied outside the clone), 2 rounds on 4 SuperNodes; central evaluation checked
+  local name=$1
+  step "flwr run (examples/$name, 2 rounds, 4 SuperNodes)"
+  cp -r "$ROOT/examples/$name" "$WORK/$name"
+  FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=0 PATH="$WORK/venv/bin:$PATH" \
+    flwr run "$WORK/$name" --stream --federation-config "num-supernodes=4 client-resources-num-cpus=1" \
+    -c "num-server-rounds=2 max-examples=100 out-dir=\"$WORK/$name-out\"" >"$WORK/$name.log" 2>&1 \
+    || { tail -30 "$WORK/$name.log"; exit 1; }
+  "$WORK/venv/bin/python" -c "
+import json; ev = json.load(open('$WORK/$name-out/result.json'))['central_evaluation']
+assert [e['round'] for e in ev] == [0, 1, 2], ev; print('$name: central loss', [round(e['loss'], 3) for e in ev])" \
+    || { tail -30 "$WORK/$name.log"; exit 1; }
+}
+flwr_app quickstart-pytorch
+flwr_app quickstart-ldp
+
 step "wheel smoke passed"
