@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set up (idempotent), then lint, type-check, run the default test suite, and build the wheel and
-# smoke-run it in a fresh environment outside the clone.
+# Set up (idempotent), then lint, type-check, run the default test suite, build the wheel and smoke-run
+# it in a fresh environment outside the clone, and build the docs site (--strict).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -8,3 +8,4 @@ bash scripts/setup.sh
 .venv/bin/mypy
 .venv/bin/python -m pytest -q "$@"
 bash scripts/wheel_smoke.sh
+bash scripts/docs.sh
