@@ -25,10 +25,10 @@ import numpy as np
 import torch
 
 from .. import rng
-from . import formula
 from ..privacy.events import NonPrivateEvent, PrivacyEvent, PureDpEvent
 from ..registry import PluginWarning as PluginWarning
 from ..registry import Registry
+from . import formula
 
 ENTRY_POINT_GROUP = "sstq_fl.encoders"
 

@@ -125,9 +125,7 @@ def _render(node: ast.expr) -> str:
         return f"{_render(node.body)} if {_render(node.test)}, else {_render(node.orelse)}"
     if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq | ast.NotEq):
         sym = "=" if isinstance(node.ops[0], ast.Eq) else "≠"
-        right = node.comparators[0]
-        value = right.value if isinstance(right, ast.Constant) else _render(right)
-        return f"{_render(node.left)} {sym} {value}"
+        return f"{_render(node.left)} {sym} {_render(node.comparators[0])}"
     return ast.unparse(node)
 
 

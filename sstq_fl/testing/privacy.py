@@ -147,7 +147,19 @@ def _threshold_events(ex: torch.Tensor, ey: torch.Tensor, w: torch.Tensor) -> li
     """``{⟨x̂, w⟩ > t}`` for thresholds at quantiles of the pooled selection scores."""
     pooled = torch.cat([ex, ey]) @ w.double()
     ts = np.unique(np.quantile(pooled.numpy(), np.linspace(0.5, 0.999, THRESHOLDS)))
-    return [lambda m, e, t=float(t): (e @ w.double()).numpy() > t for t in ts]
+    return [_above(w.double(), float(t)) for t in ts]
+
+
+def _above(w: torch.Tensor, t: float) -> Event:
+    def event(msgs: Messages, est: torch.Tensor) -> np.ndarray:
+        return np.asarray((est @ w).numpy() > t)
+    return event
+
+
+def _equals(names: list[str], row: np.ndarray) -> Event:
+    def event(msgs: Messages, est: torch.Tensor) -> np.ndarray:
+        return np.asarray((_keys(msgs, names) == row).all(1))
+    return event
 
 
 def _message_events(enc: Encoder, mx: Messages, my: Messages) -> list[Event]:
@@ -158,4 +170,4 @@ def _message_events(enc: Encoder, mx: Messages, my: Messages) -> list[Event]:
     kx = _keys(mx, names)
     uniq, counts = np.unique(kx, axis=0, return_counts=True)
     top = uniq[np.argsort(-counts, kind="stable")[:MAX_MESSAGE_EVENTS]]
-    return [lambda m, e, row=row: (_keys(m, names) == row).all(1) for row in top]
+    return [_equals(names, row) for row in top]

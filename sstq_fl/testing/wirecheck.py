@@ -10,6 +10,7 @@ representable, or a ``check`` that lets them through, is caught when ``decode`` 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import torch
@@ -61,7 +62,7 @@ def check_rejection(enc: Encoder, other: Encoder | None) -> CheckResult:
             round=3)[0]))
     cases += _out_of_range(enc, msgs)
     for label, bad in cases:
-        if not _raises_wire_error(lambda b=bad: wire.unpack(enc, [b], round=3)):
+        if not _raises_wire_error(partial(wire.unpack, enc, [bad], round=3)):
             return failed(REJECTION, f"a message {label} was accepted (expected WireError)")
     if not _raises_wire_error(lambda: wire.unpack(enc, [blob], round=4)):
         return failed(REJECTION, "a message for round 3 was accepted as round 4")
