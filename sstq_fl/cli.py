@@ -82,30 +82,98 @@ def cmd_options(args: argparse.Namespace) -> int:
     return 0
 
 
+def positive_float(s: str) -> float:
+    """argparse type for ε and radii: a finite number > 0."""
+    try:
+        v = float(s)
+    except ValueError:
+        v = -1.0
+    if not 0.0 < v < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {s!r}")
+    return v
+
+
+def probability(s: str) -> float:
+    """argparse type for a significance level: a number strictly between 0 and 1."""
+    try:
+        v = float(s)
+    except ValueError:
+        v = -1.0
+    if not 0.0 < v < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {s!r}")
+    return v
+
+
 def cmd_encoders(args: argparse.Namespace) -> int:
-    from .encoders import registry
+    if getattr(args, "encoders_cmd", None) == "check":
+        return cmd_encoders_check(args)
+    from .encoders import formula, registry
+    from .encoders.base import ENCODERS
 
     rows: list[dict[str, Any]] = []
     for name, cls in sorted(registry().items()):
+        origin = ENCODERS.origin(name)
         rows.append({
             "name": name, "summary": cls.summary, "unbiased": cls.unbiased,
             "unbiased_unless_clipped": cls.unbiased_unless_clipped, "private": cls.private,
-            "bits": cls.bits_formula,
+            "bits": cls.bits_formula, "bits_text": formula.render(cls.bits_formula) if cls.bits_formula else "",
             "params": {k: {"type": p.type.__name__, "default": p.default, "doc": p.doc,
                            **({"choices": list(p.choices)} if p.choices else {})} for k, p in cls.params.items()},
             "module": cls.__module__,
+            "origin": {"kind": origin.kind, "distribution": origin.distribution, "version": origin.version},
         })
     if args.json:
         _print_json(rows)
         return 0
     for r in rows:
         bias = "unbiased" if r["unbiased"] else "unbiased unless clipped" if r["unbiased_unless_clipped"] else "biased"
-        print(f"{r['name']:10s} bits = {r['bits']:40s} {bias}"
-              f"{'' if r['private'] else ', NOT private'}  — {r['summary']}")
+        where = "" if r["origin"]["kind"] == "built-in" else f"  [{ENCODERS.origin(r['name']).label()}]"
+        print(f"{r['name']:10s} bits = {r['bits_text']:40s} {bias}"
+              f"{'' if r['private'] else ', NOT private'}  — {r['summary']}{where}")
         for k, p in r["params"].items():
             ch = f" {{{'|'.join(map(str, p['choices']))}}}" if "choices" in p else ""
             print(f"    {k}={p['default']}{ch}: {p['doc']}")
     return 0
+
+
+def cmd_encoders_check(args: argparse.Namespace) -> int:
+    """``encoders check SPEC``: one line per conformance check; exit 1 if any fails."""
+    from .testing import check_encoder
+
+    report = check_encoder(args.spec, dim=args.dim, epsilon=args.epsilon, radius=args.radius, seed=args.seed,
+                           trials=args.trials, audit_trials=args.audit_trials, alpha=args.alpha,
+                           checks=args.checks or None)
+    print(f"{report.spec} (d={args.dim}, ε={args.epsilon:g}, R={args.radius:g}):")
+    for line in report.lines():
+        print(line)
+    return 0 if report.passed else 1
+
+
+def _encoders_parser(sub: Any) -> None:
+    """``encoders`` (the listing) and ``encoders check``."""
+    e = sub.add_parser("encoders", help="list registered encoders (plug-ins marked with their distribution), or check one")
+    e.add_argument("--json", action="store_true", help="print the listing as JSON")
+    e.set_defaults(fn=cmd_encoders)
+    es = e.add_subparsers(dest="encoders_cmd")
+    c = es.add_parser("check", help="run the conformance kit on one encoder: one PASS/FAIL/SKIP line per check")
+    c.add_argument("spec", help="encoder spec, name[:key=value,...]")
+    c.add_argument("--dim", type=positive_int, default=6, help="dimension d")
+    c.add_argument("--epsilon", type=positive_float, default=1.0, help="per-message ε")
+    c.add_argument("--radius", type=positive_float, default=1.0, help="clip radius R")
+    c.add_argument("--seed", type=int, default=0, help="public run seed of the encoder")
+    c.add_argument("--trials", type=_at_least_100, default=20000, help="messages per input for the mean, MSE and law checks")
+    c.add_argument("--audit-trials", type=_at_least_100, default=20000, help="audit messages per input for the ε audit")
+    c.add_argument("--alpha", type=probability, default=1e-6,
+                   help="false-failure probability of each statistical check for a conforming encoder")
+    c.add_argument("--checks", type=_list, default="", help="space-separated subset of the checks (default: all)")
+    c.set_defaults(fn=cmd_encoders)
+
+
+def _at_least_100(s: str) -> int:
+    v = positive_int(s)
+    if v < 100:
+        raise argparse.ArgumentTypeError(f"expected an integer ≥ 100, got {s!r}")
+    return v
 
 
 def cmd_mse(args: argparse.Namespace) -> int:
@@ -327,9 +395,7 @@ def build_parser(gen: bool = True) -> argparse.ArgumentParser:
     p = _Parser(prog="sstq-fl", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    e = sub.add_parser("encoders", help="list registered encoders, their parameters and bits")
-    e.add_argument("--json", action="store_true", help="print the listing as JSON")
-    e.set_defaults(fn=cmd_encoders)
+    _encoders_parser(sub)
     o = sub.add_parser("options", help="the options reference: every option's flag, run-config key, type, default, "
                                        "allowed values and help (markdown, as docs/options.md)")
     o.set_defaults(fn=cmd_options)

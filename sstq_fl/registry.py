@@ -14,6 +14,8 @@ in the manner of Opacus' decorator registries:
   plug-in that fails to import, is of the wrong kind, or takes a name already registered is
   skipped with a one-line :class:`PluginWarning` naming it and its distribution, so one broken
   plug-in never breaks a command.
+* Every entry records where it came from (:meth:`Registry.origin`): a built-in module, an entry
+  point with its distribution's name and version, or a registration at run time.
 * ``REG[name]`` of an unknown name is an :class:`UnknownName` error (a ``ValueError`` and a
   ``KeyError``) listing the registered names; ``names()``, ``items()`` and ``in`` list entries.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 import importlib
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Generic, TypeVar
 
@@ -33,6 +36,31 @@ T = TypeVar("T")
 
 class PluginWarning(UserWarning):
     """A plug-in that could not be registered; it is skipped and everything else works."""
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a registry entry came from: ``kind`` is ``"built-in"``, ``"entry point"`` or ``"registered"``
+    (by a decorator or call at run time outside the built-in modules); ``module`` defines the entry;
+    ``distribution`` and ``version`` name the installed distribution of an entry point, when known."""
+
+    kind: str
+    module: str
+    distribution: str | None = None
+    version: str | None = None
+
+    @property
+    def plugin(self) -> bool:
+        return self.kind == "entry point"
+
+    def label(self) -> str:
+        """``built-in``, ``plug-in <distribution> <version>`` or ``registered by <module>``."""
+        if self.kind == "built-in":
+            return "built-in"
+        if self.plugin:
+            return " ".join(["plug-in", self.distribution or f"(package {self.module.partition('.')[0]})",
+                             *([self.version] if self.version else [])])
+        return f"registered by {self.module}"
 
 
 class UnknownName(ValueError, KeyError):
@@ -67,6 +95,7 @@ class Registry(Generic[T]):
         self._accepts = accepts
         self._on_register = on_register
         self._entries: dict[str, T] = {}
+        self._origins: dict[str, Origin] = {}
         self._builtins_loaded = self._plugins_loaded = False
 
     def register(self, name: str, obj: T | None = None) -> Any:
@@ -81,7 +110,7 @@ class Registry(Generic[T]):
 
         return deco
 
-    def _add(self, name: str, obj: T) -> None:
+    def _add(self, name: str, obj: T, origin: Origin | None = None) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError(f"the name of the {self.what} must be a non-empty string, got {name!r}")
         taken = self._entries.get(name)
@@ -91,6 +120,10 @@ class Registry(Generic[T]):
         if self._on_register is not None:
             self._on_register(name, obj)
         self._entries[name] = obj
+        if origin is None:
+            module = str(getattr(obj, "__module__", "?"))
+            origin = Origin("built-in" if module in self._builtins else "registered", module)
+        self._origins.setdefault(name, origin)
 
     def load(self) -> None:
         """Import the built-in modules and load the entry-point plug-ins (once)."""
@@ -124,7 +157,18 @@ class Registry(Generic[T]):
             warnings.warn(f"{where} refused: the name {ep.name!r} is already registered by {_describe(taken)}",
                           PluginWarning, stacklevel=5)
             return
-        self._add(ep.name, obj)
+        dist = getattr(ep, "dist", None)
+        origin = Origin("entry point", str(ep.value).partition(":")[0].strip() or "?",
+                        getattr(dist, "name", None), getattr(dist, "version", None))
+        try:
+            self._add(ep.name, obj, origin)
+        except ValueError as exc:  # refused by the registry's own rules (e.g. an encoder missing a declaration)
+            warnings.warn(f"{where} refused: {described(exc)}", PluginWarning, stacklevel=5)
+
+    def origin(self, name: str) -> Origin:
+        """Where the entry ``name`` came from (:class:`UnknownName` when there is none)."""
+        self[name]
+        return self._origins[name]
 
     def _origin(self, ep: Any) -> str:
         """``<what> plug-in 'name' = 'module:attr' (distribution D)`` (the package when no distribution is known)."""
@@ -172,14 +216,15 @@ class Registry(Generic[T]):
         self.load()
         return dict(self._entries)
 
-    def snapshot(self) -> tuple[dict[str, T], bool]:
-        """The registry's entries (built-ins loaded) and whether plug-ins were loaded, for :meth:`restore`."""
+    def snapshot(self) -> tuple[dict[str, T], bool, dict[str, Origin]]:
+        """The registry's entries (built-ins loaded), whether plug-ins were loaded and the entries' origins,
+        for :meth:`restore`."""
         self._load_builtins()
-        return dict(self._entries), self._plugins_loaded
+        return dict(self._entries), self._plugins_loaded, dict(self._origins)
 
-    def restore(self, state: tuple[dict[str, T], bool]) -> None:
+    def restore(self, state: tuple[dict[str, T], bool, dict[str, Origin]]) -> None:
         """Put back a state taken by :meth:`snapshot` (tests that install fake plug-ins use both)."""
-        self._entries, self._plugins_loaded = dict(state[0]), state[1]
+        self._entries, self._plugins_loaded, self._origins = dict(state[0]), state[1], dict(state[2])
 
     def reload_plugins(self) -> None:
         """Forget that plug-ins were loaded: the next look-up loads the entry points again."""

@@ -11,7 +11,8 @@ def test_encoders_listing(capsys):
     assert main(["encoders", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
     assert set(rows) >= {"clean", "vqsgd", "sqkr", "privunit", "sstq-flat", "sstq-ma"}
-    assert rows["sstq-flat"]["bits"] == "ceil(log2 N) + b" and "codebook" in rows["sstq-flat"]["params"]
+    assert rows["sstq-flat"]["bits"] == "ceil(log2(N)) + b" and rows["sstq-flat"]["bits_text"] == "⌈log2 N⌉ + b"
+    assert "codebook" in rows["sstq-flat"]["params"]
     assert main(["encoders"]) == 0 and "sstq-ma" in capsys.readouterr().out
 
 

@@ -30,7 +30,7 @@ def run_py(code: str, path: Path) -> str:
 def test_installed_plugin_is_listed_and_usable(plugin_path):
     out = run_py("from sstq_fl.cli import main; main(['encoders', '--json'])", plugin_path)
     names = {r["name"]: r for r in json.loads(out)}
-    assert "rr-coordinate" in names and names["rr-coordinate"]["bits"] == "ceil(log2 d) + 1"
+    assert "rr-coordinate" in names and names["rr-coordinate"]["bits"] == "ceil(log2(d)) + 1"
     code = """
 import numpy as np, torch
 from sstq_fl import wire

@@ -28,6 +28,7 @@ from .. import rng
 from ..privacy.events import NonPrivateEvent, PrivacyEvent, PureDpEvent
 from ..registry import PluginWarning as PluginWarning
 from ..registry import Registry
+from . import formula
 
 ENTRY_POINT_GROUP = "sstq_fl.encoders"
 
@@ -79,15 +80,21 @@ class Messages:
 class Encoder(ABC):
     """Base class of every LDP vector encoder.
 
-    Subclasses declare ``name``, ``params``, ``unbiased`` (for every input) or
-    ``unbiased_unless_clipped`` (for every input whose Kashin coefficients stay within the public
-    bound; clipped coefficients are counted in ``Messages.stats['clipped']``), ``bits_formula``, and
-    implement :meth:`layout`, :meth:`_encode` and :meth:`decode`.
+    Subclasses declare ``name``, ``params``, ``unbiased`` (no default: every registered or
+    instantiated class must state it, in its own body or a base other than :class:`Encoder`; it means
+    ``E[x̂] = clip(x)`` for every input), ``unbiased_unless_clipped`` (for every input whose Kashin
+    coefficients stay within the public bound; clipped coefficients are counted in
+    ``Messages.stats['clipped']``), ``bits_formula`` (an arithmetic expression over
+    :meth:`bits_quantities`, see :mod:`sstq_fl.encoders.formula`; it must equal :meth:`payload_bits`),
+    and implement :meth:`layout`, :meth:`_encode` and :meth:`decode`.  An encoder whose output space is
+    small may also define ``output_law(x) -> (Messages, probabilities)``: every possible message, and
+    for each input row its exact probability (the conformance kit, :mod:`sstq_fl.testing`, then checks
+    ε exactly).
     """
 
     name: ClassVar[str] = ""
     params: ClassVar[dict[str, Param]] = {}
-    unbiased: ClassVar[bool] = True  # E[x̂] = clip(x) for every input
+    unbiased: ClassVar[bool]  # E[x̂] = clip(x) for every input; no default (see require_declarations)
     unbiased_unless_clipped: ClassVar[bool] = False  # E[x̂] = clip(x) for every input the encoder does not clip
     private: ClassVar[bool] = True
     bits_formula: ClassVar[str] = ""
@@ -95,6 +102,7 @@ class Encoder(ABC):
 
     def __init__(self, dim: int, epsilon: float, radius: float = 1.0, seed: int = 0,
                  device: torch.device | str = "cpu", **params: Any):
+        require_declarations(type(self))
         if not (isinstance(dim, int | np.integer) and dim >= 1):
             raise ValueError(f"dim must be a positive integer, got {dim!r}")
         if self.private and not (epsilon > 0 and math.isfinite(epsilon)):
@@ -132,6 +140,17 @@ class Encoder(ABC):
     def payload_bits(self) -> int:
         """Exact payload bits per message (what the wire format carries)."""
         return sum(f.total_bits for f in self.layout())
+
+    def bits_quantities(self) -> dict[str, Any]:
+        """The public quantities :attr:`bits_formula` may name: ``d`` and every parameter (subclasses add more)."""
+        return {"d": self.dim, **self.cfg}
+
+    def formula_bits(self) -> int:
+        """:attr:`bits_formula` evaluated on :meth:`bits_quantities` (``ValueError`` if it is not an integer)."""
+        val = formula.evaluate(self.bits_formula, self.bits_quantities())
+        if isinstance(val, bool) or not isinstance(val, int | float) or val != int(val):
+            raise ValueError(f"bits formula {self.bits_formula!r} of {self.spec!r} gives {val!r}, not a whole number")
+        return int(val)
 
     def privacy_event(self) -> PrivacyEvent:
         """The privacy event of one message (pure ε-LDP, replace-one)."""
@@ -282,7 +301,22 @@ def _is_encoder_class(obj: Any) -> bool:
     return isinstance(obj, type) and issubclass(obj, Encoder)
 
 
+def require_declarations(cls: type[Encoder]) -> None:
+    """Refuse (one-line ``ValueError`` naming the class) an encoder class that does not declare ``unbiased``
+    in its own body or a base other than :class:`Encoder`, or whose ``bits_formula`` is not a formula."""
+    declared = [k for k in cls.__mro__ if k is not Encoder and issubclass(k, Encoder) and "unbiased" in vars(k)]
+    if not declared:
+        raise ValueError(f"encoder class {cls.__module__}.{cls.__qualname__} does not declare 'unbiased' "
+                         f"(set unbiased = True or False in its class body)")
+    if cls.bits_formula:
+        try:
+            formula.parse(cls.bits_formula)
+        except ValueError as exc:
+            raise ValueError(f"encoder class {cls.__module__}.{cls.__qualname__}: {exc}") from None
+
+
 def _set_name(name: str, cls: type[Encoder]) -> None:
+    require_declarations(cls)
     cls.name = name
 
 

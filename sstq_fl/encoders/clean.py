@@ -14,7 +14,7 @@ from .base import Encoder, Field, Messages, register_encoder
 class Clean(Encoder):
     unbiased = True
     private = False
-    bits_formula = "32 d"
+    bits_formula = "32 * d"
     summary = "no privacy: the clipped float32 vector"
 
     def __init__(self, dim: int, epsilon: float = float("inf"), *args: Any, **kw: Any):

@@ -65,6 +65,10 @@ class FramedEncoder(Encoder):
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "N": self.N, "kashin_level": self.kashin_cfg.level, "B_scaled": self.bound}
 
+    def bits_quantities(self) -> dict[str, Any]:
+        """``d``, the parameters and the frame size ``N``."""
+        return {**super().bits_quantities(), "N": self.N}
+
     def coefficients(self, x: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """Kashin coefficients of ``x`` at ``idx`` in scaled units, clipped to ``[-B, B]``."""
         res = kashin(self.frame, x, self.kashin_cfg, idx)

@@ -108,7 +108,7 @@ class PrivUnit(Encoder):
         "cap": Param(str, "exact", "cap calibration: exact ratio or the paper's sufficient bound", ("exact", "paper")),
     }
     unbiased = True
-    bits_formula = "32 d"
+    bits_formula = "32 * d"
     summary = "PrivUnit2: spherical cap sampling, float32 output"
 
     def __init__(self, *args: Any, **kw: Any):

@@ -192,7 +192,7 @@ class PrivUnitMRC(Encoder):
                       "per-client coins", ("message", "public")),
     }
     unbiased = False
-    bits_formula = "bits + seed_bits (coin=message); bits (coin=public)"
+    bits_formula = "bits + seed_bits if coin == 'message' else bits"
     summary = "PrivUnit2 compressed by band-constrained minimal random coding (Hadamard candidates)"
     CHUNK: ClassVar[int] = 64  # clients per transform batch (bounds the [n, blocks, 3, P] sign tensor)
 

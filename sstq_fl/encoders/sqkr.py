@@ -35,7 +35,7 @@ class SQKR(FramedEncoder):
     }
     unbiased = False  # not for every input: Walsh-flat inputs need more than any practical level (framed.py)
     unbiased_unless_clipped = True
-    bits_formula = "k (ceil(log2 N) + 1) private coin; k public coin"
+    bits_formula = "k * (ceil(log2(N)) + 1) if coin == 'private' else k"
     summary = "Kashin + k sampled coordinates, 1-bit quantized, 2^k-ary RR"
 
     def __init__(self, *args: Any, **kw: Any):
@@ -46,6 +46,9 @@ class SQKR(FramedEncoder):
             raise ValueError(f"SQKR k must be in [1, 16], got {k}")
         self.k = k
         self.p, self.q = flat_rr_probabilities(self.epsilon, 2**k)  # overflow-free at any finite ε
+
+    def bits_quantities(self) -> dict[str, Any]:
+        return {**super().bits_quantities(), "k": self.k}
 
     def layout(self) -> list[Field]:
         out = [Field("bits", self.k, 1)]

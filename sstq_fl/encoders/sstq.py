@@ -58,7 +58,7 @@ from .maths.kashin import kashin
 
 class _SSTQ(FramedEncoder):
     params: ClassVar[dict[str, Param]] = {**FRAME_PARAMS, "b": Param(int, 4, "bits per label (M = 2^b codewords)")}
-    bits_formula = "ceil(log2 N) + b"
+    bits_formula = "ceil(log2(N)) + b"
 
     def __init__(self, *args: Any, **kw: Any):
         super().__init__(*args, **kw)
@@ -113,6 +113,21 @@ class _SSTQ(FramedEncoder):
         gap = c[k + 1] - c[k]
         theta = torch.where(gap > 0, (y - c[k]) / torch.where(gap > 0, gap, 1.0), torch.zeros_like(y))
         return k, 1 - theta, theta
+
+    @abstractmethod
+    def label_channel(self) -> torch.Tensor:
+        """Exact ``P[Z = i | V = k]`` ``[M, M]`` of the label channel."""
+
+    def output_law(self, x: torch.Tensor) -> tuple[Messages, torch.Tensor]:
+        """Every message ``(J, Z)`` and its exact probability per input row: ``J`` uniform, then the rounding
+        weights of the (clipped) coefficient ``s_J`` through the label channel."""
+        s = self._full_coefficients(x)
+        k, w0, w1 = self.rounding_moments(s)
+        ch = self.label_channel().to(s.device)
+        pz = w0[..., None] * ch[k] + w1[..., None] * ch[k + 1]  # [inputs, N, M]
+        j = torch.arange(self.N).repeat_interleave(self.M)
+        z = torch.arange(self.M).repeat(self.N)
+        return Messages({"J": j[:, None], "Z": z[:, None]}), (pz / self.N).reshape(s.shape[0], -1)
 
     def _full_coefficients(self, x: torch.Tensor) -> torch.Tensor:
         s = kashin(self.frame, self.preprocess(x).double(), self.kashin_cfg).coeffs

@@ -35,7 +35,7 @@ def _decode_scale(radius: float, epsilon: float, k: int) -> float:
 @register_encoder("vqsgd")
 class VqSGD(Encoder):
     unbiased = True
-    bits_formula = "ceil(log2 d) + 1"
+    bits_formula = "ceil(log2(d)) + 1"
     summary = "cross-polytope vector quantization + 2d-ary randomized response"
 
     def __init__(self, *args: Any, **kw: Any):
@@ -76,6 +76,16 @@ class VqSGD(Encoder):
     def mse(self, x: torch.Tensor) -> torch.Tensor:
         xc = self.preprocess(x).double()
         return self.dim * self.scale**2 - (xc**2).sum(1)
+
+    def output_law(self, x: torch.Tensor) -> tuple[Messages, torch.Tensor]:
+        """Every message (vertex ``v`` in ``0..2d−1``) and its exact probability per input row: the vertex
+        weights ``a^±`` (module docstring) times the ``2d``-ary randomized response channel."""
+        d = self.dim
+        xs = (self.preprocess(x) / self.radius).double()
+        gamma = (1.0 - xs.abs().sum(1, keepdim=True) / math.sqrt(d)).clamp_min(0.0)
+        w = torch.cat([xs.clamp_min(0), (-xs).clamp_min(0)], 1) / math.sqrt(d) + gamma / (2 * d)
+        w = w / w.sum(1, keepdim=True)  # the sampler draws from the normalised cumulative weights
+        return Messages({"v": torch.arange(2 * d)[:, None]}), w @ self.label_channel().to(w.device)
 
     def label_channel(self) -> torch.Tensor:
         k = 2 * self.dim

@@ -19,7 +19,7 @@ from sstq_fl.encoders import Encoder, Field, Messages
 
 class RRCoordinate(Encoder):
     unbiased = True
-    bits_formula = "ceil(log2 d) + 1"
+    bits_formula = "ceil(log2(d)) + 1"
     summary = "example plug-in: one coordinate, one bit, binary RR"
 
     def __init__(self, *args: Any, **kw: Any):
