@@ -37,9 +37,10 @@ assert [r["test_accuracy"] for r in v["rounds"]] == [r["test_accuracy"] for r in
 print("both engines: test accuracy", [r["test_accuracy"] for r in f["rounds"]], "versions", f["meta"]["versions"])
 PY
 
-step "sstq-fl encoders check"
-"$SSTQ" encoders
-for spec in sstq-flat:b=4 sqkr; do "$SSTQ" encoders check "$spec"; done
+step "sstq-fl encoders check (built-ins and the template plug-in)"
+"$WORK/venv/bin/python" -m pip install --quiet "$ROOT/examples/encoder-plugin"
+"$SSTQ" encoders | grep -F "[plug-in sstq-fl-encoder-template 0.1.0]"
+for spec in sstq-flat:b=4 sqkr template-rr; do "$SSTQ" encoders check "$spec"; done
 
 flwr_app() {  # flwr run one example app (copied outside the clone), 2 rounds on 4 SuperNodes; central evaluation checked
   local name=$1

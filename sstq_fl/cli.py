@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -595,6 +596,9 @@ def main(argv: list[str] | None = None) -> int:
             args = apply_config(parser, args, argv)
         with quiet_flower(not getattr(args, "verbose", True)):  # training commands: Flower's INFO logs hidden
             return int(args.fn(args) or 0)
+    except BrokenPipeError:  # the reader went away (``sstq-fl encoders | head``): stop quietly, as SIGPIPE would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except (ValueError, OSError) as exc:
         print(f"sstq-fl: error: {exc}", file=sys.stderr)
         return 2
