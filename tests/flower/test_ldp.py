@@ -63,9 +63,9 @@ def test_the_mod_sends_the_encoders_message_of_the_pseudo_gradient():
     """Reproducible coins: the bytes are exactly what the encoder gives for ``g = θ − θ_local`` (as the engine)."""
     g = np.random.default_rng(0).normal(size=D).astype(np.float32) * 0.1
     mod = LdpEncodeMod(SPEC, epsilon=2.0, radius=0.5, randomness="reproducible", frame_seed=SEED, seed=SEED)
-    reply = mod(_msg(_theta(), {"server-round": T}), _context(), _trainer_step(g))
-    assert not reply.has_error() and list(reply.content.array_records) == ["arrays"]
     enc = make_encoder(SPEC, D, 2.0, radius=0.5, seed=SEED)
+    reply = mod(_msg(_theta(), {"server-round": T, "ldp-fingerprint": enc.fingerprint}), _context(), _trainer_step(g))
+    assert not reply.has_error() and list(reply.content.array_records) == ["arrays"]
     expect = wire.pack(enc, enc.encode(torch.from_numpy(g)[None], encoder_seeds(SEED, T, np.array([PID]))), round=T)[0]
     assert _blob(reply) == expect and len(expect) == wire.HEADER_BYTES + (enc.payload_bits() + 7) // 8
     assert dict(reply.content["metrics"]) == {}  # type: ignore[arg-type]  # by default only the message leaves
