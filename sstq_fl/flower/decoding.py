@@ -2,7 +2,7 @@
 
 ::
 
-    strategy = LdpDecoding(FedAvg(fraction_train=0.5), encoder="sstq-flat:b=4", epsilon=3.0, radius=1.0)
+    strategy = LdpDecoding(FedAvg(fraction_train=0.5, fraction_evaluate=0.0), encoder="privunit", epsilon=3.0, radius=0.01)
     strategy.start(grid, initial_arrays, num_rounds=20, evaluate_fn=...)
 
 with :class:`sstq_fl.flower.LdpEncodeMod` (same encoder, ε, radius and frame seed) in the
@@ -24,6 +24,18 @@ ClientApp.  Overriding only what differs, in the manner of Flower's DP wrappers:
 * The privacy ledger (:attr:`ledger`, :class:`sstq_fl.privacy.ledger.PrivacyLedger`) is charged one
   ``enc.privacy_event()`` per message of the busiest client (:func:`sstq_fl.aggregation.charge_joins`);
   ``epsilon-spent`` is added to the round's train metrics.
+* A round in which clients were asked and no valid message arrived raises :class:`EmptyRound`,
+  whose message is the one-line cause (an encoder mismatch naming both configurations in full,
+  "no LDP message in any reply of round N: is LdpEncodeMod in the ClientApp's mods?", every
+  client timed out, or the first client's reason); ``allow_empty_rounds=True`` keeps the model
+  and goes on instead.  The wrapper logs "uniform mean of N LDP messages" per round, and the
+  inner strategy's summary says it is weighted uniformly (Flower's FedAvg names its
+  ``weighted_by_key``, which the wrapper never uses).
+
+Client evaluation is the inner strategy's, unprotected: a ``fraction_evaluate > 0`` sends the
+model to clients whose evaluation metrics (loss, accuracy, ``num-examples`` on their data)
+come back in the clear.  ``fraction_evaluate=0.0`` with a central ``evaluate_fn`` keeps the LDP
+messages the only thing that leaves a client.
 """
 
 from __future__ import annotations
@@ -92,10 +104,10 @@ def empty_round_cause(t: int, dropped: list[dict[str, Any]], enc: Encoder) -> st
     reasons = [str(d["reason"]) for d in dropped]
     refused = [r.split(MISMATCH, 1)[1] for r in reasons if MISMATCH in r]
     if refused:
-        return f"{MISMATCH.strip()} in round {t}: {refused[0]} ({len(refused)} of {len(reasons)} clients refused)"
+        return f"encoder mismatch in round {t}: {refused[0]} ({len(refused)} of {len(reasons)} clients refused)"
     foreign = [r for r in reasons if "foreign message" in r]
     if foreign:
-        return f"{MISMATCH.strip()} in round {t}: {foreign[0]}; the server decodes {public_spec(enc)}"
+        return f"encoder mismatch in round {t}: {foreign[0]}; the server decodes {public_spec(enc)}"
     answered = [r for r in reasons if r != TIMEOUT]
     if answered and all(NO_MESSAGE in r for r in answered):
         return f"no LDP message in any reply of round {t}: is LdpEncodeMod in the ClientApp's mods?"
@@ -110,7 +122,9 @@ class LdpDecoding(Strategy):
 
     ``identify`` maps a node id to the client the ledger charges (default: the node itself).
     ``ledger``: an already planned ledger to charge (default: a new one, planned in :meth:`start`
-    for ``num_rounds`` messages per client, refusing a plan over ``budget_epsilon``)."""
+    for ``num_rounds`` messages per client, refusing a plan over ``budget_epsilon``).
+    ``allow_empty_rounds``: a round without a valid message leaves the model as it is instead of
+    raising :class:`EmptyRound`."""
 
     def __init__(self, strategy: Strategy, encoder: str, epsilon: float, radius: float, *, frame_seed: int = 0,
                  server_cap: float | None = None, delta: float = 1e-5, budget_epsilon: float | None = None,

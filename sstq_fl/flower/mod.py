@@ -3,7 +3,7 @@
 Put it in any ClientApp whose ``train`` handler returns the locally trained model as one
 ``ArrayRecord`` with the keys of the one it received (the shape of Flower's quickstarts)::
 
-    app = ClientApp(mods=[arrays_size_mod, LdpEncodeMod("sstq-flat:b=4", epsilon=3.0, radius=0.05)])
+    app = ClientApp(mods=[arrays_size_mod, LdpEncodeMod("privunit", epsilon=3.0, radius=0.01)])
 
 and wrap the server's strategy in :class:`sstq_fl.flower.LdpDecoding` with the same encoder.
 
@@ -23,7 +23,11 @@ What it encodes: the **pseudo-gradient** ``Δ = θ_global − θ_local`` (the mo
 sign of a gradient, as in FedOpt: Reddi et al., "Adaptive Federated Optimization", ICLR 2021),
 flattened in the ArrayRecord's key order, projected onto the L2 ball of radius ``R`` and
 encoded by an ε-LDP encoder (pure ε-LDP with respect to any two inputs in the ball: the
-encoder's own guarantee, e.g. SSTQ, vqSGD, SQKR, PrivUnit).  A non-finite ``Δ`` is replaced by
+encoder's own guarantee, e.g. SSTQ, vqSGD, SQKR, PrivUnit: Bhowmick et al., "Protection Against
+Reconstruction and Its Applications in Private Federated Learning", 2018).  ``R`` is also the
+server's step: the decoded mean's noise grows with ``R`` (its norm is tens to hundreds of times
+``R`` for a few clients and 10⁴–10⁵ parameters), so ``R`` near the updates' own norm or below it,
+not 1.0, keeps a model the size of Flower's quickstart CNN from diverging.  A non-finite ``Δ`` is replaced by
 the public null input ``0``, so the message looks like any other.  The reply's arrays are
 replaced by the wire message alone (:data:`WIRE_STYPE`, raw bytes: nothing executable, no
 pickle), and its metrics are dropped by default (``metrics="none"``): only the mechanism's output
