@@ -218,7 +218,8 @@ def serve(grid: Grid, cfg: RunConfig, out: Path, resume: bool = False, progress:
         inner = SstqSampling(tr, st.round, wait, send_config)
         decoding = CohortDecoding if cfg.clients_per_node > 1 else LdpDecoding
         ldp = decoding(inner, cfg.encoder, cfg.epsilon, cfg.clip, frame_seed=cfg.seed, server_cap=cfg.server_cap,
-                       delta=cfg.delta, ledger=tr.ledger, identify=inner.client_of)
+                       delta=cfg.delta, ledger=tr.ledger, identify=inner.client_of,
+                       allow_empty_rounds=True)  # as the in-process engine: a round nobody answered leaves θ and is recorded
         ldp.joins = {c: int(n) for c, n in enumerate(st.joins if st.joins is not None else [])}
         record = RunRecorder(tr, st, out, inner, ldp, progress)
         assert st.theta is not None

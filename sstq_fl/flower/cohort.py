@@ -149,4 +149,4 @@ class CohortDecoding(LdpDecoding):
         try:
             return cohort_blobs(r, asked[node]), None
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            return None, f"malformed reply: {str(exc)[:200]}"
+            return None, f"malformed reply: {str(exc)[:2000]}"

@@ -2,7 +2,7 @@
 
 ::
 
-    strategy = LdpDecoding(FedAvg(fraction_train=0.5), encoder="sstq-flat:b=4", epsilon=3.0, radius=1.0)
+    strategy = LdpDecoding(FedAvg(fraction_train=0.5, fraction_evaluate=0.0), encoder="privunit", epsilon=3.0, radius=0.01)
     strategy.start(grid, initial_arrays, num_rounds=20, evaluate_fn=...)
 
 with :class:`sstq_fl.flower.LdpEncodeMod` (same encoder, ε, radius and frame seed) in the
@@ -24,6 +24,18 @@ ClientApp.  Overriding only what differs, in the manner of Flower's DP wrappers:
 * The privacy ledger (:attr:`ledger`, :class:`sstq_fl.privacy.ledger.PrivacyLedger`) is charged one
   ``enc.privacy_event()`` per message of the busiest client (:func:`sstq_fl.aggregation.charge_joins`);
   ``epsilon-spent`` is added to the round's train metrics.
+* A round in which clients were asked and no valid message arrived raises :class:`EmptyRound`,
+  whose message is the one-line cause (an encoder mismatch naming both configurations in full,
+  "no LDP message in any reply of round N: is LdpEncodeMod in the ClientApp's mods?", every
+  client timed out, or the first client's reason); ``allow_empty_rounds=True`` keeps the model
+  and goes on instead.  The wrapper logs "uniform mean of N LDP messages" per round, and the
+  inner strategy's summary says it is weighted uniformly (Flower's FedAvg names its
+  ``weighted_by_key``, which the wrapper never uses).
+
+Client evaluation is the inner strategy's, unprotected: a ``fraction_evaluate > 0`` sends the
+model to clients whose evaluation metrics (loss, accuracy, ``num-examples`` on their data)
+come back in the clear.  ``fraction_evaluate=0.0`` with a central ``evaluate_fn`` keeps the LDP
+messages the only thing that leaves a client.
 """
 
 from __future__ import annotations
@@ -36,30 +48,73 @@ from typing import Any
 import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app.exception import AppExitException
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
+from flwr.supercore.exit import ExitCode
 
 from ..aggregation import charge_joins, decode_mean
 from ..encoders import Encoder
 from ..privacy.errors import Budget
 from ..privacy.ledger import PrivacyLedger
 from ..progress import configure_logging
-from .mod import KEY_ENCODER, KEY_FINGERPRINT, WIRE_KEY, WIRE_STYPE, LdpSettings, encoder_for, flatten, unflatten
-from .plumbing import error_reason, node_unavailable, sender, summary_level
+from .mod import (
+    KEY_ENCODER,
+    KEY_FINGERPRINT,
+    MISMATCH,
+    WIRE_KEY,
+    WIRE_STYPE,
+    LdpSettings,
+    encoder_for,
+    flatten,
+    public_spec,
+    unflatten,
+)
+from .plumbing import error_reason, flower_log_rewritten, node_unavailable, sender, summary_level
 
 log = logging.getLogger("sstq_fl.flower")
+NO_MESSAGE = "(is LdpEncodeMod in the ClientApp?)"  # ends the reason of a reply that holds no LDP message
+TIMEOUT = "no reply before the round timeout"
+
+
+class EmptyRound(AppExitException, ValueError):
+    """A training round in which no valid LDP message arrived (the message is the one-line cause).
+
+    Flower's deployment runtime exits the ServerApp with code 200 (strategy precondition unmet),
+    its simulation runtime with 700; ``sstq-fl`` prints it as its one-line error."""
+
+    exit_code = ExitCode.SERVERAPP_STRATEGY_PRECONDITION_UNMET
 
 
 def wire_blob(r: Message) -> tuple[str, bytes]:
     """A reply's ArrayRecord key and wire message (``ValueError`` naming what is wrong)."""
     recs = r.content.array_records
     if len(recs) != 1:
-        raise ValueError(f"reply holds {len(recs)} ArrayRecords, not one LDP message (is LdpEncodeMod in the ClientApp?)")
+        raise ValueError(f"reply holds {len(recs)} ArrayRecords, not one LDP message {NO_MESSAGE}")
     key, rec = next(iter(recs.items()))
     arr = rec.get(WIRE_KEY) if list(rec.keys()) == [WIRE_KEY] else None
     if arr is None or arr.stype != WIRE_STYPE or not isinstance(arr.data, bytes):
-        raise ValueError("reply without an LDP message (is LdpEncodeMod in the ClientApp?)")
+        raise ValueError(f"reply without an LDP message {NO_MESSAGE}")
     return str(key), arr.data
+
+
+def empty_round_cause(t: int, dropped: list[dict[str, Any]], enc: Encoder) -> str:
+    """Why round ``t`` has no valid message, in one line: an encoder mismatch (named in full on both
+    sides), no LDP message in any reply (the mod missing), else the first client's reason."""
+    reasons = [str(d["reason"]) for d in dropped]
+    refused = [r.split(MISMATCH, 1)[1] for r in reasons if MISMATCH in r]
+    if refused:
+        return f"encoder mismatch in round {t}: {refused[0]} ({len(refused)} of {len(reasons)} clients refused)"
+    foreign = [r for r in reasons if "foreign message" in r]
+    if foreign:
+        return f"encoder mismatch in round {t}: {foreign[0]}; the server decodes {public_spec(enc)}"
+    answered = [r for r in reasons if r != TIMEOUT]
+    if answered and all(NO_MESSAGE in r for r in answered):
+        return f"no LDP message in any reply of round {t}: is LdpEncodeMod in the ClientApp's mods?"
+    if not answered:
+        return f"no reply in round {t}: every asked client ({len(reasons)}) timed out"
+    first = next(d for d in dropped if d["reason"] != TIMEOUT)
+    return f"no valid LDP message in round {t}: {len(reasons)} clients left out, client {first['client']}: {first['reason']}"
 
 
 class LdpDecoding(Strategy):
@@ -67,12 +122,16 @@ class LdpDecoding(Strategy):
 
     ``identify`` maps a node id to the client the ledger charges (default: the node itself).
     ``ledger``: an already planned ledger to charge (default: a new one, planned in :meth:`start`
-    for ``num_rounds`` messages per client, refusing a plan over ``budget_epsilon``)."""
+    for ``num_rounds`` messages per client, refusing a plan over ``budget_epsilon``).
+    ``allow_empty_rounds``: a round without a valid message leaves the model as it is instead of
+    raising :class:`EmptyRound`."""
 
     def __init__(self, strategy: Strategy, encoder: str, epsilon: float, radius: float, *, frame_seed: int = 0,
                  server_cap: float | None = None, delta: float = 1e-5, budget_epsilon: float | None = None,
-                 ledger: PrivacyLedger | None = None, identify: Callable[[int], int] | None = None):
+                 ledger: PrivacyLedger | None = None, identify: Callable[[int], int] | None = None,
+                 allow_empty_rounds: bool = False):
         super().__init__()
+        self.allow_empty_rounds = allow_empty_rounds
         self.strategy, self.settings = strategy, LdpSettings(encoder, float(epsilon), float(radius), frame_seed=frame_seed)
         self.server_cap, self.delta, self.budget_epsilon = server_cap, delta, budget_epsilon
         self.ledger, self.identify = ledger, identify or (lambda node: node)
@@ -87,7 +146,8 @@ class LdpDecoding(Strategy):
         s = self.settings
         log.log(summary_level(), "LdpDecoding: encoder %s, epsilon %s per message, radius %s, server cap %s",
                 s.encoder, s.epsilon, s.radius, self.server_cap)
-        self.strategy.summary()
+        with flower_log_rewritten(_uniform_weights):
+            self.strategy.summary()
 
     def prepare(self, arrays: ArrayRecord, num_rounds: int | None) -> Encoder:
         """Build the encoder for ``arrays``' dimension and a new ledger, planned for ``num_rounds``
@@ -118,7 +178,7 @@ class LdpDecoding(Strategy):
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         enc = self.enc or self.prepare(arrays, None)
-        config[KEY_FINGERPRINT], config[KEY_ENCODER] = enc.fingerprint, enc.spec
+        config[KEY_FINGERPRINT], config[KEY_ENCODER] = enc.fingerprint, public_spec(enc)
         self._global = arrays
         self._sent = list(self.strategy.configure_train(server_round, arrays, config, grid))
         self._round = int(config.get("server-round", server_round))  # type: ignore[arg-type]
@@ -142,7 +202,10 @@ class LdpDecoding(Strategy):
                      "bits_per_client": self.enc.payload_bits() if blobs else 0, "bytes_per_client": got.bytes_per_message}
         for d in dropped:
             log.warning("round %d: client %s left out: %s", self._round, d["client"], d["reason"])
+        log.log(summary_level(), "aggregate_train: uniform mean of %d LDP messages (%d left out)", len(ok), len(dropped))
         if got.mean is None:
+            if dropped and not self.allow_empty_rounds:
+                raise EmptyRound(empty_round_cause(self._round, dropped, self.enc))
             return None, None
         return self._inner(server_round, got.mean, [kept[i] for i in sorted(ok)])
 
@@ -178,11 +241,11 @@ class LdpDecoding(Strategy):
                     kept.append(r)
                     continue
                 except (ValueError, TypeError, KeyError, AttributeError) as exc:
-                    why = f"malformed reply: {str(exc)[:200]}"
+                    why = f"malformed reply: {str(exc)[:2000]}"
             dropped.append({"client": self.identify(node) if node >= 0 else node, "reason": why})
         late = sorted(asked - replied, key=self.identify)
         self._silent |= set(late)
-        dropped += [{"client": self.identify(n), "reason": "no reply before the round timeout"} for n in late]
+        dropped += [{"client": self.identify(n), "reason": TIMEOUT} for n in late]
         return nodes, blobs, kept, dropped
 
     def _inner(self, server_round: int, mean: torch.Tensor, kept: list[Message]
@@ -193,8 +256,9 @@ class LdpDecoding(Strategy):
         key = str(getattr(self.strategy, "weighted_by_key", "num-examples"))
         arrays_key = next(iter(kept[0].content.array_records))  # the ArrayRecord's key in the clients' replies
         content = RecordDict({arrays_key: unflatten(theta, self._global), "metrics": _metrics(kept, key)})
-        arrays, metrics = self.strategy.aggregate_train(server_round, [Message(content, dst_node_id=0,
-                                                                               message_type=MessageType.TRAIN)])
+        with flower_log_rewritten(_one_reply):
+            arrays, metrics = self.strategy.aggregate_train(server_round, [Message(content, dst_node_id=0,
+                                                                                   message_type=MessageType.TRAIN)])
         metrics = MetricRecord() if metrics is None else metrics
         metrics["epsilon-spent"] = float(self.ledger.epsilon(self.delta))
         return arrays, metrics
@@ -204,6 +268,18 @@ class LdpDecoding(Strategy):
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         return self.strategy.aggregate_evaluate(server_round, replies)
+
+
+def _uniform_weights(line: str) -> str | None:
+    """The inner strategy's summary, where it names its weighting key: the wrapper weighs uniformly."""
+    if "Weighted by:" in line:
+        return line.split("Weighted by:")[0] + "Weighted by: uniform (LdpDecoding: one LDP message, one vote)"
+    return line
+
+
+def _one_reply(line: str) -> str | None:
+    """The inner strategy's count of the one reply the wrapper hands it: dropped (the wrapper logs its own)."""
+    return None if line.startswith("aggregate_train: Received") else line
 
 
 def _dtype(arrays: ArrayRecord) -> torch.dtype:

@@ -3,15 +3,31 @@
 Put it in any ClientApp whose ``train`` handler returns the locally trained model as one
 ``ArrayRecord`` with the keys of the one it received (the shape of Flower's quickstarts)::
 
-    app = ClientApp(mods=[LdpEncodeMod("sstq-flat:b=4", epsilon=3.0, radius=1.0)])
+    app = ClientApp(mods=[arrays_size_mod, LdpEncodeMod("privunit", epsilon=3.0, radius=0.01)])
 
 and wrap the server's strategy in :class:`sstq_fl.flower.LdpDecoding` with the same encoder.
+
+Where it goes among Flower's mods: ``ClientApp(mods=[a, b])`` runs ``a(msg, ctx, b(msg, ctx, handler))``
+(the app's mods first, then a handler's own ``@app.train(mods=...)``), so ``a`` sees the incoming
+message first and the outgoing reply **last**.  A mod listed before ``LdpEncodeMod`` sees what
+leaves the client (the wire message); one listed after it, or in ``@app.train(mods=...)``, sees
+the local model.  Size mods (``arrays_size_mod``, ``message_size_mod``) therefore go before it;
+placed after it they report the model's size as sent, and the mod warns once.
+
+An unwrapped server (its train message carries no fingerprint of :class:`LdpDecoding`) gets
+``num-examples = 1`` (a constant: one message) in the reply's metrics, so Flower's FedAvg family
+passes its reply validation and stops at the wire message, whose ``stype`` (:data:`WIRE_STYPE`)
+names ``LdpDecoding``.
 
 What it encodes: the **pseudo-gradient** ``Δ = θ_global − θ_local`` (the model delta with the
 sign of a gradient, as in FedOpt: Reddi et al., "Adaptive Federated Optimization", ICLR 2021),
 flattened in the ArrayRecord's key order, projected onto the L2 ball of radius ``R`` and
 encoded by an ε-LDP encoder (pure ε-LDP with respect to any two inputs in the ball: the
-encoder's own guarantee, e.g. SSTQ, vqSGD, SQKR, PrivUnit).  A non-finite ``Δ`` is replaced by
+encoder's own guarantee, e.g. SSTQ, vqSGD, SQKR, PrivUnit: Bhowmick et al., "Protection Against
+Reconstruction and Its Applications in Private Federated Learning", 2018).  ``R`` is also the
+server's step: the decoded mean's noise grows with ``R`` (its norm is tens to hundreds of times
+``R`` for a few clients and 10⁴–10⁵ parameters), so ``R`` near the updates' own norm or below it,
+not 1.0, keeps a model the size of Flower's quickstart CNN from diverging.  A non-finite ``Δ`` is replaced by
 the public null input ``0``, so the message looks like any other.  The reply's arrays are
 replaced by the wire message alone (:data:`WIRE_STYPE`, raw bytes: nothing executable, no
 pickle), and its metrics are dropped by default (``metrics="none"``): only the mechanism's output
@@ -28,6 +44,7 @@ only, no guarantee against whoever holds the seed.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -43,11 +60,16 @@ from ..encoders import Encoder, make_encoder
 from ..fl.partition import encoder_seeds
 from ..rng import check_mode, fresh_keys
 
-WIRE_STYPE = "sstq-fl.wire/1"  # an Array holding one wire message (sstq_fl.wire), not a numpy array
+# an Array holding one wire message (sstq_fl.wire), not a numpy array; the name is what Flower's
+# Array.numpy() error shows when a strategy without the wrapper reaches it
+WIRE_STYPE = "sstq-fl.wire/1: an LDP message; wrap the server's strategy in sstq_fl.flower.LdpDecoding"
 WIRE_KEY = "ldp-message"
 KEY_FINGERPRINT = "ldp-fingerprint"  # sent by LdpDecoding: the encoder configuration it decodes
 KEY_ENCODER = "ldp-encoder"
 METRICS = ("keep", "num-examples", "none")
+MISMATCH = "encoder mismatch: "  # starts the mod's refusal of a server decoding another configuration
+SIZE_MODS = ("arrays_size_mod", "message_size_mod")
+log = logging.getLogger("sstq_fl.flower")
 
 
 class LdpModError(ValueError):
@@ -133,10 +155,13 @@ class LdpEncodeMod:
             fixed = LdpSettings(encoder, float(epsilon), float(radius), randomness, frame_seed, seed)
             settings = lambda msg, context: fixed  # noqa: E731
         self.settings, self.metrics = settings, metrics
+        self.warned = False
 
     def __call__(self, msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
         if msg.metadata.message_type.split(".")[0] != MessageType.TRAIN:  # train and train.<action>
             return call_next(msg, context)
+        if not self.warned:
+            self.warned = warn_size_mods_inside(call_next)
         try:
             s = self.settings(msg, context)
             _, sent = single(msg.content.array_records, "the server's train message")
@@ -159,6 +184,8 @@ class LdpEncodeMod:
         blob = encode_one(enc, delta, server_round(msg), s, partition(context))
         reply.content.array_records[key] = ArrayRecord({WIRE_KEY: wire_array(blob)})
         self._reduce_metrics(reply)
+        if not wrapped_server(msg):
+            count_one_message(reply)
 
     def _reduce_metrics(self, reply: Message) -> None:
         """Keep the reply's metrics, only ``num-examples``, or none (``metrics``)."""
@@ -174,12 +201,62 @@ def partition(context: Context) -> int:
     return int(context.node_config.get("partition-id", context.node_id))  # type: ignore[arg-type]
 
 
+def public_spec(enc: Encoder) -> str:
+    """An encoder's whole public configuration in one line: canonical spec, dimension, ε, radius,
+    frame seed and the wire fingerprint (the CRC-32 of the rest, all a message header carries)."""
+    return (f"{enc.spec} (dim {enc.dim}, epsilon {enc.epsilon:g}, radius {enc.radius:g}, frame seed {enc.seed}, "
+            f"fingerprint {enc.fingerprint:#010x})")
+
+
+def wrapped_server(msg: Message) -> bool:
+    """The train message carries :class:`LdpDecoding`'s fingerprint (its server decodes LDP messages)."""
+    return any(KEY_FINGERPRINT in conf for conf in msg.content.config_records.values())
+
+
 def check_server(msg: Message, enc: Encoder) -> None:
     """Refuse a server that decodes another configuration (it says so in the train config)."""
     for conf in msg.content.config_records.values():
         if KEY_FINGERPRINT in conf and int(conf[KEY_FINGERPRINT]) != enc.fingerprint:  # type: ignore[arg-type]
-            raise LdpModError(f"the server decodes {conf.get(KEY_ENCODER, '?')!s} but this client encodes {enc.spec} "
-                              f"(dimension, epsilon, radius and frame seed must match too)")
+            raise LdpModError(f"{MISMATCH}the server decodes {conf.get(KEY_ENCODER, '?')!s} "
+                              f"but this client encodes {public_spec(enc)}")
+
+
+def count_one_message(reply: Message) -> None:
+    """For a server without :class:`LdpDecoding`: the reply's one MetricRecord says ``num-examples = 1``
+    (a constant, nothing about the data) unless it already has a count, so that Flower's reply
+    validation passes and the strategy stops at the wire message, whose ``stype`` names the wrapper."""
+    recs = reply.content.metric_records
+    if not recs:
+        reply.content["metrics"] = MetricRecord({"num-examples": 1})
+    elif len(recs) == 1:
+        rec = next(iter(recs.values()))
+        if "num-examples" not in rec:
+            rec["num-examples"] = 1
+
+
+def inner_mods(call_next: Callable[..., Message]) -> list[Callable[..., Message]]:
+    """The mods ``call_next`` runs before the handler, in order: read from the closures Flower's
+    ``make_ffn`` builds (each layer holds ``_mod`` and ``_ffn``); empty for any other callable."""
+    out, fn = [], call_next
+    for _ in range(64):  # a chain of mods, never a cycle; bounded all the same
+        code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None) or ()
+        names = dict(zip(code.co_freevars, cells)) if code is not None else {}
+        if "_mod" not in names or "_ffn" not in names:
+            break
+        out.append(names["_mod"].cell_contents)
+        fn = names["_ffn"].cell_contents
+    return out
+
+
+def warn_size_mods_inside(call_next: Callable[..., Message]) -> bool:
+    """Warn (once: the return value says whether to stop asking) when a size mod runs after this one,
+    where it measures the local model instead of what leaves the client."""
+    late = [getattr(m, "__name__", "") for m in inner_mods(call_next)]
+    late = [n for n in late if n in SIZE_MODS]
+    if late:
+        log.warning("LdpEncodeMod: %s runs after LdpEncodeMod and reports the local model's size, not what is sent: "
+                    "list it before LdpEncodeMod in ClientApp(mods=[...])", ", ".join(late))
+    return True
 
 
 def encode_one(enc: Encoder, delta: np.ndarray, t: int, s: LdpSettings, client: int) -> bytes:

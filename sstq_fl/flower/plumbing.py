@@ -57,10 +57,13 @@ _ERROR_KIND = {ErrorCode.NODE_UNAVAILABLE: "node unavailable (missed its heartbe
                ErrorCode.CLIENT_APP_CRASHED: "ClientApp process crashed (code 8)"}
 
 
+REASON_CHARS = 2000  # a reason's first line is kept whole up to this (a mod's refusal names two encoder configurations)
+
+
 def error_reason(r: Message) -> str:
     """Why a reply carries a Flower error, in one line: the kind (the client raised, a mod refused, its
-    node went away, a message expired, ...) and the first line of the reason."""
-    first = (str(r.error.reason).splitlines() or ["no reason given"])[0][:200] or "no reason given"
+    node went away, a message expired, ...) and the first line of the reason (up to :data:`REASON_CHARS`)."""
+    first = (str(r.error.reason).splitlines() or ["no reason given"])[0][:REASON_CHARS] or "no reason given"
     code = int(r.error.code)
     return f"{_ERROR_KIND.get(code, f'client raised (code {code})')}: {first}"
 
@@ -314,6 +317,33 @@ def flower_logs_hidden(hide: bool | None = None) -> Iterator[None]:
         yield
     finally:
         flower.setLevel(level)
+
+
+class _Rewrite(logging.Filter):
+    """Passes each record of Flower's logger through ``rewrite`` (its message → a new one, or ``None``: dropped)."""
+
+    def __init__(self, rewrite: Callable[[str], str | None]):
+        super().__init__()
+        self.rewrite = rewrite
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        line = self.rewrite(record.getMessage())
+        if line is None:
+            return False
+        record.msg, record.args = line, ()
+        return True
+
+
+@contextlib.contextmanager
+def flower_log_rewritten(rewrite: Callable[[str], str | None]) -> Iterator[None]:
+    """While the block runs, each line Flower logs passes through ``rewrite`` (e.g. a wrapped strategy's
+    summary naming a weighting the wrapper does not use)."""
+    flower, f = logging.getLogger("flwr"), _Rewrite(rewrite)
+    flower.addFilter(f)
+    try:
+        yield
+    finally:
+        flower.removeFilter(f)
 
 
 def summary_level() -> int:

@@ -12,6 +12,7 @@ import difflib
 import json
 import math
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -74,26 +75,30 @@ def _has_fashion_mnist() -> bool:
         return False
 
 
-def flwr_run(app: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess, dict, Path]:
-    """``flwr run <app> --stream``: 4 SuperNodes, 2 rounds, 100 examples per client; the completed
-    process, the run's status row and the ServerApp's out-dir."""
-    home, out = tmp_path / "flwr-home", tmp_path / "out"
+def flwr_run(app: Path, tmp_path: Path, config: str = "num-server-rounds=2 fraction-evaluate=0.5",
+             home: Path | None = None) -> tuple[subprocess.CompletedProcess, dict, Path]:
+    """``flwr run <app> --stream``: 4 SuperNodes, every one trained each round, 100 examples per client,
+    ``config`` overriding the rest; the completed process, the run's status row and the ServerApp's
+    out-dir.  ``home``: a FLWR_HOME whose local SuperLink the caller stops (default: one of its own)."""
+    own, out = home is None, tmp_path / "out"
+    home = home or tmp_path / "flwr-home"
     env, flwr = _flwr_env(home), str(Path(sys.executable).with_name("flwr"))
     cmd = [flwr, "run", str(app), "--stream", "--federation-config", "num-supernodes=4 client-resources-num-cpus=1",
-           "-c", f"num-server-rounds=2 fraction-train=1.0 fraction-evaluate=0.5 max-examples=100 out-dir={json.dumps(str(out))}"]
+           "-c", f"fraction-train=1.0 max-examples=100 {config} out-dir={json.dumps(str(out))}"]
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
         status = _run_status(env, p.stdout, tmp_path)
     finally:
-        _kill_superlink(home)
+        if own:
+            _kill_superlink(home)
     return p, status, out
 
 
-def central_evaluation(p: subprocess.CompletedProcess, status: dict, out: Path) -> list[dict]:
-    """The finished run's central evaluations (rounds 0, 1, 2), checked complete and finite."""
+def central_evaluation(p: subprocess.CompletedProcess, status: dict, out: Path, rounds: int = 2) -> list[dict]:
+    """The finished run's central evaluations (rounds ``0..rounds``), checked complete and finite."""
     assert p.returncode == 0 and status["status"] == "finished:completed", p.stdout[-3000:] + p.stderr[-3000:]
     ev = json.loads((out / "result.json").read_text())["central_evaluation"]
-    assert [e["round"] for e in ev] == [0, 1, 2] and (out / "final_model.pt").is_file()
+    assert [e["round"] for e in ev] == list(range(rounds + 1)) and (out / "final_model.pt").is_file()
     assert all(math.isfinite(e["accuracy"]) and math.isfinite(e["loss"]) for e in ev), ev
     return ev
 
@@ -110,11 +115,65 @@ def test_plain_app_runs_with_flwr_run(tmp_path):
 
 
 @needs_data
-def test_ldp_app_runs_with_flwr_run(tmp_path):
-    p, status, out = flwr_run(LDP, tmp_path)
-    central_evaluation(p, status, out)
+def test_ldp_app_runs_with_flwr_run_and_its_loss_falls(tmp_path):
+    """The recipe as committed (its radius, no client evaluation), 3 rounds: the central loss falls."""
+    p, status, out = flwr_run(LDP, tmp_path, "num-server-rounds=3")
+    ev = central_evaluation(p, status, out, rounds=3)
+    log = p.stdout + p.stderr
     assert "Starting LdpDecoding strategy" in p.stdout
-    assert "LdpDecoding: encoder sstq-flat:b=4" in p.stdout + p.stderr  # the sstq_fl loggers reach the log
+    assert "LdpDecoding: encoder privunit" in log  # the sstq_fl loggers reach the log
+    assert "Weighted by: uniform" in log and "Weighted by: 'num-examples'" not in log
+    assert log.count("aggregate_train: uniform mean of 4 LDP messages (0 left out)") == 3
+    assert "configure_evaluate: Sampled" not in log  # fraction-evaluate = 0: nothing but the LDP messages leaves
     # the rounds' decoded messages charged the ledger: one epsilon=3 message per client and round
     spent = [float(x) for x in re.findall(r"'epsilon-spent': ([0-9.e+-]+)", p.stdout)]
-    assert spent == pytest.approx([3.0, 6.0], rel=1e-3)
+    assert spent == pytest.approx([3.0, 6.0, 9.0], rel=1e-3)
+    assert ev[-1]["loss"] < ev[0]["loss"], ev
+
+
+def misconfigured(tmp_path: Path, file: str, old: str, new: str) -> Path:
+    """A copy of the LDP app with ``old`` replaced by ``new`` in ``file`` (which must hold it)."""
+    app = tmp_path / "app"
+    shutil.copytree(LDP, app, ignore=shutil.ignore_patterns("__pycache__"))
+    path = app / file
+    assert old in path.read_text()
+    path.write_text(path.read_text().replace(old, new))
+    return app
+
+
+MOD = "LdpEncodeMod(settings=lambda msg, ctx: LdpSettings(**{k: ctx.run_config[k] for k in LDP}))"
+MISCONFIGURED = {  # the edit, and the cause the run must fail with (one line, in the stream and the run's status)
+    "encoder mismatch": ("quickstart/client_app.py", "for k in LDP})", 'for k in LDP} | {"encoder": "sqkr"})',
+                         "encoder mismatch in round 1: the server decodes privunit:cap=exact (dim 44426, epsilon 3, "
+                         "radius 0.01, frame seed 0, fingerprint 0x5291f823) but this client encodes sqkr:b0=4,"
+                         "coin=private,delta=0.9,eta=0.55,frame=hadamard,iters=300,k=0,kashin=linf,level=1.9,passes=40,"
+                         "rho=2.5 (dim 44426, epsilon 3, radius 0.01, frame seed 0, fingerprint 0xb77d5322) "
+                         "(4 of 4 clients refused)"),
+    "mod missing": ("quickstart/client_app.py", f"ClientApp(mods=[{MOD}])", "ClientApp()",
+                    "no LDP message in any reply of round 1: is LdpEncodeMod in the ClientApp's mods?"),
+    "wrapper missing": ("quickstart/server_app.py", "LdpDecoding(FedAvg(fraction_train=fraction_train, "
+                        "fraction_evaluate=fraction_evaluate), **ldp)", "FedAvg(fraction_train=fraction_train)",
+                        "Unsupported serialization type for numpy conversion: 'sstq-fl.wire/1: an LDP message; "
+                        "wrap the server's strategy in sstq_fl.flower.LdpDecoding'"),
+}
+
+
+@pytest.fixture(scope="module")
+def shared_home(tmp_path_factory):
+    """One FLWR_HOME (one local SuperLink) for the misconfigured runs, stopped after them."""
+    home = tmp_path_factory.mktemp("flwr-home")
+    yield home
+    _kill_superlink(home)
+
+
+@needs_data
+@pytest.mark.parametrize("case", sorted(MISCONFIGURED))
+def test_a_misconfigured_ldp_app_fails_with_its_cause(tmp_path, shared_home, case):
+    """Each misconfiguration stops the run in round 1: Flower's simulation runtime exits 700 with the cause
+    in the stream and in the run's status (``flwr run`` itself exits 0 once the stream ends: Flower 1.42)."""
+    file, old, new, cause = MISCONFIGURED[case]
+    p, status, out = flwr_run(misconfigured(tmp_path, file, old, new), tmp_path, "num-server-rounds=1", home=shared_home)
+    log = p.stdout + p.stderr
+    assert status["status"] == "finished:failed" and cause in status["status-details"], (status, log[-3000:])
+    assert cause in log and "Exit Code: 700" in log and p.returncode == 0
+    assert not (out / "final_model.pt").exists()

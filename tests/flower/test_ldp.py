@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -12,12 +13,14 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, Message
 from flwr.app.message.message import make_message
 from flwr.common.constant import ErrorCode
 from flwr.serverapp.strategy import FedAdam, FedAvg
+from flwr.supercore.exit import ExitCode
 
 from sstq_fl import wire
 from sstq_fl.encoders import make_encoder
 from sstq_fl.fl.partition import encoder_seeds
 from sstq_fl.flower import WIRE_STYPE, LdpDecoding, LdpEncodeMod
-from sstq_fl.flower.mod import flatten
+from sstq_fl.flower.decoding import EmptyRound, empty_round_cause
+from sstq_fl.flower.mod import flatten, public_spec
 
 D, T, PID, SEED = 12, 3, 5, 7
 SPEC = "sstq-flat:b=4"
@@ -63,9 +66,9 @@ def test_the_mod_sends_the_encoders_message_of_the_pseudo_gradient():
     """Reproducible coins: the bytes are exactly what the encoder gives for ``g = θ − θ_local`` (as the engine)."""
     g = np.random.default_rng(0).normal(size=D).astype(np.float32) * 0.1
     mod = LdpEncodeMod(SPEC, epsilon=2.0, radius=0.5, randomness="reproducible", frame_seed=SEED, seed=SEED)
-    reply = mod(_msg(_theta(), {"server-round": T}), _context(), _trainer_step(g))
-    assert not reply.has_error() and list(reply.content.array_records) == ["arrays"]
     enc = make_encoder(SPEC, D, 2.0, radius=0.5, seed=SEED)
+    reply = mod(_msg(_theta(), {"server-round": T, "ldp-fingerprint": enc.fingerprint}), _context(), _trainer_step(g))
+    assert not reply.has_error() and list(reply.content.array_records) == ["arrays"]
     expect = wire.pack(enc, enc.encode(torch.from_numpy(g)[None], encoder_seeds(SEED, T, np.array([PID]))), round=T)[0]
     assert _blob(reply) == expect and len(expect) == wire.HEADER_BYTES + (enc.payload_bits() + 7) // 8
     assert dict(reply.content["metrics"]) == {}  # type: ignore[arg-type]  # by default only the message leaves
@@ -128,7 +131,8 @@ def _round(strategy: LdpDecoding, grads: dict[int, np.ndarray], mods: LdpEncodeM
         r = mods(m, _context(node), _trainer_step(grads[node]))
         replies.append(make_message(Metadata(run_id=1, message_id="", src_node_id=node, dst_node_id=0,
                                              reply_to_message_id=f"m{node}", group_id="", created_at=time.time(),
-                                             ttl=600.0, message_type=MessageType.TRAIN), content=r.content))
+                                             ttl=600.0, message_type=MessageType.TRAIN),
+                                    **({"error": r.error} if r.has_error() else {"content": r.content})))
     return strategy.aggregate_train(1, replies)
 
 
@@ -180,3 +184,102 @@ def test_a_round_loop_of_its_own_records_every_round_without_a_plan(run_identity
         _round(ldp, grads, LdpEncodeMod(SPEC, epsilon=1.0, radius=0.5))
     assert ldp.joins == {1: 3, 2: 3} and ldp.ledger is not None and ldp.ledger.plan is None
     assert ldp.ledger.epsilon(1e-5) == pytest.approx(3.0, rel=1e-3)
+
+
+def _plain(msg: Message, context: Context, call_next: Any) -> Message:
+    """A ClientApp without the mod: the local model goes back as it is."""
+    return call_next(msg, context)
+
+
+def test_a_round_without_a_valid_message_stops_the_server_with_its_cause(run_identity):
+    grads = {n: np.full(D, 0.01, np.float32) for n in (1, 2)}
+    ldp = LdpDecoding(FedAvg(), encoder=SPEC, epsilon=2.0, radius=0.5)
+    ldp.prepare(_theta(), 1)
+    with pytest.raises(EmptyRound, match=r"^no LDP message in any reply of round 1: is LdpEncodeMod in the ClientApp's mods\?$"):
+        _round(ldp, grads, _plain)  # type: ignore[arg-type]
+    assert isinstance(EmptyRound("x"), ValueError) and EmptyRound.exit_code == ExitCode.SERVERAPP_STRATEGY_PRECONDITION_UNMET
+    with pytest.raises(EmptyRound) as got:
+        _round(ldp, grads, LdpEncodeMod("sqkr", epsilon=2.0, radius=0.5))
+    cause = str(got.value)
+    server, client = make_encoder(SPEC, D, 2.0, radius=0.5), make_encoder("sqkr", D, 2.0, radius=0.5)
+    assert cause == (f"encoder mismatch in round 1: the server decodes {public_spec(server)} but this client encodes "
+                     f"{public_spec(client)} (2 of 2 clients refused)")
+    assert "\n" not in cause and len(cause) > 200
+
+
+def test_allow_empty_rounds_tolerates_them(run_identity):
+    grads = {n: np.full(D, 0.01, np.float32) for n in (1, 2)}
+    ldp = LdpDecoding(FedAvg(), encoder=SPEC, epsilon=2.0, radius=0.5, allow_empty_rounds=True)
+    ldp.prepare(_theta(), 1)
+    assert _round(ldp, grads, _plain) == (None, None)  # type: ignore[arg-type]
+    assert [d["client"] for d in ldp.last["dropped"]] == [1, 2] and ldp.last["senders"] == []
+    # one valid message is enough without the opt-out
+    strict = LdpDecoding(FedAvg(), encoder=SPEC, epsilon=2.0, radius=0.5)
+    strict.prepare(_theta(), 1)
+    honest = LdpEncodeMod(SPEC, epsilon=2.0, radius=0.5)
+    arrays, _ = _round(strict, grads, lambda m, c, n: (honest if int(m.metadata.dst_node_id) == 1 else _plain)(m, c, n))
+    assert arrays is not None and strict.last["senders"] == [1]
+
+
+def test_the_causes_of_an_empty_round():
+    enc = make_encoder(SPEC, D, 2.0, radius=0.5)
+    late = {"client": 3, "reason": "no reply before the round timeout"}
+    assert empty_round_cause(2, [late], enc) == "no reply in round 2: every asked client (1) timed out"
+    foreign = {"client": 1, "reason": "foreign message: fingerprint 0x00000001 does not match encoder 'x' (0x2)"}
+    assert empty_round_cause(2, [foreign, late], enc) == (f"encoder mismatch in round 2: {foreign['reason']}; "
+                                                          f"the server decodes {public_spec(enc)}")
+    other = {"client": 4, "reason": "malformed reply: message 0: truncated"}
+    assert empty_round_cause(2, [late, other], enc) == ("no valid LDP message in round 2: 2 clients left out, client 4: "
+                                                        "malformed reply: message 0: truncated")
+
+
+def test_a_strategy_without_the_wrapper_stops_at_the_wire_message_naming_ldp_decoding(run_identity):
+    """Plain FedAvg on the mod's replies: its validation passes (``num-examples`` = 1, a constant) and its
+    average stops at the wire Array, whose stype names the wrapper (what ``flwr run`` shows as the cause)."""
+    fedavg, mod = FedAvg(), LdpEncodeMod(SPEC, epsilon=2.0, radius=0.5)
+    msgs = list(fedavg.configure_train(1, _theta(), ConfigRecord({}), _Grid(2)))  # type: ignore[arg-type]
+    replies = []
+    for m in msgs:
+        r = mod(m, _context(), _trainer_step(np.zeros(D, np.float32), {}))
+        assert dict(r.content["metrics"]) == {"num-examples": 1}  # type: ignore[arg-type]
+        replies.append(make_message(Metadata(run_id=1, message_id="", src_node_id=int(m.metadata.dst_node_id),
+                                             dst_node_id=0, reply_to_message_id="", group_id="", created_at=time.time(),
+                                             ttl=600.0, message_type=MessageType.TRAIN), content=r.content))
+    with pytest.raises(TypeError, match="wrap the server's strategy in sstq_fl.flower.LdpDecoding"):
+        fedavg.aggregate_train(1, replies)
+
+
+def test_a_size_mod_after_the_mod_is_warned_about_once(caplog):
+    from flwr.clientapp import ClientApp
+    from flwr.clientapp.mod import arrays_size_mod, message_size_mod
+
+    def handler(msg: Message, context: Context) -> Message:
+        return _trainer_step(np.zeros(D, np.float32))(msg, context)
+
+    for mods, warned in (([LdpEncodeMod(SPEC, epsilon=2.0, radius=0.5), arrays_size_mod], True),
+                         ([message_size_mod, LdpEncodeMod(SPEC, epsilon=2.0, radius=0.5)], False)):
+        app = ClientApp(mods=mods)
+        app.train()(handler)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="sstq_fl.flower"):
+            for _ in range(2):
+                assert not app(_msg(_theta(), {"server-round": T}), _context()).has_error()
+        hits = [r for r in caplog.records if "runs after LdpEncodeMod" in r.getMessage()]
+        assert len(hits) == (1 if warned else 0), [r.getMessage() for r in caplog.records]
+        if warned:
+            assert "arrays_size_mod runs after LdpEncodeMod" in hits[0].getMessage()
+
+
+def test_the_wrapper_says_it_weighs_uniformly(caplog):
+    ldp = LdpDecoding(FedAvg(), encoder=SPEC, epsilon=2.0, radius=0.5)
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    flower = logging.getLogger("flwr")
+    flower.addHandler(handler)
+    try:
+        ldp.summary()
+    finally:
+        flower.removeHandler(handler)
+    assert any("Weighted by: uniform (LdpDecoding: one LDP message, one vote)" in s for s in seen), seen
+    assert not any("num-examples" in s for s in seen)
