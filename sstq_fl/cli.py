@@ -31,15 +31,20 @@ def positive_ints(s: str) -> list[int]:
     return out
 
 
-def resource_amount(s: str) -> float:
-    """argparse type for a Ray resource per actor (CPUs, GPUs; fractions share one): a finite number ≥ 0."""
+def _float_in(s: str, ok: Any, expected: str) -> float:
+    """``s`` as a float for which ``ok(v)`` holds, else an argparse error saying it ``expected`` that."""
     try:
         v = float(s)
     except ValueError:
-        v = -1.0
-    if not 0.0 <= v < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a finite number ≥ 0, got {s!r}")
+        v = float("nan")
+    if not ok(v):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {s!r}")
     return v
+
+
+def resource_amount(s: str) -> float:
+    """argparse type for a Ray resource per actor (CPUs, GPUs; fractions share one): a finite number ≥ 0."""
+    return _float_in(s, lambda v: 0.0 <= v < float("inf"), "a finite number ≥ 0")
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -85,24 +90,12 @@ def cmd_options(args: argparse.Namespace) -> int:
 
 def positive_float(s: str) -> float:
     """argparse type for ε and radii: a finite number > 0."""
-    try:
-        v = float(s)
-    except ValueError:
-        v = -1.0
-    if not 0.0 < v < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {s!r}")
-    return v
+    return _float_in(s, lambda v: 0.0 < v < float("inf"), "a finite number > 0")
 
 
 def probability(s: str) -> float:
     """argparse type for a significance level: a number strictly between 0 and 1."""
-    try:
-        v = float(s)
-    except ValueError:
-        v = -1.0
-    if not 0.0 < v < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {s!r}")
-    return v
+    return _float_in(s, lambda v: 0.0 < v < 1.0, "a number in (0, 1)")
 
 
 def cmd_encoders(args: argparse.Namespace) -> int:

@@ -28,3 +28,17 @@ def run_identity(monkeypatch):
     monkeypatch.setattr(TaskIdentity, "_node_id", 0)
     monkeypatch.setattr(TaskIdentity, "_task_id", 1)
 
+
+
+@pytest.fixture
+def flower_log():
+    """The messages Flower's ``flwr`` logger emits during the test (its own handlers bypass caplog)."""
+    import logging
+
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    flower = logging.getLogger("flwr")
+    flower.addHandler(handler)
+    yield seen
+    flower.removeHandler(handler)

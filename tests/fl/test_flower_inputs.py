@@ -93,22 +93,15 @@ def test_a_stoppable_grid_stops_a_round_waiting_for_replies(run_identity):
         grid.get_node_ids()
 
 
-def test_only_the_run_simulation_deprecation_is_silenced():
+def test_only_the_run_simulation_deprecation_is_silenced(flower_log):
     from flwr.supercore.logger import warn_deprecated_feature
 
-    seen: list[str] = []
-    handler = logging.Handler()
-    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
-    flower = logging.getLogger("flwr")
-    flower.addHandler(handler)
-    try:
-        with _without_run_simulation_deprecation():
-            warn_deprecated_feature(RUN_SIMULATION_DEPRECATION + " and will be removed in a future version of Flower.")
-            warn_deprecated_feature("Something else is deprecated")
-            logging.getLogger("flwr").warning("another warning")
-        warn_deprecated_feature(RUN_SIMULATION_DEPRECATION + " (outside the context)")
-    finally:
-        flower.removeHandler(handler)
+    seen = flower_log
+    with _without_run_simulation_deprecation():
+        warn_deprecated_feature(RUN_SIMULATION_DEPRECATION + " and will be removed in a future version of Flower.")
+        warn_deprecated_feature("Something else is deprecated")
+        logging.getLogger("flwr").warning("another warning")
+    warn_deprecated_feature(RUN_SIMULATION_DEPRECATION + " (outside the context)")
     assert len(seen) == 3 and "Something else" in seen[0] and seen[1] == "another warning"
     assert "outside the context" in seen[2]
 
