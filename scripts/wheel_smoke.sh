@@ -6,10 +6,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/sstq-fl-wheel.XXXXXX")
-export FLWR_HOME="$WORK/flwr-home"
+export FLWR_HOME="$WORK/flwr-home"   # flwr run's managed local SuperLink: its own home and free ports
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=$(free_port); FLWR_LOCAL_CONTROL_API_PORT=$(free_port)
+export FLWR_LOCAL_SUPERLINK_HTTP_API_PORT FLWR_LOCAL_CONTROL_API_PORT
 cleanup() { pkill -f "flower-superlink.*$FLWR_HOME" 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
-step() { printf '== %s\n' "$*"; }
+step() { printf "== %s (%ss)\n" "$*" "$SECONDS"; }
 
 step "build: sdist and wheel"
 .venv/bin/python -m build --no-isolation --sdist --wheel --outdir "$WORK/dist" . >"$WORK/build.log" 2>&1 \
@@ -52,7 +55,8 @@ flwr_app() {  # flwr run one example app (copied outside the clone), 2 rounds on
     || { tail -30 "$WORK/$name.log"; exit 1; }
   "$WORK/venv/bin/python" -c "
 import json; ev = json.load(open('$WORK/$name-out/result.json'))['central_evaluation']
-assert [e['round'] for e in ev] == [0, 1, 2], ev; print('$name: central loss', [round(e['loss'], 3) for e in ev])" \
+assert [e['round'] for e in ev] == [0, 1, 2], ev; print('$name: central loss', [round(e['loss'], 3) for e in ev])
+assert '$name' != 'quickstart-pytorch' or ev[-1]['loss'] < ev[0]['loss'], 'two plain FedAvg rounds learn nothing'" \
     || { tail -30 "$WORK/$name.log"; exit 1; }
 }
 flwr_app quickstart-pytorch

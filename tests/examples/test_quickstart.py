@@ -106,6 +106,7 @@ def central_evaluation(p: subprocess.CompletedProcess, status: dict, out: Path, 
 needs_data = pytest.mark.skipif(not _has_fashion_mnist(), reason="dataset-fashion-mnist not installed")
 
 
+@pytest.mark.slow  # CI runs this app through flwr run from the installed wheel instead (scripts/wheel_smoke.sh)
 @needs_data
 def test_plain_app_runs_with_flwr_run(tmp_path):
     p, status, out = flwr_run(PLAIN, tmp_path)
