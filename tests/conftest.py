@@ -42,3 +42,21 @@ def flower_log():
     flower.addHandler(handler)
     yield seen
     flower.removeHandler(handler)
+
+
+PROCESS_TESTS = (
+    "tests/deployment/", "tests/examples/", "tests/experiments/test_sweep.py", "tests/fl/test_flower.py",
+    "tests/fl/test_flower_inputs.py", "tests/fl/test_flower_logs.py", "tests/fl/test_flwr_run.py", "tests/flower/test_cohort.py",
+    "tests/flower/test_plumbing.py", "tests/gen/mepf/test_pipeline.py", "tests/gen/straightdp/test_pipeline.py",
+    "tests/gen/vqg/test_pipeline.py", "tests/gen/test_runner.py", "tests/gen/test_pipelines.py", "tests/test_cli_inputs.py",
+)
+"""Modules whose tests start Ray, Flower SuperLinks/SuperNodes or long-lived subprocesses.  Under
+``pytest -n 2 --dist loadgroup`` (scripts/test.sh) they run one after another on one worker: a Ray
+head started by one test (``ray start``) would otherwise be joined by another worker's ``ray.init()``."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """Put every test of :data:`PROCESS_TESTS` in one xdist group (a no-op without pytest-xdist)."""
+    for item in items:
+        if item.nodeid.startswith(PROCESS_TESTS):
+            item.add_marker(pytest.mark.xdist_group("processes"))
