@@ -40,6 +40,11 @@ Coins: ``randomness="secure"`` (default) draws a fresh 256-bit key per message f
 process's OS CSPRNG (:func:`sstq_fl.rng.fresh_keys`); it never leaves the client.
 ``"reproducible"`` derives them from ``(seed, server-round, partition id)``: simulation research
 only, no guarantee against whoever holds the seed.
+
+The client's own ledger (:mod:`sstq_fl.flower.client_ledger`): each produced message is charged
+in ``context.state`` before it leaves, with the server's accountant; past a declared budget
+(``budget_epsilon``, or the node config's ``client-budget-epsilon``) the mod refuses before the
+handler runs, an error reply like the mismatch refusal; :meth:`LdpEncodeMod.report` reads it.
 """
 
 from __future__ import annotations
