@@ -37,7 +37,7 @@ def test_client_ledgers_agree_with_the_server_and_a_spent_client_is_left_out(tmp
     sampled = np.array([participates(0, t, 4, 0.75) for t in range(1, 5)])
     led = client_ledgers(tmp_path / "ledgers")
     assert {c: led[c].messages for c in led} == {0: 3, 1: 1, 2: 3, 3: 3}
-    for c, lc in led.items():
+    for lc in led.values():
         assert lc.report(DELTA)["epsilon"] == pytest.approx(pure_composition_epsilon(3.0, lc.messages, DELTA), rel=1e-12)
     assert res["final"]["epsilon_total"] == pytest.approx(max(lc.report(DELTA)["epsilon"] for lc in led.values()),
                                                           rel=1e-12)
