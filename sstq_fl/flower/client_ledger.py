@@ -64,7 +64,11 @@ class ClientLedger:
 
     client: int
     ledger: PrivacyLedger = field(default_factory=PrivacyLedger)
-    messages: int = 0
+
+    @property
+    def messages(self) -> int:
+        """How many messages the client has produced (each one event)."""
+        return sum(e.count for e in self.ledger.entries)
 
     def to_json(self) -> dict[str, Any]:
         """The document kept in the state (and the file): the events and their counts."""
@@ -80,12 +84,12 @@ class ClientLedger:
             led = PrivacyLedger(str(doc["relation"]))
             for item in doc["events"]:
                 led.record(PrivacyEvent.from_json(item["event"]), item["count"])
-            messages = doc["messages"]
-            if isinstance(messages, bool) or not isinstance(messages, int) or messages < 0:
-                raise ValueError(f"bad message count {messages!r}")
+            found = cls(client, led)
+            if doc["messages"] != found.messages or isinstance(doc["messages"], bool):
+                raise ValueError(f"it counts {doc['messages']!r} messages but holds {found.messages} events")
         except (ValueError, KeyError, TypeError) as exc:
             raise ClientBudgetError(f"the client ledger of client {client} cannot be read: {exc}") from None
-        return cls(client, led, messages)
+        return found
 
     def epsilon_after(self, event: PrivacyEvent, delta: float) -> float:
         """ε at ``delta`` once one more ``event`` is charged (the ledger itself unchanged)."""
@@ -107,12 +111,11 @@ class ClientLedger:
     def charge(self, event: PrivacyEvent) -> None:
         """Count one produced message."""
         self.ledger.record(event)
-        self.messages += 1
 
     def report(self, delta: float, budgets: list[Budget] | None = None) -> dict[str, Any]:
         """The client's own report: messages, ε at ``delta`` so far, and its budgets."""
         return {"client": self.client, "messages": self.messages, "delta": delta,
-                "epsilon": self.ledger.epsilon(delta) if self.messages else 0.0,
+                "epsilon": self.ledger.epsilon(delta) if self.ledger.entries else 0.0,
                 "budgets": [{"epsilon": b.epsilon, "delta": b.delta} for b in budgets or []]}
 
 
@@ -168,13 +171,22 @@ def budgets(epsilon: float, delta: float, node_config: Mapping[str, Any]) -> lis
     """Every declared budget: ``(epsilon, delta)`` (the mod's or the run's) and the node operator's
     (node config ``client-budget-epsilon`` / ``client-budget-delta``); ``0`` declares none."""
     out = [Budget(epsilon, delta)] if epsilon else []
-    node_eps = float(node_config.get(NODE_BUDGET_EPSILON, 0.0))  # type: ignore[arg-type]
+    node_eps = _node_number(node_config, NODE_BUDGET_EPSILON, 0.0)
     if node_eps:
-        out.append(Budget(node_eps, float(node_config.get(NODE_BUDGET_DELTA, 1e-5))))  # type: ignore[arg-type]
+        out.append(Budget(node_eps, _node_number(node_config, NODE_BUDGET_DELTA, 1e-5)))
     for b in out:
         if not math.isfinite(b.epsilon):
             raise ClientBudgetError(f"a client budget must be finite (0: none), got epsilon={b.epsilon}")
     return out
+
+
+def _node_number(node_config: Mapping[str, Any], key: str, default: float) -> float:
+    """The node config's number ``key`` (``ClientBudgetError`` naming it if it is not one)."""
+    value = node_config.get(key, default)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ClientBudgetError(f"node config {key} must be a number, got {value!r}") from None
 
 
 def report_delta(found: list[Budget], delta: float) -> float:

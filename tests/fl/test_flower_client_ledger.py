@@ -1,4 +1,4 @@
-"""The clients' own ledgers in a Flower simulation (issue 24): they agree with the server's, and a client past its
+"""The clients' own ledgers in a Flower simulation: they agree with the server's, and a client past its
 budget refuses and is recorded as a dropout with its reason."""
 
 import json

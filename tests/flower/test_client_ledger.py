@@ -1,4 +1,4 @@
-"""The client-side ledger (issue 24, finding 3): each client counts what it spends and refuses past its budget."""
+"""The client-side ledger: each client counts what it spends and refuses past its budget."""
 
 from __future__ import annotations
 
@@ -135,6 +135,13 @@ def test_a_tampered_state_is_a_refusal_not_a_fresh_ledger(run_identity):
     ctx.state.config_records[cl.STATE_KEY]["client:3"] = json.dumps({"format": cl.FORMAT, "client": 4})
     r = mod(_msg(2), ctx, _Handler())
     assert r.has_error() and "cannot be read" in r.error.reason
+    one = cl.ClientLedger(3)
+    one.charge(PureDpEvent(EPS))
+    ctx.state.config_records[cl.STATE_KEY]["client:3"] = json.dumps({**one.to_json(), "messages": 0})
+    r = mod(_msg(2), ctx, _Handler())
+    assert r.has_error() and r.error.reason.endswith("cannot be read: it counts 0 messages but holds 1 events")
+    bad = mod(_msg(2), _context(**{"client-budget-epsilon": "lots"}), _Handler())
+    assert bad.has_error() and bad.error.reason == "LdpEncodeMod: node config client-budget-epsilon must be a number, got 'lots'"
 
 
 def test_settings_refuse_a_bad_budget():
