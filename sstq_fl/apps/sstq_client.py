@@ -40,14 +40,16 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from sstq_fl.flower import LdpEncodeMod, LdpSettings
+from sstq_fl.flower import LdpEncodeMod, LdpSettings, client_ledger
 from sstq_fl.flower.cohort import (
     COHORT_ACTION,
+    KEY_REFUSALS,
     cohort_of,
     cohort_record,
     deployment_process,
     message_key,
     node_clients,
+    refusal_record,
     refuse_in_deployment,
 )
 from sstq_fl.flower.mod import WIRE_KEY, check_server, encoder_for, server_round, wire_array
@@ -71,9 +73,11 @@ def run_config(msg: Message, context: Context) -> RunConfig:
 
 
 def ldp_settings(msg: Message, context: Context) -> LdpSettings:
-    """The mod's settings from the run config: encoder, ε, radius = ``clip``, frame seed = ``seed``."""
+    """The mod's settings from the run config: encoder, ε, radius = ``clip``, frame seed = ``seed``, the client
+    budget ``client-budget-epsilon`` at ``delta``."""
     cfg = run_config(msg, context)
-    return LdpSettings(cfg.encoder, cfg.epsilon, cfg.clip, cfg.randomness, frame_seed=cfg.seed, seed=cfg.seed)
+    return LdpSettings(cfg.encoder, cfg.epsilon, cfg.clip, cfg.randomness, frame_seed=cfg.seed, seed=cfg.seed,
+                       budget_epsilon=cfg.client_budget_epsilon, budget_delta=cfg.delta)
 
 
 @lru_cache(maxsize=2)
@@ -148,7 +152,9 @@ def train(msg: Message, context: Context) -> Message:
 def cohort(msg: Message, context: Context) -> Message:
     """A cohort node (simulation): its virtual clients the message names, batched as the in-process engine
     batches a round (:meth:`sstq_fl.fl.engine.ClientData.messages`): one wire message per client, each
-    encoded with that client's own coins (secure: its own OS-CSPRNG key, drawn here and never sent)."""
+    encoded with that client's own coins (secure: its own OS-CSPRNG key, drawn here and never sent).  Each
+    virtual client keeps its own ledger in the node's state; one past its budget sends no message, and its
+    refusal travels in the reply's :data:`~sstq_fl.flower.cohort.KEY_REFUSALS` record."""
     import torch
 
     cfg = run_config(msg, context)
@@ -158,8 +164,12 @@ def cohort(msg: Message, context: Context) -> Message:
     theta = torch.from_numpy(np.array(content["arrays"]["theta"].numpy()))
     enc = encoder_for(cfg.encoder, int(theta.numel()), cfg.epsilon, cfg.clip, cfg.seed)
     check_server(msg, enc)
+    found = client_ledger.budgets(cfg.client_budget_epsilon, cfg.delta, context.node_config)
+    ids, refused = client_ledger.admit(context, ids, enc.privacy_event(), found)  # each its own ledger and budget
     blobs, _ = data.messages(enc, theta, server_round(msg), np.asarray(ids, dtype=np.int64))
-    return Message(RecordDict({"arrays": cohort_record(ids, blobs),
+    for c in ids:  # charged once its message exists, before the reply leaves
+        client_ledger.charge(context, c, enc.privacy_event(), found, cfg.delta)
+    return Message(RecordDict({"arrays": cohort_record(ids, blobs), KEY_REFUSALS: refusal_record(refused),
                                "metrics": MetricRecord({"num-examples": cfg.batch})}), reply_to=msg)
 
 

@@ -53,6 +53,10 @@ class RunConfig(Options):
     sampling_rate: float = option(1.0, help="probability q that a client joins a round")
     delta: float = option(1e-5, help="delta at which epsilon is reported")
     budget_epsilon: float | None = option(None, help="refuse to start if the plan exceeds it", unset=0.0)
+    client_budget_epsilon: float = option(
+        0.0, low=0, help="flower engine: each client's own budget over all its messages, at --delta (0: none); its "
+                         "ledger lives in the node's state, and a client past it refuses to encode (an error reply: "
+                         "the server leaves it out)")
     engine: str = option("vectorized", help="vectorized (one process, batched) or flower (Flower simulation on Ray)",
                          choices=("vectorized", "flower"), key="")
     data_dir: str | None = option(None, help="data set folder (default: the installed Fashion-MNIST; cifar10 needs it)",
@@ -82,6 +86,11 @@ class RunConfig(Options):
                              "randomness=reproducible")
         if self.budget_epsilon is not None and not (self.budget_epsilon > 0 and math.isfinite(self.budget_epsilon)):
             raise ValueError(f"budget epsilon must be positive and finite (omit it for no budget), got {self.budget_epsilon}")
+        if not math.isfinite(self.client_budget_epsilon):
+            raise ValueError(f"client budget epsilon must be finite (0: none), got {self.client_budget_epsilon}")
+        if self.client_budget_epsilon and self.engine != "flower":
+            raise ValueError("client budget epsilon: client-side ledgers exist on the flower engine only "
+                             "(use --engine flower, or the run budget --budget-epsilon)")
         if not math.isfinite(self.epsilon) or self.epsilon <= 0:
             raise ValueError(f"epsilon must be positive and finite, got {self.epsilon}")
         if not (self.clip > 0 and self.lr > 0 and self.server_cap > 0):

@@ -7,6 +7,7 @@ The one place in ``sstq_fl`` that imports Flower (tests/test_backends.py checks 
     app = ClientApp(mods=[arrays_size_mod, LdpEncodeMod("privunit", epsilon=3.0, radius=0.01)])  # client
     strategy = LdpDecoding(FedAvg(fraction_evaluate=0.0), encoder="privunit", epsilon=3.0, radius=0.01)  # server
 
+:mod:`.client_ledger` is each client's own privacy ledger and budget (in the node's state);
 :mod:`.cohort` makes a simulated node host a cohort of virtual clients (one message per client);
 :mod:`.plumbing` holds what the project's own apps share (node discovery, round timeout,
 error attribution, the QUERY handler, the in-process simulation launcher).

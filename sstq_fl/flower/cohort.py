@@ -19,15 +19,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from flwr.app import ArrayRecord, Message, MessageType
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType
 
 from .decoding import LdpDecoding
 from .mod import WIRE_KEY, WIRE_STYPE, wire_array
-from .plumbing import error_reason, node_unavailable, sender
+from .plumbing import REASON_CHARS, error_reason, node_unavailable, sender
 
 COHORT_ACTION = "cohort"
 COHORT_MESSAGE_TYPE = f"{MessageType.TRAIN}.{COHORT_ACTION}"
 KEY_COHORT = "cohort-clients"  # the train config's list of the virtual clients a node runs this round
+KEY_REFUSALS = "ldp-refusals"  # a cohort reply's ConfigRecord: message_key(client) → why that client sent nothing
+REFUSED = "client refused: "  # starts a cohort refusal's reason as the server records it
 
 
 DEPLOYMENT_PROCESSES = ("flwr-clientapp", "flwr-serverapp")
@@ -66,6 +68,20 @@ def message_key(client: int) -> str:
 def cohort_record(ids: Sequence[int], blobs: Sequence[bytes]) -> ArrayRecord:
     """A cohort reply's ArrayRecord: each virtual client's wire message as its own raw-bytes ``Array``."""
     return ArrayRecord({message_key(int(c)): wire_array(b) for c, b in zip(ids, blobs)})
+
+
+def refusal_record(refused: dict[int, str]) -> ConfigRecord:
+    """A cohort reply's refusals: each refusing virtual client's one-line reason under :func:`message_key`."""
+    return ConfigRecord({message_key(c): str(why).splitlines()[0] if why else "refused" for c, why in refused.items()})
+
+
+def refusals(reply: Message, clients: Sequence[int]) -> dict[int, str]:
+    """The refusals a cohort reply states for the asked ``clients``, as the server records them."""
+    rec = reply.content.config_records.get(KEY_REFUSALS)
+    if rec is None:
+        return {}
+    return {c: f"{REFUSED}{str(rec[message_key(c)])[:REASON_CHARS]}" for c in clients
+            if message_key(c) in rec}
 
 
 def cohort_of(msg: Message) -> list[int]:
@@ -125,13 +141,14 @@ class CohortDecoding(LdpDecoding):
             if got is None:
                 dropped += [{"client": c, "reason": why} for c in whose]
                 continue
+            refused = refusals(r, whose)
             for c in whose:
                 if c in got:
                     clients.append(c)
                     blobs.append(got[c])
                     kept.append(r)
                 else:
-                    dropped.append({"client": c, "reason": "its node's reply holds no message for it"})
+                    dropped.append({"client": c, "reason": refused.get(c, "its node's reply holds no message for it")})
         for n in sorted(set(asked) - replied, key=self.identify):
             self._silent.add(n)
             dropped += [{"client": c, "reason": "no reply before the round timeout"} for c in asked[n]]

@@ -28,8 +28,9 @@ ClientApp.  Overriding only what differs, in the manner of Flower's DP wrappers:
   whose message is the one-line cause (an encoder mismatch naming both configurations in full,
   "no LDP message in any reply of round N: is LdpEncodeMod in the ClientApp's mods?", every
   client timed out, or the first client's reason); ``allow_empty_rounds=True`` keeps the model
-  and goes on instead.  The wrapper logs "uniform mean of N LDP messages" per round, and the
-  inner strategy's summary says it is weighted uniformly (Flower's FedAvg names its
+  and goes on instead.  A client past its own budget (:mod:`sstq_fl.flower.client_ledger`) refuses
+  with an error reply: left out like any other, with its reason.  The wrapper logs "uniform mean
+  of N LDP messages" per round, and the inner strategy's summary says it is weighted uniformly (Flower's FedAvg names its
   ``weighted_by_key``, which the wrapper never uses).
 
 Client evaluation is the inner strategy's, unprotected: a ``fraction_evaluate > 0`` sends the
@@ -58,6 +59,7 @@ from ..encoders import Encoder
 from ..privacy.errors import Budget
 from ..privacy.ledger import PrivacyLedger
 from ..progress import configure_logging
+from .client_ledger import BUDGET_SPENT
 from .mod import (
     KEY_ENCODER,
     KEY_FINGERPRINT,
@@ -109,6 +111,9 @@ def empty_round_cause(t: int, dropped: list[dict[str, Any]], enc: Encoder) -> st
     if foreign:
         return f"encoder mismatch in round {t}: {foreign[0]}; the server decodes {public_spec(enc)}"
     answered = [r for r in reasons if r != TIMEOUT]
+    spent = [r.split(BUDGET_SPENT, 1)[1] for r in answered if BUDGET_SPENT in r]
+    if spent and len(spent) == len(answered):
+        return f"no LDP message in round {t}: every answering client's budget is spent ({len(spent)} refused; {spent[0]})"
     if answered and all(NO_MESSAGE in r for r in answered):
         return f"no LDP message in any reply of round {t}: is LdpEncodeMod in the ClientApp's mods?"
     if not answered:

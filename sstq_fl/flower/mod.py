@@ -40,6 +40,11 @@ Coins: ``randomness="secure"`` (default) draws a fresh 256-bit key per message f
 process's OS CSPRNG (:func:`sstq_fl.rng.fresh_keys`); it never leaves the client.
 ``"reproducible"`` derives them from ``(seed, server-round, partition id)``: simulation research
 only, no guarantee against whoever holds the seed.
+
+The client's own ledger (:mod:`sstq_fl.flower.client_ledger`): each produced message is charged
+in ``context.state`` before it leaves, with the server's accountant; past a declared budget
+(``budget_epsilon``, or the node config's ``client-budget-epsilon``) the mod refuses before the
+handler runs, an error reply like the mismatch refusal; :meth:`LdpEncodeMod.report` reads it.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import torch
@@ -59,6 +65,7 @@ from .. import wire
 from ..encoders import Encoder, make_encoder
 from ..fl.partition import encoder_seeds
 from ..rng import check_mode, fresh_keys
+from . import client_ledger
 
 # an Array holding one wire message (sstq_fl.wire), not a numpy array; the name is what Flower's
 # Array.numpy() error shows when a strategy without the wrapper reaches it
@@ -78,7 +85,9 @@ class LdpModError(ValueError):
 
 @dataclass(frozen=True)
 class LdpSettings:
-    """One client's encoding settings: encoder spec, per-message ε, clipping radius ``R``, coins."""
+    """One client's encoding settings: encoder spec, per-message ε, clipping radius ``R``, coins, and the
+    client's budget ``(budget_epsilon, budget_delta)`` over all its messages (``0``: none;
+    :mod:`sstq_fl.flower.client_ledger`)."""
 
     encoder: str
     epsilon: float
@@ -86,6 +95,8 @@ class LdpSettings:
     randomness: str = "secure"
     frame_seed: int = 0
     seed: int = 0
+    budget_epsilon: float = 0.0
+    budget_delta: float = 1e-5
 
     def __post_init__(self) -> None:
         check_mode(self.randomness)
@@ -93,6 +104,10 @@ class LdpSettings:
             raise ValueError(f"LDP epsilon must be positive and finite, got {self.epsilon!r}")
         if not (self.radius > 0 and math.isfinite(self.radius)):
             raise ValueError(f"LDP radius must be positive and finite, got {self.radius!r}")
+        if not (self.budget_epsilon >= 0 and math.isfinite(self.budget_epsilon)):
+            raise ValueError(f"client budget epsilon must be non-negative and finite (0: none), got {self.budget_epsilon!r}")
+        if not 0 <= self.budget_delta < 1:
+            raise ValueError(f"client budget delta must be in [0, 1), got {self.budget_delta!r}")
 
 
 @lru_cache(maxsize=8)
@@ -141,18 +156,23 @@ def server_round(msg: Message) -> int:
 class LdpEncodeMod:
     """A Flower client mod: the train reply's arrays become one ε-LDP wire message (module doc).
 
+    ``budget_epsilon`` / ``budget_delta``: the client's budget over all its messages (``0``: none);
+    past it the client refuses to encode (an error reply).  Its ledger lives in ``context.state``
+    (:mod:`sstq_fl.flower.client_ledger`; :meth:`report` reads it).
     ``settings``: instead of fixed arguments, a function of the message and the context (e.g.
     reading ``context.run_config``) returning :class:`LdpSettings` per message."""
 
     def __init__(self, encoder: str | None = None, epsilon: float | None = None, radius: float | None = None, *,
                  randomness: str = "secure", frame_seed: int = 0, seed: int = 0, metrics: str = "none",
+                 budget_epsilon: float = 0.0, budget_delta: float = 1e-5,
                  settings: Callable[[Message, Context], LdpSettings] | None = None):
         if metrics not in METRICS:
             raise ValueError(f"metrics must be one of {METRICS}, got {metrics!r}")
         if settings is None:
             if encoder is None or epsilon is None or radius is None:
                 raise ValueError("LdpEncodeMod needs encoder, epsilon and radius (or a settings function)")
-            fixed = LdpSettings(encoder, float(epsilon), float(radius), randomness, frame_seed, seed)
+            fixed = LdpSettings(encoder, float(epsilon), float(radius), randomness, frame_seed, seed,
+                                float(budget_epsilon), float(budget_delta))
             settings = lambda msg, context: fixed  # noqa: E731
         self.settings, self.metrics = settings, metrics
         self.warned = False
@@ -165,23 +185,36 @@ class LdpEncodeMod:
         try:
             s = self.settings(msg, context)
             _, sent = single(msg.content.array_records, "the server's train message")
+            enc = encoder_for(s.encoder, int(flatten(sent).size), s.epsilon, s.radius, s.frame_seed)
+            check_server(msg, enc)
+            found = client_ledger.budgets(s.budget_epsilon, s.budget_delta, context.node_config)
+            client_ledger.load(context, partition(context)).check(enc.privacy_event(), found)  # before any work
             reply = call_next(msg, context)
             if reply.has_error():
                 return reply
-            self._encode_reply(msg, reply, sent, s, context)
+            self._encode_reply(msg, reply, sent, s, context, enc)
             return reply
         except (LdpModError, ValueError) as exc:
             return Message(Error(code=ErrorCode.MOD_FAILED_PRECONDITION, reason=f"LdpEncodeMod: {exc}"), reply_to=msg)
 
-    def _encode_reply(self, msg: Message, reply: Message, sent: ArrayRecord, s: LdpSettings, context: Context) -> None:
-        """Replace ``reply``'s arrays by the wire message of ``Δ = θ_sent − θ_reply``."""
+    @staticmethod
+    def report(context: Context, delta: float = 1e-5) -> dict[str, Any]:
+        """This node's client's own ledger report (messages, ε at ``delta``, the node's budget), for its operator."""
+        return client_ledger.client_report(context, partition(context), delta)
+
+    def _encode_reply(self, msg: Message, reply: Message, sent: ArrayRecord, s: LdpSettings, context: Context,
+                      enc: Encoder) -> None:
+        """Replace ``reply``'s arrays by the wire message of ``Δ = θ_sent − θ_reply``; charge the client's
+        ledger once the message exists, before it leaves."""
         key, local = single(reply.content.array_records, "the ClientApp's train reply")
         if list(local.keys()) != list(sent.keys()):
             raise LdpModError("the train reply's ArrayRecord must have the keys of the one received (the local model)")
         delta = flatten(sent) - flatten(local)
-        enc = encoder_for(s.encoder, int(delta.size), s.epsilon, s.radius, s.frame_seed)
-        check_server(msg, enc)
+        if delta.size != enc.dim:
+            raise LdpModError(f"the train reply's model has {delta.size} parameters, the one received {enc.dim}")
         blob = encode_one(enc, delta, server_round(msg), s, partition(context))
+        found = client_ledger.budgets(s.budget_epsilon, s.budget_delta, context.node_config)
+        client_ledger.charge(context, partition(context), enc.privacy_event(), found, s.budget_delta)
         reply.content.array_records[key] = ArrayRecord({WIRE_KEY: wire_array(blob)})
         self._reduce_metrics(reply)
         if not wrapped_server(msg):

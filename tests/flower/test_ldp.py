@@ -212,7 +212,7 @@ def test_allow_empty_rounds_tolerates_them(run_identity):
     ldp = LdpDecoding(FedAvg(), encoder=SPEC, epsilon=2.0, radius=0.5, allow_empty_rounds=True)
     ldp.prepare(_theta(), 1)
     assert _round(ldp, grads, _plain) == (None, None)  # type: ignore[arg-type]
-    assert [d["client"] for d in ldp.last["dropped"]] == [1, 2] and ldp.last["senders"] == []
+    assert sorted(d["client"] for d in ldp.last["dropped"]) == [1, 2] and ldp.last["senders"] == []  # sampled in any order
     # one valid message is enough without the opt-out
     strict = LdpDecoding(FedAvg(), encoder=SPEC, epsilon=2.0, radius=0.5)
     strict.prepare(_theta(), 1)
