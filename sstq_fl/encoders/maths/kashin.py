@@ -57,6 +57,16 @@ certificate): the measuring instrument behind these numbers, not an encode-time 
 
 Each row is processed independently: rows that meet the stop criterion leave the batch, so
 a client's representation never depends on which other clients share the batch.
+
+**Fixed schedule** (``kashin(..., fixed=True)``; the encoders use it for secure keys).  The adaptive
+methods' time depends on the input: no iteration for the zero input, three transform pairs for a
+Gaussian one, the whole cap for an input above the public level.  On the fixed schedule every row runs
+the method's public cap (``linf``: the warm-up, ``linf_iters`` Douglas–Rachford iterations and the
+``lv`` fallback; ``lv``: ``max_passes`` passes; ``ap``: both), a public function of ``(d, N)`` and the
+parameters, with masks instead of early exits: a row keeps the value it had when it met its stop
+criterion, and zero rows run on zeros.  The result equals the adaptive one (bit for bit on the
+Hadamard frame, where every transform is row-wise; to float rounding on the Haar frame, whose dense
+products depend on the batch shape); only the time changes, to the adaptive worst case.
 """
 
 from __future__ import annotations
@@ -510,8 +520,8 @@ def _pick(s: torch.Tensor, idx: torch.Tensor | None) -> torch.Tensor:
 
 
 def _masked(mask: torch.Tensor, value: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
-    """``value`` on the rows where ``mask`` holds, ``other`` elsewhere (no data-dependent shape)."""
-    return torch.where(mask.view(-1, *([1] * (value.dim() - 1))), value, other)
+    """``other`` with the rows where ``mask`` holds replaced by ``value``'s, in place (no data-dependent shape)."""
+    return torch.where(mask.view(-1, *([1] * (value.dim() - 1))), value, other, out=other)
 
 
 def _lv_fixed(frame: Frame, x: torch.Tensor, cfg: KashinConfig, idx: torch.Tensor | None) -> KashinResult:
