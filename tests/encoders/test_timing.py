@@ -113,3 +113,18 @@ def test_timing_row_reports_both_modes_per_kind():
     row = timing_row(make_encoder("sqkr", 64, 3.0), "sqkr", 2, ("zero", "walsh-flat"))
     assert set(row["adaptive_s_per_message"]) == set(row["constant_time_s_per_message"]) == {"zero", "walsh-flat"}
     assert row["constant_time_spread"] >= 0 and set(INPUT_KINDS) >= set(row["constant_time_over_adaptive"])
+
+
+def test_bench_encode_speed_times_each_input_kind_both_ways(tmp_path, capsys):
+    import json
+
+    from sstq_fl.cli import main
+
+    out = tmp_path / "es.json"
+    assert main(["bench", "encode-speed", "--clients", "2", "--dim", "64", "--reps", "1", "--encoders", "sqkr",
+                 "--inputs", "zero,walsh-flat", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["by_input"][0]["encoder"] == "sqkr" and "secure_adaptive_encode_s_per_round" in res["rows"][0]
+    assert "constant_time" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["bench", "encode-speed", "--inputs", "zero,zero", "--out", str(out)])
