@@ -34,13 +34,10 @@ that never reaches the public level, and the natural input that needs the most i
 def timing_inputs(enc: Encoder, kinds: tuple[str, ...] = INPUT_KINDS) -> dict[str, torch.Tensor]:
     """One ``[1, d]`` input of each kind, of norm ``R`` (the zero input excepted), built on the encoder's
     own frame where it has one (so the hard inputs are hard for it), else on the public Hadamard frame."""
-    frame = getattr(enc, "frame", None)
-    if not isinstance(frame, HadamardFrame):
-        frame = make_frame("hadamard", max(enc.dim, 2), seed=0)
-    out = {}
-    for kind in kinds:
-        out[kind] = _input(kind, frame)[:, : enc.dim] * enc.radius
-    return out
+    own = getattr(enc, "frame", None)
+    frame = own if isinstance(own, HadamardFrame) else make_frame("hadamard", max(enc.dim, 2), seed=0)
+    assert isinstance(frame, HadamardFrame)
+    return {kind: _input(kind, frame)[:, : enc.dim] * enc.radius for kind in kinds}
 
 
 def _input(kind: str, frame: HadamardFrame) -> torch.Tensor:
