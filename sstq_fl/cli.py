@@ -199,9 +199,10 @@ def cmd_speed(args: argparse.Namespace) -> int:
                          "secure_adaptive_encode_s_per_round", "aggregate_s_per_round", "loop_encode_s_per_round",
                          "bits_per_message", "device"])
     if "by_input" in res:
-        _table([{"encoder": r["encoder"], "mode": mode, **r[f"{mode}_s_per_message"], "spread": r[f"{mode}_spread"]}
-                for r in res["by_input"] for mode in ("adaptive", "constant_time")],
-               ["encoder", "mode", *args.inputs, "spread"])
+        _table([{"encoder": r["encoder"], "mode": mode, "clock": c, **r[f"{mode}_{c}_s_per_message"],
+                 "spread": r[f"{mode}_{c}_spread"]} for r in res["by_input"] for c in ("cpu", "wall")
+                for mode in ("adaptive", "constant_time")],
+               ["encoder", "mode", "clock", *args.inputs, "spread"])
     print(f"wrote {args.out}")
     return 0
 

@@ -54,20 +54,32 @@ def _input(kind: str, frame: HadamardFrame) -> torch.Tensor:
     raise ValueError(f"unknown input kind {kind!r}; choose from {list(INPUT_KINDS)}")
 
 
+CLOCKS = ("wall", "cpu")
+"""``wall``: what a server timing the reply sees; ``cpu``: this thread's CPU time, the part of it the
+encoder's own work makes (other processes' preemption excluded: the robust measure on a loaded machine,
+with one torch thread so that all the work runs in the calling thread)."""
+
+
+def time_one(enc: Encoder, x: torch.Tensor, constant_time: bool | None) -> tuple[float, float]:
+    """``(wall, cpu)`` seconds of one encode of ``x`` with a fresh secure key (``constant_time=None``: the
+    encoder's default for secure keys)."""
+    keys = rng.fresh_keys(1)
+    wall, cpu = time.perf_counter(), time.thread_time()
+    enc.encode(x, keys, coins=np.arange(1), constant_time=constant_time)
+    if enc.device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - wall, time.thread_time() - cpu
+
+
 def per_message_times(enc: Encoder, inputs: dict[str, torch.Tensor], reps: int, constant_time: bool | None,
-                      warmup: int = 2) -> dict[str, list[float]]:
-    """Seconds per single-message encode, ``reps`` per kind, kinds interleaved; each with a fresh secure key
-    (``constant_time=None``: the encoder's default for secure keys)."""
+                      warmup: int = 2, clock: str = "wall") -> dict[str, list[float]]:
+    """Seconds per single-message encode on ``clock`` (:data:`CLOCKS`), ``reps`` per kind, kinds interleaved."""
     times: dict[str, list[float]] = {k: [] for k in inputs}
     for rep in range(warmup + reps):
         for kind, x in inputs.items():
-            keys = rng.fresh_keys(1)
-            t = time.perf_counter()
-            enc.encode(x, keys, coins=np.arange(1), constant_time=constant_time)
-            if x.is_cuda or enc.device.type == "cuda":
-                torch.cuda.synchronize()
+            t = time_one(enc, x, constant_time)[CLOCKS.index(clock)]
             if rep >= warmup:
-                times[kind].append(time.perf_counter() - t)
+                times[kind].append(t)
     return times
 
 
@@ -76,21 +88,36 @@ def spread(medians: dict[str, float]) -> float:
     return max(medians.values()) / min(medians.values()) - 1.0
 
 
+MODES = ("adaptive", "constant_time")
+
+
 def timing_row(enc: Encoder, label: str, reps: int, kinds: tuple[str, ...] = INPUT_KINDS) -> dict[str, Any]:
-    """Per kind the median seconds per message of the adaptive and of the constant-time encode, measured
-    in one interleaved loop (so both see the same machine), their spreads and the cost ratio."""
-    inputs = timing_inputs(enc, kinds)
-    for mode in (False, True):
-        per_message_times(enc, inputs, 0, mode, warmup=1)
-    adaptive: dict[str, list[float]] = {k: [] for k in inputs}
-    fixed: dict[str, list[float]] = {k: [] for k in inputs}
-    for _ in range(reps):  # alternate the two modes rep by rep
-        for mode, acc in ((False, adaptive), (True, fixed)):
-            for kind, ts in per_message_times(enc, inputs, 1, mode, warmup=0).items():
-                acc[kind].append(ts[0])
-    med_a = {k: statistics.median(v) for k, v in adaptive.items()}
-    med_f = {k: statistics.median(v) for k, v in fixed.items()}
-    return {"encoder": label, "spec": enc.spec, "dim": enc.dim, "reps": reps,
-            "adaptive_s_per_message": med_a, "constant_time_s_per_message": med_f,
-            "adaptive_spread": spread(med_a), "constant_time_spread": spread(med_f),
-            "constant_time_over_adaptive": {k: med_f[k] / med_a[k] for k in inputs}}
+    """Per kind and clock the median seconds per message of the adaptive and of the constant-time encode
+    (:func:`measure`), their spreads and the cost ratio."""
+    got = measure(enc, timing_inputs(enc, kinds), reps)
+    row: dict[str, Any] = {"encoder": label, "spec": enc.spec, "dim": enc.dim, "reps": reps, "torch_threads": 1}
+    for (mode, c), ts in got.items():
+        row[f"{mode}_{c}_s_per_message"] = med = {k: statistics.median(v) for k, v in ts.items()}
+        row[f"{mode}_{c}_spread"] = spread(med)
+    row["constant_time_over_adaptive_cpu"] = {k: row["constant_time_cpu_s_per_message"][k] / v
+                                              for k, v in row["adaptive_cpu_s_per_message"].items()}
+    return row
+
+
+def measure(enc: Encoder, inputs: dict[str, torch.Tensor], reps: int) -> dict[tuple[str, str], dict[str, list[float]]]:
+    """Seconds per message by ``(mode, clock)`` and kind, on one torch thread, after one warm-up of each;
+    the modes alternate rep by rep and the kinds are interleaved, so both see the same machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for ct in (False, True):
+            per_message_times(enc, inputs, 0, ct, warmup=1)
+        got: dict[tuple[str, str], dict[str, list[float]]] = {(m, c): {k: [] for k in inputs} for m in MODES for c in CLOCKS}
+        for _ in range(reps):
+            for mode in MODES:
+                for kind, x in inputs.items():
+                    for c, v in zip(CLOCKS, time_one(enc, x, mode == "constant_time"), strict=True):
+                        got[mode, c][kind].append(v)
+        return got
+    finally:
+        torch.set_num_threads(threads)
