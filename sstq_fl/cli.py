@@ -69,6 +69,17 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
+def _input_kinds(s: str) -> list[str]:
+    """argparse type for ``bench encode-speed --inputs``: comma-separated input kinds, each known, none twice."""
+    from .bench.timing import INPUT_KINDS
+
+    out = [v.strip() for v in s.split(",") if v.strip()]
+    bad = [v for v in out if v not in INPUT_KINDS]
+    if bad or len(set(out)) != len(out):
+        raise argparse.ArgumentTypeError(f"expected distinct input kinds from {', '.join(INPUT_KINDS)}, got {s!r}")
+    return out
+
+
 def _list(s: str) -> list[str]:
     return [v.strip() for v in s.split(";" if ";" in s else " ") if v.strip()] if s else []
 
@@ -183,9 +194,15 @@ def cmd_speed(args: argparse.Namespace) -> int:
     from .bench.speed import encode_speed
 
     res = encode_speed(args.clients, args.dim, args.epsilon, args.bits, args.out, args.encoders or None,
-                       reps=args.reps, device=args.device)
+                       reps=args.reps, device=args.device, inputs=args.inputs or None)
     _table(res["rows"], ["encoder", "encode_s_per_round", "secure_encode_s_per_round", "secure_over_reproducible",
-                         "aggregate_s_per_round", "loop_encode_s_per_round", "bits_per_message", "device"])
+                         "secure_adaptive_encode_s_per_round", "aggregate_s_per_round", "loop_encode_s_per_round",
+                         "bits_per_message", "device"])
+    if "by_input" in res:
+        _table([{"encoder": r["encoder"], "mode": mode, "clock": c, **r[f"{mode}_{c}_s_per_message"],
+                 "spread": r[f"{mode}_{c}_spread"]} for r in res["by_input"] for c in ("cpu", "wall")
+                for mode in ("adaptive", "constant_time")],
+               ["encoder", "mode", "clock", *args.inputs, "spread"])
     print(f"wrote {args.out}")
     return 0
 
@@ -440,6 +457,9 @@ def _speed_parser(bs: Any) -> None:
                    help="space- or ';'-separated encoder specs (default: clean and the E1 set)")
     s.add_argument("--reps", type=positive_int, default=5, help="timed repetitions (the median is reported)")
     s.add_argument("--device", default=_DEVICE, help="torch device (cpu, cuda)")
+    s.add_argument("--inputs", type=_input_kinds, default="",
+                   help="comma-separated input kinds to time one message at a time, adaptive and constant-time encode "
+                        "side by side (zero, gaussian, walsh-flat, frame-row; default: none)")
     s.add_argument("--out", default="results/encode_speed.json", help="result JSON")
     s.set_defaults(fn=cmd_speed)
 

@@ -23,6 +23,7 @@ from ..encoders.maths.fwht import fwht_, is_available, kernels
 from ..encoders.maths.kashin import KashinConfig, achieved_level, adversarial_inputs
 from ..io import atomic_write_json, run_meta
 from .mse import E1_ENCODERS, with_bits
+from .timing import timing_row
 
 
 def timeit(fn: Callable[[], Any], reps: int, warmup: int = 1) -> float:
@@ -44,27 +45,42 @@ def client_inputs(clients: int, dim: int, device: str, seed: int = 0) -> torch.T
 
 
 def encode_speed(clients: int, dim: int, epsilon: float, bits: int, out: str, encoders: list[str] | None = None,
-                 reps: int = 5, device: str = "cpu") -> dict[str, Any]:
+                 reps: int = 5, device: str = "cpu", inputs: list[str] | None = None) -> dict[str, Any]:
     """Per encoder, both randomness modes side by side in one process: ``reproducible`` (seeds
     from the run seed) and ``secure`` (a fresh OS-CSPRNG key per client per round, ChaCha20 coins;
-    drawing the keys is part of the timed encode); ``secure_over_reproducible`` is their ratio."""
+    drawing the keys is part of the timed encode; constant-time, the secure default), with
+    ``secure_adaptive_encode_s_per_round`` the secure encode whose Kashin step stops at convergence;
+    ``secure_over_reproducible`` and ``constant_time_over_adaptive`` are ratios.  With ``inputs``
+    (kinds of :data:`~sstq_fl.bench.timing.INPUT_KINDS`), ``by_input`` adds the per-message median per
+    input kind, adaptive and constant-time side by side (:func:`~sstq_fl.bench.timing.timing_row`)."""
     x = client_inputs(clients, dim, device)
     seeds = np.arange(clients)
     rows: list[dict[str, Any]] = []
+    by_input: list[dict[str, Any]] = []
     for label in encoders or ["clean", *E1_ENCODERS]:
         enc = make_encoder(with_bits(label, bits), dim, epsilon, radius=1.0, device=device)
-        row = _speed_row(enc, label, x, seeds, reps)
-        row["secure_encode_s_per_round"] = timeit(partial(_secure_encode, enc, x, seeds), reps)
-        row["secure_over_reproducible"] = row["secure_encode_s_per_round"] / row["encode_s_per_round"]
-        rows.append(row)
+        rows.append(_secure_columns(_speed_row(enc, label, x, seeds, reps), enc, x, seeds, reps))
+        if inputs:
+            by_input.append(timing_row(enc, label, reps, tuple(inputs)))
     result = {"clients": clients, "dim": dim, "epsilon": epsilon, "bits": bits, "rows": rows, "meta": run_meta()}
+    if inputs:
+        result["by_input"] = by_input
     atomic_write_json(out, result)
     return result
 
 
-def _secure_encode(enc: Encoder, x: torch.Tensor, seeds: np.ndarray) -> None:
+def _secure_columns(row: dict[str, Any], enc: Encoder, x: torch.Tensor, seeds: np.ndarray, reps: int) -> dict[str, Any]:
+    """``row`` with the secure encode's times: constant-time (the default) and adaptive, and their ratios."""
+    row["secure_encode_s_per_round"] = timeit(partial(_secure_encode, enc, x, seeds, True), reps)
+    row["secure_adaptive_encode_s_per_round"] = timeit(partial(_secure_encode, enc, x, seeds, False), reps)
+    row["secure_over_reproducible"] = row["secure_encode_s_per_round"] / row["encode_s_per_round"]
+    row["constant_time_over_adaptive"] = row["secure_encode_s_per_round"] / row["secure_adaptive_encode_s_per_round"]
+    return row
+
+
+def _secure_encode(enc: Encoder, x: torch.Tensor, seeds: np.ndarray, constant_time: bool) -> None:
     """One round's encode in secure mode, drawing the clients' fresh keys included."""
-    enc.encode(x, rng.fresh_keys(x.shape[0]), coins=seeds)
+    enc.encode(x, rng.fresh_keys(x.shape[0]), coins=seeds, constant_time=constant_time)
 
 
 def _speed_row(enc: Encoder, label: str, x: torch.Tensor, seeds: np.ndarray, reps: int) -> dict[str, Any]:

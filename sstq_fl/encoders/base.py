@@ -161,10 +161,13 @@ class Encoder(ABC):
         return None
 
     # ------------------------------------------------------------------ client
-    def encode(self, x: torch.Tensor, seeds: Any, coins: Any = None) -> Messages:
-        """Encode each row of ``x`` ``[n, dim]`` with its own seed (``seeds``: ``n`` integers).
+    def encode(self, x: torch.Tensor, seeds: Any, coins: Any = None, constant_time: bool | None = None) -> Messages:
+        """Encode each row of ``x`` ``[n, dim]`` with its own seed (``seeds``: ``n`` integers, or secure keys).
 
-        ``coins`` are public per-client seeds, used only by public-coin encoders.
+        ``coins`` are public per-client seeds, used only by public-coin encoders.  ``constant_time``: run
+        every input-dependent loop for its public number of iterations, so the encode time does not
+        depend on the input (same messages); default on for secure keys (:func:`sstq_fl.rng.is_keys`),
+        off for reproducible seeds.  Encoders without such loops ignore it.
         """
         x = self.preprocess(x)
         return self._encode(x, rng.as_seeds(seeds, x.shape[0]), coins)

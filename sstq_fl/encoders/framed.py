@@ -21,12 +21,15 @@ frame synthesis is applied once per round (:meth:`_finish`).
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from functools import lru_cache
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
-from .base import Encoder, Param
+from .. import rng
+from .base import Encoder, Messages, Param
 from .maths.frames import Frame, make_frame
 from .maths.kashin import LINF_LEVEL, METHODS, KashinConfig, kashin
 
@@ -69,9 +72,20 @@ class FramedEncoder(Encoder):
         """``d``, the parameters and the frame size ``N``."""
         return {**super().bits_quantities(), "N": self.N}
 
-    def coefficients(self, x: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        """Kashin coefficients of ``x`` at ``idx`` in scaled units, clipped to ``[-B, B]``."""
-        res = kashin(self.frame, x, self.kashin_cfg, idx)
+    def encode(self, x: torch.Tensor, seeds: Any, coins: Any = None, constant_time: bool | None = None) -> Messages:
+        """:meth:`Encoder.encode`; with ``constant_time`` (default: for secure keys) the Kashin step runs its
+        public iteration cap on every row (:func:`~sstq_fl.encoders.maths.kashin.kashin`, ``fixed``)."""
+        x = self.preprocess(x)
+        s = rng.as_seeds(seeds, x.shape[0])
+        return self._encode(x, s, coins, rng.is_keys(s) if constant_time is None else constant_time)
+
+    @abstractmethod
+    def _encode(self, x: torch.Tensor, seeds: np.ndarray, coins: Any, fixed: bool = False) -> Messages: ...
+
+    def coefficients(self, x: torch.Tensor, idx: torch.Tensor, fixed: bool = False) -> tuple[torch.Tensor, dict[str, float]]:
+        """Kashin coefficients of ``x`` at ``idx`` in scaled units, clipped to ``[-B, B]`` (``fixed``: on the
+        public iteration schedule, in input-independent time)."""
+        res = kashin(self.frame, x, self.kashin_cfg, idx, fixed)
         s = res.coeffs.double()
         over = s.abs() > self.bound
         stats = {"clipped": float(over.sum()), "kashin_passes_mean": float(res.passes.double().mean()),

@@ -65,9 +65,9 @@ class SQKR(FramedEncoder):
         assert seeds is not None
         return torch.from_numpy(rng.sample_without_replacement(seeds, "sqkr-index", self.k, self.N))
 
-    def _encode(self, x: torch.Tensor, seeds: np.ndarray, coins: Any) -> Messages:
+    def _encode(self, x: torch.Tensor, seeds: np.ndarray, coins: Any, fixed: bool = False) -> Messages:
         idx = self._indices(seeds, coins, x.shape[0]).to(self.device)
-        s, stats = self.coefficients(x, idx)
+        s, stats = self.coefficients(x, idx, fixed)
         u = torch.from_numpy(rng.uniform(seeds, "sqkr-bits", self.k + 2)).to(self.device)
         bits = (u[:, : self.k] < (1 + s / self.bound) / 2).long()
         word = (bits << torch.arange(self.k, device=self.device)).sum(1)

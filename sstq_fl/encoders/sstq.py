@@ -81,9 +81,9 @@ class _SSTQ(FramedEncoder):
         u = torch.from_numpy(rng.uniform(seeds, "sstq-round", 1)[:, 0]).to(s.device)
         return k + (u < theta).long()
 
-    def _encode(self, x: torch.Tensor, seeds: np.ndarray, coins: Any) -> Messages:
+    def _encode(self, x: torch.Tensor, seeds: np.ndarray, coins: Any, fixed: bool = False) -> Messages:
         j = torch.from_numpy(rng.randint(seeds, "sstq-index", 1, self.N)).to(self.device)
-        s, stats = self.coefficients(x, j)
+        s, stats = self.coefficients(x, j, fixed)
         v = self._quantize(s[:, 0], seeds)
         z = self._channel(v, seeds)
         return Messages({"J": j, "Z": z[:, None]}, stats)

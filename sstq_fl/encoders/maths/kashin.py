@@ -57,6 +57,16 @@ certificate): the measuring instrument behind these numbers, not an encode-time 
 
 Each row is processed independently: rows that meet the stop criterion leave the batch, so
 a client's representation never depends on which other clients share the batch.
+
+**Fixed schedule** (``kashin(..., fixed=True)``; the encoders use it for secure keys).  The adaptive
+methods' time depends on the input: no iteration for the zero input, three transform pairs for a
+Gaussian one, the whole cap for an input above the public level.  On the fixed schedule every row runs
+the method's public cap (``linf``: the warm-up, ``linf_iters`` Douglas–Rachford iterations and the
+``lv`` fallback; ``lv``: ``max_passes`` passes; ``ap``: both), a public function of ``(d, N)`` and the
+parameters, with masks instead of early exits: a row keeps the value it had when it met its stop
+criterion, and zero rows run on zeros.  The result equals the adaptive one (bit for bit on the
+Hadamard frame, where every transform is row-wise; to float rounding on the Haar frame, whose dense
+products depend on the batch shape); only the time changes, to the adaptive worst case.
 """
 
 from __future__ import annotations
@@ -138,15 +148,21 @@ class KashinResult:
     converged: torch.Tensor  # [n] the stop criterion was met (bound guaranteed)
 
 
-def kashin(frame: Frame, x: torch.Tensor, cfg: KashinConfig, idx: torch.Tensor | None = None) -> KashinResult:
+def kashin(frame: Frame, x: torch.Tensor, cfg: KashinConfig, idx: torch.Tensor | None = None,
+           fixed: bool = False) -> KashinResult:
     """Kashin representation of each row of ``x`` (``[n, d]``).
 
     With ``idx`` (``[n, k]`` integer), only the coefficients at those positions are
     accumulated and returned (``[n, k]``): all an SSTQ or SQKR message needs, at a fraction
     of the memory traffic.  ``method='ap'`` always computes the full representation.
+    ``fixed``: every row runs the method's public iteration cap, whatever its input, so the
+    time does not depend on the input; the result is the adaptive one (rows that converge
+    earlier keep their value).
     """
     if x.dim() != 2 or x.shape[1] != frame.d:
         raise ValueError(f"x must be [clients, {frame.d}], got {tuple(x.shape)}")
+    if fixed:
+        return _kashin_fixed(frame, x, cfg, idx)
     if cfg.method == "linf":
         return _linf_fast(frame, x, cfg, idx)
     if cfg.method == "ap":
@@ -484,3 +500,144 @@ def _project_l1_ball(z: torch.Tensor, radius: torch.Tensor) -> torch.Tensor:
     count = (srt > cand).sum(1).clamp_min(1)
     theta = cand.gather(1, (count - 1)[:, None]).clamp_min(0.0)
     return torch.sign(z) * (a - theta).clamp_min(0.0)
+
+
+# ---------------------------------------------------------------- fixed schedule: input-independent time
+# The same iterations as the adaptive methods above, on every row, for the public number of iterations
+# (``cfg.linf_iters``, ``cfg.max_passes``, ``cfg.ap_iters``), with no early exit and no data-dependent
+# shapes: a row that meets its stop criterion keeps the value it had then (a mask), and zero rows run on
+# zeros.  Each row's arithmetic is the adaptive method's, so the results are equal to it.
+
+
+def _unit_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(‖x‖, x/‖x‖)`` per row, zero rows kept as zeros (they run the schedule on zeros)."""
+    norms = torch.linalg.vector_norm(x, dim=1)
+    return norms, x / torch.where(norms > 0, norms, 1.0)[:, None]
+
+
+def _pick(s: torch.Tensor, idx: torch.Tensor | None) -> torch.Tensor:
+    return s if idx is None else s.gather(1, idx)
+
+
+def _masked(mask: torch.Tensor, value: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """``other`` with the rows where ``mask`` holds replaced by ``value``'s, in place (no data-dependent shape)."""
+    return torch.where(mask.view(-1, *([1] * (value.dim() - 1))), value, other, out=other)
+
+
+def _lv_fixed(frame: Frame, x: torch.Tensor, cfg: KashinConfig, idx: torch.Tensor | None) -> KashinResult:
+    """:func:`_lv` (Lyubarskii & Vershynin, IEEE Trans. Inf. Theory 2010) for exactly ``max_passes``
+    truncation passes on every row; a row folds its residual in once, when its stop criterion is met."""
+    n, dev = x.shape[0], x.device
+    norms, r = _unit_rows(x)
+    out = torch.zeros(n, frame.N if idx is None else idx.shape[1], dtype=x.dtype, device=dev)
+    passes, fails = torch.zeros(n, dtype=torch.int64, device=dev), torch.zeros(n, dtype=torch.int64, device=dev)
+    resid, conv = torch.zeros(n, dtype=torch.float64, device=dev), torch.ones(n, dtype=torch.bool, device=dev)
+    live, done = norms > 0, torch.zeros(n, dtype=torch.bool, device=dev)
+    fold_scale = frame.max_row_norm() * math.sqrt(frame.N)
+    ws_c, ws_e, ws_r = _workspace(n, frame.N, frame.d, x.dtype, dev)
+    for k in range(cfg.max_passes + 1):
+        c = frame.coef(r, ws_c[:n])
+        fold = live & (done | (k >= cfg.max_passes))
+        out.add_(_masked(fold, _pick(c, idx), torch.zeros_like(out)))
+        conv, live = torch.where(fold, done, conv), live & ~fold
+        if k == cfg.max_passes:
+            break
+        m = cfg.eta**k / math.sqrt(cfg.delta)
+        out.add_(_masked(live, _pick(c, idx).clamp(-m, m), torch.zeros_like(out)))
+        r = frame.synth_(torch._C._nn.softshrink(c, m, out=ws_e[:n]), ws_r[:n])  # type: ignore[call-arg]
+        rn = torch.linalg.vector_norm(r, dim=1).double()
+        fails += (live & (rn > cfg.eta ** (k + 1) * (1 + 1e-6))).long()
+        passes, resid = torch.where(live, k + 1, passes), torch.where(live, rn, resid)
+        live, done = live & (rn != 0), rn * fold_scale <= cfg.fold_tol
+    out.mul_(norms[:, None])
+    return KashinResult(out, passes, resid, fails, conv)
+
+
+def _linf_fixed(frame: Frame, x: torch.Tensor, cfg: KashinConfig, idx: torch.Tensor | None) -> KashinResult:
+    """:func:`_linf_fast` on every row for exactly ``LINF_WARMUP`` warm-up steps, ``linf_iters − LINF_WARMUP``
+    Douglas–Rachford iterations and one ``lv`` fallback (the adaptive method's worst case); a row keeps the
+    iterate it had when it first reached ``K``."""
+    n, dev = x.shape[0], x.device
+    norms, u = _unit_rows(x)
+    out = torch.zeros(n, frame.N if idx is None else idx.shape[1], dtype=x.dtype, device=dev)
+    passes, conv = torch.zeros(n, dtype=torch.int64, device=dev), torch.ones(n, dtype=torch.bool, device=dev)
+    live = norms > 0
+    ws, s, wr = _workspace(n, frame.N, frame.d, x.dtype, dev)
+    s = frame.coef(u, s[:n])
+    stop, warm = cfg.linf_level * (1.0 - 1e-5), min(LINF_WARMUP, cfg.linf_iters)
+    for it in range(warm + 1):
+        ok = _sup(s) <= stop
+        leave = live & (ok | (it == cfg.linf_iters))
+        out, conv, live = _masked(leave, _pick(s, idx), out), torch.where(leave, ok, conv), live & ~leave
+        if it == warm:
+            break
+        _warm_step(frame, s, ws, wr)
+        passes += live.long()
+    if cfg.linf_iters > LINF_WARMUP:
+        out = _douglas_rachford_fixed(frame, u, s.clone(), cfg, live, out, idx, passes, conv)
+    out.mul_(norms[:, None])
+    zeros = torch.zeros(n, dtype=torch.float64, device=dev)
+    return KashinResult(out, passes, zeros, torch.zeros(n, dtype=torch.int64, device=dev), conv)
+
+
+def _douglas_rachford_fixed(frame: Frame, u: torch.Tensor, s: torch.Tensor, cfg: KashinConfig, live: torch.Tensor,
+                            out: torch.Tensor, idx: torch.Tensor | None, passes: torch.Tensor,
+                            conv: torch.Tensor) -> torch.Tensor:
+    """:func:`_douglas_rachford` for all ``linf_iters − LINF_WARMUP`` iterations on every row, then the ``lv``
+    fallback on every row; returns ``out`` with each ``live`` row's result (``passes``, ``conv`` in place)."""
+    box, stop = LINF_DR_RATIO * cfg.linf_level, cfg.linf_level * (1.0 - 1e-5)
+    z, best = s.clone(), s.clone()
+    best_lvl = _sup(s)
+    ws, wr = torch.empty_like(s), torch.empty_like(u)
+    for _ in range(LINF_WARMUP, cfg.linf_iters):
+        p = z.clamp(-box, box)
+        s = _project(frame, u, torch.add(p, p, out=s).sub_(z), ws, wr)
+        z.add_(s).sub_(p)
+        passes += live.long()
+        lvl = _sup(s)
+        better = lvl < best_lvl
+        best, best_lvl = _masked(better, s, best), torch.where(better, lvl, best_lvl)
+        leave = live & (lvl <= stop)
+        out, live = _masked(leave, _pick(best, idx), out), live & ~leave
+    alt = _lv_fixed(frame, u, cfg, None).coeffs
+    best = _masked(_sup(alt) < best_lvl, alt, best)
+    conv.copy_(conv & ~live)
+    return _masked(live, _pick(best, idx), out)
+
+
+def _ap_fixed(frame: Frame, x: torch.Tensor, cfg: KashinConfig) -> KashinResult:
+    """``lv`` then :func:`_alternating_projections` for exactly ``ap_iters`` iterations on every row; a row
+    stops changing once its level is within the target."""
+    start = _lv_fixed(frame, x, cfg, None)
+    norms, u = _unit_rows(x)
+    s = start.coeffs.div_(torch.where(norms > 0, norms, 1.0)[:, None])
+    lim, stop = cfg.ap_level, cfg.ap_level * (1.0 + cfg.ap_tol)
+    live, conv = norms > 0, norms == 0
+    passes = start.passes.clone()
+    best, best_lvl = s.clone(), s.abs().amax(dim=1)
+    for it in range(cfg.ap_iters + 1):
+        lvl = s.abs().amax(dim=1)
+        better = live & (lvl < best_lvl)
+        best, best_lvl = _masked(better, s, best), torch.where(better, lvl, best_lvl)
+        ok = live & (lvl <= stop)
+        conv, live = conv | ok, live & ~ok
+        if it == cfg.ap_iters:
+            break
+        sub = s.clamp(-lim, lim)
+        sub.add_(frame.coef(u - frame.synth_(sub.clone())))
+        s = _masked(live, sub, s)
+        passes += live.long()
+    best.mul_(norms[:, None])
+    return KashinResult(best, passes, start.residual, start.contraction_failures, conv)
+
+
+def _kashin_fixed(frame: Frame, x: torch.Tensor, cfg: KashinConfig, idx: torch.Tensor | None) -> KashinResult:
+    """:func:`kashin` on the fixed, public schedule of ``cfg.method``."""
+    if cfg.method == "linf":
+        return _linf_fixed(frame, x, cfg, idx)
+    if cfg.method == "ap":
+        res = _ap_fixed(frame, x, cfg)
+        if idx is not None:
+            res.coeffs = res.coeffs.gather(1, idx)
+        return res
+    return _lv_fixed(frame, x, cfg, idx)
