@@ -188,9 +188,7 @@ class RunRecorder:
         for c, n in self.ldp.joins.items():
             if c >= 0:
                 self.st.joins[c] = n
-        rec.update(self.tr.task.evaluate(theta))
-        if not self.tr.publish_train_loss:
-            rec.pop("train_loss", None)
+        self.tr.evaluate_into(self.st, rec)
         rec["epsilon_spent"] = self.tr.ledger.epsilon(cfg.delta)
         self.tr.complete_round(self.out, self.st, rec, time.perf_counter() - self.inner.t0, self.progress)
         return MetricRecord({k: float(rec[k]) for k in _METRICS if k in rec})
