@@ -362,7 +362,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with progress(cfg.rounds, f"{cfg.encoder} rounds", key="rounds", every=1):  # a bar on a terminal, else log lines
         m = run(cfg, args.out, resume=args.resume, trainer=trainer, keep_checkpoints=args.keep_checkpoints)
     f = m["final"]
-    metric = next(f"{k.replace('_', ' ')} {number(f[k])}" for k in METRIC_KEYS if k in f)
+    metric = next((f"{k.replace('_', ' ')} {number(f[k])}" for k in METRIC_KEYS if k in f), "no published metric")
     print(f"{cfg.encoder}: {metric}, train loss {number(f.get('train_loss'))} (non-private diagnostic), "
           f"{f['bits_per_client']} bits/client/round, randomness {cfg.randomness}, "
           f"epsilon {number(f['epsilon_total'])} at delta {f['delta']:g} ({f['wall_s']:.1f} s)")

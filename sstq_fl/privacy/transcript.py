@@ -168,7 +168,7 @@ def parse_transcript(data: bytes, path: str) -> ParsedTranscript:
         if not isinstance(obj, dict):
             raise TranscriptError(f"{at}: expected a JSON object, got {_json_type(obj)}")
         if out.version >= CHAINED_FROM:
-            _check_chain(obj, texts[lineno - 2], at)
+            _check_chain(obj, texts[lineno - 2], at, lineno)
         if summary_line:
             again = "a second summary" if obj.get("type") == "summary" else "a line"
             raise TranscriptError(f"{at}: {again} after the summary (line {summary_line}); the summary must be last")
@@ -299,15 +299,15 @@ def _parse_summary(obj: dict[str, Any], head: ParsedTranscript, at: str) -> dict
     return obj
 
 
-def _check_chain(obj: dict[str, Any], before: str, at: str) -> None:
+def _check_chain(obj: dict[str, Any], before: str, at: str, lineno: int) -> None:
     """Remove ``obj``'s ``prev``, refusing it unless it is the hash of the line ``before`` it."""
     prev = obj.pop("prev", None)
     if prev is None:
         raise TranscriptError(f"{at}: missing field(s) ['prev'] (each line after the header carries the sha256 of the "
                               f"line before it)")
     if prev != line_hash(before):
-        raise TranscriptError(f"{at}: the hash chain breaks here (prev is not the sha256 of the line before): that "
-                              f"line was edited, or a line was deleted or inserted before this one")
+        raise TranscriptError(f"{at}: the hash chain breaks here (prev is not the sha256 of line {lineno - 1}): line "
+                              f"{lineno - 1} was edited, or a line was deleted or inserted before this one")
 
 
 def _text_lines(data: bytes, path: str) -> list[str]:
