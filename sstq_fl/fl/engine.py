@@ -160,14 +160,15 @@ def check_checkpoint(ck: Any, cfg: RunConfig, where: str) -> dict[str, Any]:
     if "transcript" not in ck or "joins" in ck:
         raise ValueError(f"--resume: {where} is of an older format (join counts, no transcript prefix): rerun without "
                          f"--resume")
+    if "config" in ck and not isinstance(ck["config"], dict):
+        raise ValueError(f"--resume: {where}: config must be an object")
+    if "config" in ck:
+        _same_config(ck["config"], cfg, f"the checkpoint in {Path(where).parent}")
     optional = {"pooled_diagnostics"} if cfg.pooled_diagnostics else set()
     extra, missing = set(ck) - CHECKPOINT_KEYS - optional, CHECKPOINT_KEYS - set(ck)
     if extra or missing:
         raise ValueError(f"--resume: {where}: " + (f"unknown field(s) {sorted(extra)}" if extra else
                                                     f"missing field(s) {sorted(missing)}"))
-    if not isinstance(ck["config"], dict):
-        raise ValueError(f"--resume: {where}: config must be an object")
-    _same_config(ck["config"], cfg, f"the checkpoint in {Path(where).parent}")
     _check_progress(ck, cfg, where)
     return dict(ck)
 
