@@ -12,8 +12,8 @@ Only the mechanism's output leaves a client: encoder diagnostics are off unless
 ``diagnostics=True`` (reproducible mode only, labelled non-private), and a client whose gradient
 is not finite encodes the public null input ``0`` instead, so its message looks like any other
 (declining would itself be a data-dependent signal).  ``train_loss`` is computed on the pooled
-private training data: a non-private simulation diagnostic, labelled so in ``metrics.json`` and
-left out of deployment metrics (``publish_train_loss=False``).
+private training data: a non-private simulation diagnostic, labelled so in a reproducible run's
+``metrics.json`` and left out of deployment metrics (``publish_train_loss=False``).
 
 State is checkpointed atomically after every round (and at round 0); ``resume`` continues
 from the last completed round with identical results (reproducible mode).  A resumed run's ledger
@@ -561,7 +561,8 @@ class Trainer:
         if self.cfg.randomness == "secure":
             return {"mode": "secure", "guarantee": "holds against the server and every reader of the published "
                                                    "outputs: client keys come from each client's OS CSPRNG and never "
-                                                   "leave it; server sampling is from the OS CSPRNG and not recorded"}
+                                                   "leave it; server sampling is from the OS CSPRNG and not recorded; "
+                                                   "nothing computed on the pooled private data is published"}
         return {"mode": "reproducible", "guarantee": REPRODUCIBLE_WARNING}
 
     def diagnostic_fields(self) -> list[str]:

@@ -67,7 +67,7 @@ def test_join_counts_in_a_checkpoint_no_longer_change_epsilon(tmp_path, capsys):
     out = stopped_after(tmp_path / "k")
     capsys.readouterr()
     for joins in ([-5] * 5, [0] * 5):
-        edit_checkpoint(out, lambda ck: {**ck, "joins": joins})
+        edit_checkpoint(out, lambda ck, j=joins: {**ck, "joins": j})
         before = files(out)
         assert main(["run", *FLAGS, "--out", str(out), "--resume"]) == 2
         err = capsys.readouterr().err
