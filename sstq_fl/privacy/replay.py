@@ -149,9 +149,11 @@ def _round_checks(rounds: list[dict[str, Any]], led: PrivacyLedger, delta: float
     last = 0
     for e in led.entries:
         t = e.meta.get("round")
-        ok = isinstance(t, int) and not isinstance(t, bool) and last < t <= len(rounds)
-        out.append(("rounds (the round of a charge)", t, t if ok else f"a round in {last + 1}..{len(rounds)}"))
-        last = t if ok else last
+        if isinstance(t, int) and not isinstance(t, bool) and last < t <= len(rounds):
+            out.append(("rounds (the round of a charge)", t, t))
+            last = t
+        else:
+            out.append(("rounds (the round of a charge)", t, f"a round in {last + 1}..{len(rounds)}"))
     k, done = 0, {0: PrivacyLedger(led.relation, led.discretization).epsilon(delta)}
     for i, r in enumerate(rounds, 1):
         while k < len(led.entries) and led.entries[k].meta.get("round") == i:
