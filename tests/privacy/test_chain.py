@@ -136,3 +136,23 @@ def test_a_pipelines_relation_and_delta_are_checked(tmp_path, capsys):
     for key, value in (("relation", "replace_one"), ("delta", 0.9), ("epsilon", 0.47)):
         (tmp_path / "m.json").write_text(json.dumps({**m, key: value}))
         refused(capsys, tmp_path / "t.jsonl", tmp_path / "m.json", f"the metrics' {key} is")
+
+
+def test_an_unchained_version_2_forgery_is_caught_by_the_metrics(finished, tmp_path, capsys):
+    """Versions 1 and 2 still replay, unchained: the forgery that used to pass (an event dropped, the summary
+    and the digest recomputed) replays, but ``--metrics`` refuses it by its ε."""
+    def downgrade_and_drop(ls: list[dict[str, Any]]) -> None:
+        ls[0]["version"] = 2
+        for ln in ls:
+            ln.pop("prev", None)
+        ls.pop(3)
+
+    path, metrics = forged(finished, tmp_path, downgrade_and_drop)
+    lines = lines_of(path)
+    lines[-1]["epsilon"] = replay(path)["epsilon"]
+    path.write_text("".join(json.dumps(ln) + "\n" for ln in lines))
+    m = json.loads(metrics.read_text())
+    m["privacy_transcript"].update(sha256=hashlib.sha256(path.read_bytes()).hexdigest(), epsilon=lines[-1]["epsilon"])
+    metrics.write_text(json.dumps(m))
+    assert replay(path)["matches_recorded"]
+    refused(capsys, path, metrics, "final.epsilon_total is 8.99")
