@@ -58,14 +58,16 @@ def decode_mean(enc: Encoder, blobs: Sequence[bytes], round: int, cap: float | N
     return DecodedRound(mean, rejected, got.n, size)
 
 
-def charge_joins(ledger: PrivacyLedger, enc: Encoder, joins: Sequence[int] | np.ndarray) -> None:
+def charge_joins(ledger: PrivacyLedger, enc: Encoder, joins: Sequence[int] | np.ndarray, round: int | None = None) -> None:
     """Charge ``ledger`` up to the busiest client: one ε-LDP event per message that client sent.
 
     Each message of a client is one ``enc.privacy_event()``; messages of different clients are
     about different people, so the run's ε is that of the client with the most messages
-    (``max(joins)``), composed over its messages (parallel composition across clients)."""
+    (``max(joins)``), composed over its messages (parallel composition across clients).  With
+    ``round``, the charge is one transcript line of its own, ``meta: {"round": round}`` (a
+    transcript that only appends: a resumed run's ledger is its replay)."""
     busiest = int(np.max(joins, initial=0))
-    have = sum(e.count for e in ledger.entries)
-    for _ in range(max(0, busiest - have)):
-        ledger.record(enc.privacy_event())
+    more = busiest - sum(e.count for e in ledger.entries)
+    if more > 0:
+        ledger.record(enc.privacy_event(), more, meta=None if round is None else {"round": round})
 

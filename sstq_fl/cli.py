@@ -263,11 +263,11 @@ def cmd_privacy_plan(args: argparse.Namespace) -> int:
 def cmd_privacy_replay(args: argparse.Namespace) -> int:
     """Recompute epsilon from a transcript alone; exit 1 if it differs from the recorded one beyond the
     replay tolerance, 2 (one-line error) if the transcript, or its binding to ``--metrics``, is refused."""
-    from .privacy.replay import check_binding, read_metrics, replay
+    from .privacy.replay import check_metrics, read_metrics, replay
 
     out = replay(args.file, args.delta)
     if args.metrics is not None:
-        check_binding(read_metrics(args.metrics), args.file)
+        check_metrics(read_metrics(args.metrics), args.file)
         out["metrics"] = args.metrics
     if args.json:
         _print_json(out)
@@ -379,7 +379,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with progress(cfg.rounds, f"{cfg.encoder} rounds", key="rounds", every=1):  # a bar on a terminal, else log lines
         m = run(cfg, args.out, resume=args.resume, trainer=trainer, keep_checkpoints=args.keep_checkpoints)
     f = m["final"]
-    metric = next(f"{k.replace('_', ' ')} {number(f[k])}" for k in METRIC_KEYS if k in f)
+    metric = next((f"{k.replace('_', ' ')} {number(f[k])}" for k in METRIC_KEYS if k in f), "no published metric")
     print(f"{cfg.encoder}: {metric}, train loss {number(f.get('train_loss'))} (non-private diagnostic), "
           f"{f['bits_per_client']} bits/client/round, randomness {cfg.randomness}, "
           f"epsilon {number(f['epsilon_total'])} at delta {f['delta']:g} ({f['wall_s']:.1f} s)")
@@ -534,7 +534,8 @@ def _privacy_parsers(sub: Any) -> None:
     rp.add_argument("--delta", type=float, default=None, help="answer at this delta (default: the summary's)")
     rp.add_argument("--metrics", default=None, metavar="FILE",
                     help="the run's metrics.json: refuse unless its privacy_transcript binding (run id, sha256, "
-                         "epsilon, delta) names this transcript")
+                         "epsilon, delta) names this transcript and every epsilon-bearing field (final epsilon, "
+                         "delta, relation, rounds and each round's epsilon, per-message epsilon) agrees with its replay")
     rp.add_argument("--json", action="store_true", help="print the result as JSON")
     rp.set_defaults(fn=cmd_privacy_replay)
 

@@ -88,7 +88,7 @@ def _round_panels(ax: Sequence[Axes], rounds: list[dict[str, Any]], key: str, la
 
 def _label_round_axes(ax: Sequence[Axes], key: str) -> None:
     """Axis names, integer round ticks and log scales of the three per-round panels."""
-    ax[0].set(ylabel="training loss (non-private diagnostic)")
+    ax[0].set(ylabel="training loss (non-private diagnostic; not published in secure mode)")
     ax[1].set(ylabel=key.replace("_", " "))
     ax[2].set(ylabel="ε spent (cumulative)")
     for a in ax[:3]:
@@ -132,9 +132,10 @@ def plot_comparison(results: Mapping[str, dict[str, Any]], path: PathLike, confi
     for i, (spec, m) in enumerate(results.items()):
         label, color = spec_label(spec, m), f"C{i % 10}"
         _round_panels(ax, m["rounds"], key, label, color, ("-", "--", ":", "-.")[i % 4])
-        bits, final = m["final"]["bits_per_client"], float(m["final"][key])
-        ax[3].scatter([bits], [final], color=color, label=label)
-        ax[3].annotate(spec, (bits, final), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        bits, final = m["final"]["bits_per_client"], m["final"].get(key)
+        if final is not None:  # absent: a secure run of a task whose metric uses the pooled data
+            ax[3].scatter([bits], [float(final)], color=color, label=label)
+            ax[3].annotate(spec, (bits, float(final)), fontsize=7, xytext=(3, 3), textcoords="offset points")
     _label_round_axes(ax, key)
     ax[0].set_yscale("log")
     ax[3].set(xlabel="bits per client per round", ylabel=f"final {key.replace('_', ' ')}", xscale="log")

@@ -173,8 +173,10 @@ class RunRecorder:
 
     def __call__(self, server_round: int, arrays: ArrayRecord) -> MetricRecord:
         theta = torch.from_numpy(np.array(arrays["theta"].numpy()))
-        if server_round == 0:
-            return MetricRecord({k: float(v) for k, v in self.tr.task.evaluate(theta).items()})
+        if server_round == 0:  # what a round publishes (secure mode: nothing computed on the pooled data)
+            rec0: dict[str, Any] = {"round": 0}
+            self.tr.evaluate_into(RoundState(theta=theta), rec0)
+            return MetricRecord({k: float(v) for k, v in rec0.items() if k != "round"})
         last, cfg = self.ldp.last, self.tr.cfg
         rec: dict[str, Any] = {"round": self.inner.offset + server_round, "clients": len(self.inner.sampled),
                                "dropped": [{"client": c, "reason": "node not connected"} for c in self.inner.unreachable]
@@ -188,9 +190,7 @@ class RunRecorder:
         for c, n in self.ldp.joins.items():
             if c >= 0:
                 self.st.joins[c] = n
-        rec.update(self.tr.task.evaluate(theta))
-        if not self.tr.publish_train_loss:
-            rec.pop("train_loss", None)
+        self.tr.evaluate_into(self.st, rec)
         rec["epsilon_spent"] = self.tr.ledger.epsilon(cfg.delta)
         self.tr.complete_round(self.out, self.st, rec, time.perf_counter() - self.inner.t0, self.progress)
         return MetricRecord({k: float(rec[k]) for k in _METRICS if k in rec})

@@ -112,7 +112,7 @@ def _row(spec: str, m: dict[str, Any]) -> dict[str, Any]:
     """One encoder's table row; ``wall_s`` counts the rounds, ``setup_s`` the untimed warm-up before them."""
     f = m["final"]
     return {"encoder": spec, "bits_per_client": f["bits_per_client"], _metric_name(m): _metric(m),
-            "train_loss": f["train_loss"], "epsilon_total": f["epsilon_total"], "wall_s": f["wall_s"],
+            "train_loss": f.get("train_loss"), "epsilon_total": f["epsilon_total"], "wall_s": f["wall_s"],
             **({"setup_s": f["setup_s"]} if "setup_s" in f else {})}
 
 
@@ -120,7 +120,9 @@ def _randomness_line(base: RunConfig) -> str:
     """What the table's ε means for this run's randomness mode (and that train_loss is a diagnostic)."""
     note = ("randomness=secure: the client keys and the server's sampling came from OS CSPRNGs"
             if base.randomness == "secure" else REPRODUCIBLE_WARNING)
-    return f"\n{note}.  train_loss is a non-private simulation diagnostic (pooled private training data).\n"
+    loss = ("train_loss is not published in secure mode (pooled private training data)" if base.randomness == "secure"
+            else "train_loss is a non-private simulation diagnostic (pooled private training data)")
+    return f"\n{note}.  {loss}.\n"
 
 
 def _metric_name(m: dict[str, Any]) -> str:

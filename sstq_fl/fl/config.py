@@ -70,6 +70,10 @@ class RunConfig(Options):
     randomness: str = option("reproducible", help=RANDOMNESS_HELP, choices=("reproducible", "secure"))
     diagnostics: bool = option(False, help="also record the encoders' data-dependent statistics (reproducible mode "
                                            "only; labelled non-private in metrics.json)")
+    pooled_diagnostics: bool = option(False, help="randomness=secure: write the diagnostics computed on the pooled "
+                                                  "private training data (train_loss, distance_to_optimum) to "
+                                                  "pooled_diagnostics.json, labelled non-private (never to metrics.json; "
+                                                  "reproducible mode keeps them in metrics.json, labelled)")
     clients_per_node: int = option(
         1, low=1, help="flower engine (simulation): each simulated node hosts a cohort of this many virtual clients, "
                        "run batched (one gradient, one encode) with one LDP message and its own coins per client "
@@ -84,6 +88,9 @@ class RunConfig(Options):
         if self.diagnostics and self.randomness != "reproducible":
             raise ValueError("diagnostics (data-dependent, not covered by the LDP guarantee) are available only with "
                              "randomness=reproducible")
+        if self.pooled_diagnostics and self.randomness != "secure":
+            raise ValueError("pooled diagnostics go to their own file with randomness=secure only (reproducible mode "
+                             "records them in metrics.json, labelled non-private)")
         if self.budget_epsilon is not None and not (self.budget_epsilon > 0 and math.isfinite(self.budget_epsilon)):
             raise ValueError(f"budget epsilon must be positive and finite (omit it for no budget), got {self.budget_epsilon}")
         if not math.isfinite(self.client_budget_epsilon):

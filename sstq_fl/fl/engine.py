@@ -12,11 +12,17 @@ Only the mechanism's output leaves a client: encoder diagnostics are off unless
 ``diagnostics=True`` (reproducible mode only, labelled non-private), and a client whose gradient
 is not finite encodes the public null input ``0`` instead, so its message looks like any other
 (declining would itself be a data-dependent signal).  ``train_loss`` is computed on the pooled
-private training data: a non-private simulation diagnostic, labelled so in ``metrics.json`` and
-left out of deployment metrics (``publish_train_loss=False``).
+private training data: a non-private simulation diagnostic, labelled so in a reproducible run's
+``metrics.json`` and left out of deployment metrics (``publish_train_loss=False``).
 
 State is checkpointed atomically after every round (and at round 0); ``resume`` continues
-from the last completed round with identical results.  Ctrl-C (SIGINT) is held while a
+from the last completed round with identical results (reproducible mode).  A resumed run's ledger
+is the replay of its hash-chained transcript up to the prefix the checkpoint names, never counts
+kept in the checkpoint: each client's messages so far are recounted from the seed (reproducible
+mode) or, where participation was never recorded (secure mode), taken as the busiest client's for
+every client, an upper bound.  In secure mode nothing data-dependent is published: no per-client
+participation, and the pooled-data diagnostics (``train_loss``, ``distance_to_optimum``) only in
+``pooled_diagnostics.json`` with ``pooled_diagnostics``, never in ``metrics.json``.  Ctrl-C (SIGINT) is held while a
 checkpoint is written and otherwise stops the run at once: :class:`RunInterrupted` names the
 last completed (checkpointed) round.  ``wall_s`` counts the rounds only: one untimed warm-up
 step first takes the process's one-time set-up (reported as ``setup_s``).
@@ -27,6 +33,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
 import signal
 import sys
 import threading
@@ -45,10 +52,11 @@ from .. import wire
 from ..aggregation import charge_joins, decode_mean
 from ..encoders import Encoder, make_encoder
 from ..io import atomic_write_bytes, atomic_write_json, run_meta
-from ..privacy.errors import Budget
+from ..privacy.errors import Budget, short_repr
 from ..privacy.ldp import ldp_plan_report
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.replay import transcript_binding
+from ..privacy.transcript import read_limited
 from ..rng import REPRODUCIBLE_WARNING
 from .config import RunConfig
 from .partition import client_coins, encoder_seeds, minibatches, participates
@@ -65,11 +73,16 @@ class RoundState:
     rounds: list[dict[str, Any]] = field(default_factory=list)
     joins: np.ndarray | None = None
     wall_s: float = 0.0
+    pooled: list[dict[str, Any]] = field(default_factory=list)  # secure mode, pooled_diagnostics: per-round values
 
 
 NON_PRIVATE_DIAGNOSTICS = ("non-private simulation diagnostics, computed on the pooled private data or the clients' "
                            "raw encoder statistics; no privacy guarantee covers them and a deployment does not publish them")
 
+
+POOLED_KEYS = ("train_loss", "distance_to_optimum")
+"""A round's values computed on the pooled private training data: never in a secure run's ``metrics.json``."""
+POOLED_FILE = "pooled_diagnostics.json"
 
 METRIC_KEYS = ("test_accuracy", "test_metric", "test_loss", "distance_to_optimum")
 """A round's model metric, by task: accuracy (classifiers), a user task's own metric or its test loss,
@@ -77,7 +90,7 @@ the least-squares distance to θ*."""
 
 _WARNED: set[str] = set()
 
-RUN_FILES = ("metrics.json", "checkpoint.json", "checkpoint_theta.npy", "transcript.jsonl", "curves.png")
+RUN_FILES = ("metrics.json", "checkpoint.json", "checkpoint_theta.npy", "transcript.jsonl", "curves.png", POOLED_FILE)
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -122,13 +135,62 @@ def recorded_config(recorded: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_checkpoint(out: Path, cfg: RunConfig) -> dict[str, Any]:
-    """``out``'s checkpoint; ``ValueError`` if there is none or it was made with another config."""
+    """``out``'s checkpoint, its fields checked (:func:`check_checkpoint`); ``ValueError`` (one line) if there is
+    none, it is malformed, or it was made with another config."""
     path = out / "checkpoint.json"
     if not path.is_file():
         refuse_without_checkpoint(out, cfg)
-    ck = json.loads(path.read_text())
-    _same_config(ck["config"], cfg, f"the checkpoint in {out}")
+    data = read_limited(path, "checkpoint")
+    try:
+        ck = json.loads(data)
+    except ValueError as exc:  # invalid JSON or UTF-8
+        raise ValueError(f"--resume: {path} is not a JSON checkpoint ({getattr(exc, 'msg', type(exc).__name__)})") from None
+    return check_checkpoint(ck, cfg, str(path))
+
+
+CHECKPOINT_KEYS = {"config", "round", "rounds", "wall_s", "run_id", "theta_file", "transcript"}
+
+
+def check_checkpoint(ck: Any, cfg: RunConfig, where: str) -> dict[str, Any]:
+    """A checkpoint's fields, each of its type: the config (``cfg``'s), ``round`` in ``0..cfg.rounds`` with as many
+    round records, ``wall_s``, ``run_id``, ``theta_file`` and the transcript prefix ``{"lines", "sha256"}``
+    (``pooled_diagnostics`` too where the run keeps them)."""
+    if not isinstance(ck, dict):
+        raise ValueError(f"--resume: {where} is not a checkpoint (a JSON {type(ck).__name__}, not an object)")
+    if "transcript" not in ck or "joins" in ck:
+        raise ValueError(f"--resume: {where} is of an older format (join counts, no transcript prefix): rerun without "
+                         f"--resume")
+    if "config" in ck and not isinstance(ck["config"], dict):
+        raise ValueError(f"--resume: {where}: config must be an object")
+    if "config" in ck:
+        _same_config(ck["config"], cfg, f"the checkpoint in {Path(where).parent}")
+    optional = {"pooled_diagnostics"} if cfg.pooled_diagnostics else set()
+    extra, missing = set(ck) - CHECKPOINT_KEYS - optional, CHECKPOINT_KEYS - set(ck)
+    if extra or missing:
+        raise ValueError(f"--resume: {where}: " + (f"unknown field(s) {sorted(extra)}" if extra else
+                                                    f"missing field(s) {sorted(missing)}"))
+    _check_progress(ck, cfg, where)
     return dict(ck)
+
+
+def _check_progress(ck: dict[str, Any], cfg: RunConfig, where: str) -> None:
+    """``round`` (an integer in ``0..cfg.rounds``), one record per round, ``wall_s``, the ids and the prefix."""
+    t, rounds, head = ck["round"], ck["rounds"], ck["transcript"]
+    if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= cfg.rounds:
+        raise ValueError(f"--resume: {where}: round must be an integer in 0..{cfg.rounds}, got {short_repr(t)}")
+    if not (isinstance(rounds, list) and len(rounds) == t and all(isinstance(r, dict) for r in rounds)):
+        raise ValueError(f"--resume: {where}: rounds must be a list of {t} round records (one per completed round)")
+    w = ck["wall_s"]
+    if isinstance(w, bool) or not isinstance(w, int | float) or not (math.isfinite(w) and w >= 0):
+        raise ValueError(f"--resume: {where}: wall_s must be a non-negative number, got {short_repr(w)}")
+    if not (isinstance(ck["run_id"], str) and ck["run_id"] and isinstance(ck["theta_file"], str)):
+        raise ValueError(f"--resume: {where}: run_id and theta_file must be strings")
+    if not (isinstance(head, dict) and set(head) == {"lines", "sha256"} and isinstance(head["sha256"], str)
+            and isinstance(head["lines"], int) and not isinstance(head["lines"], bool)):
+        raise ValueError(f"--resume: {where}: transcript must be {{\"lines\": N, \"sha256\": HEX}}, the prefix it "
+                         f"belongs to")
+    if not isinstance(ck.get("pooled_diagnostics", []), list):
+        raise ValueError(f"--resume: {where}: pooled_diagnostics must be a list")
 
 
 def _same_config(recorded: dict[str, Any], cfg: RunConfig, what: str) -> None:
@@ -296,46 +358,105 @@ class Trainer:
             if got.mean is not None:
                 st.theta = st.theta - cfg.lr * got.mean
             st.joins[ids] += 1
-            charge_joins(self.ledger, self.enc, st.joins)
+            charge_joins(self.ledger, self.enc, st.joins, t)
         else:
             rec["bits_per_client"] = 0
-        rec.update(self.task.evaluate(st.theta))
-        if not self.publish_train_loss:
-            rec.pop("train_loss", None)
+        self.evaluate_into(st, rec)
         rec["epsilon_spent"] = self.ledger.epsilon(cfg.delta)
         return rec
 
+    def evaluate_into(self, st: RoundState, rec: dict[str, Any]) -> None:
+        """Add the evaluation of ``st.theta`` to the round's record ``rec``; in secure mode the values computed
+        on the pooled private data (:data:`POOLED_KEYS`) go to ``st.pooled`` instead, kept only with
+        ``pooled_diagnostics``."""
+        assert st.theta is not None
+        ev = self.task.evaluate(st.theta)
+        if not self.publish_train_loss:
+            ev.pop("train_loss", None)
+        if self.cfg.randomness == "secure":
+            pooled = {k: ev.pop(k) for k in POOLED_KEYS if k in ev}
+            if self.cfg.pooled_diagnostics and pooled:
+                st.pooled.append({"round": rec["round"], **pooled})
+        rec.update(ev)
+
     # ---------------------------------------------------------------- persistence
     def save(self, out: Path, st: RoundState) -> None:
-        """Checkpoint atomically as a unit: θ goes to a per-round file first, then ``checkpoint.json``
-        (which names it) replaces the old one, then older θ files go.  A ``kill -9`` anywhere leaves a
-        ``checkpoint.json`` whose θ file exists and belongs to its round."""
-        assert st.theta is not None and st.joins is not None
+        """Checkpoint atomically as a unit: θ goes to a per-round file first, then the transcript, then
+        ``checkpoint.json`` (which names θ's file and the transcript's prefix) replaces the old one, then
+        older θ files go.  A ``kill -9`` anywhere leaves a ``checkpoint.json`` whose θ file exists and
+        belongs to its round, and whose transcript prefix is in the transcript (which only appends)."""
+        assert st.theta is not None
         buf = io.BytesIO()
         np.save(buf, st.theta.numpy(), allow_pickle=False)
         name = f"checkpoint_theta-{st.round:06d}.npy"
         atomic_write_bytes(out / name, buf.getvalue())
-        atomic_write_json(out / "checkpoint.json", {"config": asdict(self.cfg), "round": st.round, "rounds": st.rounds,
-                                                    "joins": st.joins.tolist(), "wall_s": st.wall_s,
-                                                    "run_id": self.ledger.run_id, "theta_file": name})
+        self.ledger.write_transcript(out / "transcript.jsonl", delta=self.cfg.delta)
+        ck = {"config": asdict(self.cfg), "round": st.round, "rounds": st.rounds, "wall_s": st.wall_s,
+              "run_id": self.ledger.run_id, "theta_file": name, "transcript": self.ledger.chain_head()}
+        if self.cfg.pooled_diagnostics:
+            ck["pooled_diagnostics"] = st.pooled
+        atomic_write_json(out / "checkpoint.json", ck)
         for old in out.glob("checkpoint_theta*.npy"):
             if old.name != name:
                 old.unlink(missing_ok=True)
-        self.ledger.write_transcript(out / "transcript.jsonl", delta=self.cfg.delta)
 
     def load(self, out: Path) -> RoundState:
-        """The state checkpointed in ``out`` (its config must be this run's)."""
+        """The state checkpointed in ``out`` (its config must be this run's); the ledger is the replay of the
+        transcript prefix the checkpoint names."""
         ck = read_checkpoint(out, self.cfg)
-        name = str(ck.get("theta_file", "checkpoint_theta.npy"))
+        theta = self.load_theta(out, ck["theta_file"])
+        self.ledger = self.resumed_ledger(out / "transcript.jsonl", ck)
+        joins = self.rebuilt_joins(ck["round"], sum(e.count for e in self.ledger.entries))
+        return RoundState(ck["round"], theta, ck["rounds"], joins, float(ck["wall_s"]), list(ck.get("pooled_diagnostics", [])))
+
+    def load_theta(self, out: Path, name: str) -> torch.Tensor:
+        """The checkpoint's model file ``name``: refused unless it is a finite array of θ's shape and dtype."""
         if Path(name).name != name or not name.startswith("checkpoint_theta"):
-            raise ValueError(f"--resume: {out}/checkpoint.json names an invalid model file {name!r}")
-        theta = torch.from_numpy(np.load(out / name, allow_pickle=False))
-        joins = np.asarray(ck["joins"], dtype=np.int64)
-        if ck.get("run_id"):  # a resumed run keeps its id (its transcript goes on)
-            self.ledger.run_id = str(ck["run_id"])
-        for _ in range(int(joins.max(initial=0))):
-            self.ledger.record(self.enc.privacy_event())
-        return RoundState(ck["round"], theta, ck["rounds"], joins, ck["wall_s"])
+            raise ValueError(f"--resume: {out}/checkpoint.json names an invalid model file {short_repr(name)}")
+        try:
+            arr = np.load(out / name, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as exc:
+            raise ValueError(f"--resume: cannot read the model file {out / name} ({type(exc).__name__})") from None
+        want = self.task.init_params(self.cfg.seed)
+        if not isinstance(arr, np.ndarray) or arr.shape != tuple(want.shape) or arr.dtype != want.numpy().dtype:
+            got = f"{arr.dtype} {arr.shape}" if isinstance(arr, np.ndarray) else type(arr).__name__
+            raise ValueError(f"--resume: the model file {out / name} holds {got}, not θ ({want.numpy().dtype} "
+                             f"{tuple(want.shape)})")
+        if not np.isfinite(arr).all():
+            raise ValueError(f"--resume: the model file {out / name} holds non-finite values")
+        return torch.from_numpy(arr)
+
+    def resumed_ledger(self, path: Path, ck: dict[str, Any]) -> PrivacyLedger:
+        """The replay of the transcript prefix ``ck`` names; refused unless it is this run's (plan, budget,
+        encoder, run id) and records no round after the checkpoint's."""
+        from ..privacy.errors import TranscriptError
+
+        head = ck["transcript"]
+        try:
+            led = PrivacyLedger.from_prefix(path, head["lines"], head["sha256"])
+        except TranscriptError as exc:
+            raise ValueError(f"--resume: {exc}") from None
+        ours = (led.relation, led.plan, led.budget, led.notes.get("encoder"), led.run_id)
+        if ours != (self.ledger.relation, self.ledger.plan, self.ledger.budget, self.enc.spec, ck["run_id"]):
+            raise ValueError(f"--resume: {path} is not this run's transcript (another plan, budget, encoder or run id)")
+        late = [e.meta.get("round") for e in led.entries if not isinstance(e.meta.get("round"), int)
+                or e.meta["round"] > ck["round"]]
+        if late:
+            raise ValueError(f"--resume: {path} charges round {short_repr(late[0])}, not one of the checkpoint's "
+                             f"{ck['round']} rounds")
+        return led
+
+    def rebuilt_joins(self, rounds: int, charged: int) -> np.ndarray:
+        """Each client's messages in the first ``rounds`` rounds, for charging the rounds to come: recounted
+        from the seed in reproducible mode (an upper bound where a Flower reply was lost); in secure mode,
+        where participation is never recorded, ``charged`` (the busiest client's) for every client."""
+        cfg = self.cfg
+        if cfg.randomness == "secure":
+            return np.full(cfg.clients, charged, np.int64)
+        joins = np.zeros(cfg.clients, np.int64)
+        for t in range(1, rounds + 1):
+            joins += participates(cfg.seed, t, cfg.clients, cfg.sampling_rate, cfg.randomness)
+        return joins
 
     def initial_state(self, out: Path, resume: bool) -> RoundState:
         """Create ``out``; the checkpointed state with ``resume`` where there is one, else round 0.
@@ -414,8 +535,11 @@ class Trainer:
         final["epsilon_threat_model"] = self.ledger.notes["threat_model"]
         metrics = {"config": asdict(self.cfg), "randomness": self.randomness_note(), "rounds": st.rounds,
                    "final": final, "privacy_transcript": transcript_binding(out / "transcript.jsonl"), "meta": run_meta()}
-        if self.publish_train_loss or self.cfg.diagnostics:
+        if self.diagnostic_fields():
             metrics["non_private_diagnostics"] = {"fields": self.diagnostic_fields(), "note": NON_PRIVATE_DIAGNOSTICS}
+        if self.cfg.pooled_diagnostics:
+            atomic_write_json(out / POOLED_FILE, {"run_id": self.ledger.run_id, "note": NON_PRIVATE_DIAGNOSTICS,
+                                                  "rounds": st.pooled})
         atomic_write_json(out / "metrics.json", metrics)
         if self.plot_curves:
             plot_run(metrics, out / "curves.png")
@@ -437,11 +561,14 @@ class Trainer:
         if self.cfg.randomness == "secure":
             return {"mode": "secure", "guarantee": "holds against the server and every reader of the published "
                                                    "outputs: client keys come from each client's OS CSPRNG and never "
-                                                   "leave it; server sampling is from the OS CSPRNG and not recorded"}
+                                                   "leave it; server sampling is from the OS CSPRNG and not recorded; "
+                                                   "nothing computed on the pooled private data is published"}
         return {"mode": "reproducible", "guarantee": REPRODUCIBLE_WARNING}
 
     def diagnostic_fields(self) -> list[str]:
-        """The published per-round fields that no privacy guarantee covers."""
+        """The per-round fields of ``metrics.json`` that no privacy guarantee covers (none in secure mode)."""
+        if self.cfg.randomness == "secure":
+            return []
         out = ["train_loss"] if self.publish_train_loss else []
         if isinstance(self.task, LeastSquaresTask):  # a plug-in's least squares too, whatever its name
             out.append("distance_to_optimum (θ* is fitted on the pooled private data)")

@@ -199,7 +199,7 @@ class LdpDecoding(Strategy):
         dropped += [{"client": clients[i], "reason": why} for i, why in got.rejected]
         for c in clients:  # every message a client sent is charged, valid or not
             self.joins[c] = self.joins.get(c, 0) + 1
-        charge_joins(self.ledger, self.enc, list(self.joins.values()))
+        charge_joins(self.ledger, self.enc, list(self.joins.values()), self._round)
         ok = set(range(len(clients))) - {i for i, _ in got.rejected}
         self.last = {"round": self._round, "clients": self.asked_clients(), "dropped": dropped,
                      "senders": [clients[i] for i in sorted(ok)],

@@ -17,7 +17,9 @@ wrong number.  Limits (each refused with a one-line :class:`AccountingLimitError
 :mod:`sstq_fl.privacy.pld`, for one composition and for validating a ledger's distinct events.
 
 :meth:`PrivacyLedger.from_transcript` rebuilds a ledger from its transcript
-(:mod:`sstq_fl.privacy.transcript`) exactly as :meth:`PrivacyLedger.record` would have built it.
+(:mod:`sstq_fl.privacy.transcript`) exactly as :meth:`PrivacyLedger.record` would have built it;
+:meth:`PrivacyLedger.from_prefix` rebuilds it as it stood at a hash-chained prefix of it (a resumed
+run), and keeps that prefix's lines verbatim, so the transcript it then writes only appends to them.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from .errors import (
     PlanExceededError,
     TranscriptError,
     check_count,
+    short_repr,
 )
 from .events import PrivacyEvent, SelfComposedEvent
 from .events.base import check_relation
@@ -43,16 +46,19 @@ from .pld import PLD, compose_plds, work_budget
 from .pure_composition import pure_composition_delta, pure_composition_epsilon
 from .rdp import rdp_epsilon as _rdp_epsilon
 from .transcript import (
+    CHAINED_FROM,
     Entry,
     ParsedTranscript,
+    chained_texts,
     check_summary,
     epsilon_close,
     header_line,
+    line_hash,
     parse_entry,
     parse_transcript,
     read_limited,
     where,
-    write_lines,
+    write_texts,
 )
 
 
@@ -111,6 +117,8 @@ class PrivacyLedger:
         self._allowed: dict[PrivacyEvent, int] = {}
         self._planned: PrivacyLedger | None = None
         self._validation_work = [0.0]
+        self._prefix: list[str] = []  # a resumed run's transcript lines, kept verbatim (header first)
+        self._prefix_entries = 0  # how many of ``entries`` those lines hold (never merged into)
 
     @property
     def run_id(self) -> str | None:
@@ -183,7 +191,7 @@ class PrivacyLedger:
         check_count(count)
         if self.complete:
             raise ValueError("the run was marked complete; no further event can be recorded")
-        last = self.entries[-1] if self.entries else None
+        last = self.entries[-1] if len(self.entries) > self._prefix_entries else None
         if self.plan is None and last is not None and last.event is event and last.merges_with(event, subset, note, meta):
             self._charge(event, count, self._validate(event))  # fast path: the same event object (every DP-SGD step)
             last.count += count
@@ -282,6 +290,19 @@ class PrivacyLedger:
             lines.append({"type": "summary", **self.report(delta)})
         return lines
 
+    def transcript_texts(self, delta: float | None = None) -> list[str]:
+        """The transcript's lines, hash-chained: a resumed run's prefix verbatim, then the events
+        recorded since, then (with ``delta``) the summary."""
+        texts = chained_texts([e.to_json() for e in self.entries[self._prefix_entries:]],
+                              self._prefix or chained_texts([self.header()]))
+        return texts if delta is None else chained_texts([{"type": "summary", **self.report(delta)}], texts)
+
+    def chain_head(self) -> dict[str, Any]:
+        """``{"lines", "sha256"}``: how many lines the transcript has before its summary and the hash of
+        the last of them, which commits to all of them (a checkpoint names its transcript by it)."""
+        texts = self.transcript_texts()
+        return {"lines": len(texts), "sha256": line_hash(texts[-1])}
+
     def write_transcript(self, path: str | Path, delta: float | None = None) -> str:
         """Write the JSON Lines transcript atomically; return the sha256 (hex) of the bytes written.
 
@@ -289,7 +310,7 @@ class PrivacyLedger:
         a transcript without it reads as truncated."""
         if delta is None:
             delta = self.budget.delta if self.budget is not None else 1e-5
-        return write_lines(path, self.transcript_lines(delta))
+        return write_texts(path, self.transcript_texts(delta))
 
     @classmethod
     def from_transcript(cls, path: str | Path) -> tuple[PrivacyLedger, dict[str, Any]]:
@@ -310,6 +331,30 @@ class PrivacyLedger:
         except (RecursionError, MemoryError, ArithmeticError) as exc:
             raise TranscriptError(f"{path}: cannot be read or accounted ({type(exc).__name__})") from exc
         return led, parsed.summary
+
+    @classmethod
+    def from_prefix(cls, path: str | Path, lines: int, sha256: str) -> PrivacyLedger:
+        """The ledger as it stood when the transcript's first ``lines`` lines (header and events) were
+        written, ``sha256`` being the hash of the last of them (:meth:`chain_head`).
+
+        The whole file is checked first (:meth:`from_transcript`: a checkpoint's transcript may hold one
+        round more, written before a crash); the prefix's lines are kept verbatim, so what this ledger
+        writes extends them.  A prefix the file does not hold raises :class:`TranscriptError`."""
+        cls.from_transcript(path)
+        parsed = parse_transcript(read_limited(path), str(path))
+        if parsed.version < CHAINED_FROM:
+            raise TranscriptError(f"{path} is a version-{parsed.version} transcript, without the hash chain a resumed "
+                                  f"run extends: rerun without --resume")
+        if not 1 <= lines < parsed.summary_line or line_hash(parsed.texts[lines - 1]) != sha256:
+            raise TranscriptError(f"{path} does not hold the transcript prefix the checkpoint names (line {lines}, "
+                                  f"sha256 {short_repr(sha256, 20)}): it belongs to another run or was rewritten")
+        led = cls(parsed.relation, parsed.discretization, notes=parsed.notes)
+        led._set_plan_from(parsed)
+        for lineno, obj in parsed.events:
+            if lineno <= lines:
+                led._admit(parse_entry(obj, where(parsed.path, lineno)), where(parsed.path, lineno))
+        led._prefix, led._prefix_entries = parsed.texts[:lines], len(led.entries)
+        return led
 
     def _set_plan_from(self, parsed: ParsedTranscript) -> None:
         if parsed.plan is None:

@@ -4,7 +4,10 @@
 :meth:`~sstq_fl.privacy.ledger.PrivacyLedger.from_transcript`), recomputes ε and compares it with
 the recorded one to the relative tolerance :data:`~sstq_fl.privacy.transcript.REPLAY_RTOL`.
 :func:`transcript_binding` / :func:`check_binding` bind a run's ``metrics.json`` to its
-transcript by run id and sha256.
+transcript by run id and sha256, and :func:`check_metrics` checks every ε-bearing field of the
+metrics against the replayed ledger (final ε and δ, relation, rounds, per-round ε, per-message ε).
+An unkeyed digest catches accidents and partial edits; whoever rewrites every file can rewrite
+both consistently (what protects a client against the server is its own ledger).
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from typing import Any
 
 from .errors import TranscriptError, short_repr
 from .ledger import PrivacyLedger
-from .transcript import REPLAY_RTOL, epsilon_close, parse_transcript, read_limited
+from .transcript import CHAINED_FROM, REPLAY_RTOL, epsilon_close, parse_transcript, read_limited
+
+Check = tuple[str, Any, Any]  # (the metrics field, its value, what the replayed transcript gives)
 
 
 def replay(path: str | Path, delta: float | None = None) -> dict[str, Any]:
@@ -92,6 +97,83 @@ def check_binding(metrics: dict[str, Any], transcript_path: str | Path) -> None:
     if isinstance(rec, bool) or not isinstance(rec, int | float) or not epsilon_close(float(rec), have):
         raise TranscriptError(f"the metrics record epsilon {short_repr(b['epsilon'])}, the transcript {have!r} "
                               f"(relative tolerance {REPLAY_RTOL:g})")
+
+
+def check_metrics(metrics: dict[str, Any], transcript_path: str | Path) -> None:
+    """Refuse (:class:`TranscriptError`, naming the field) metrics whose binding (:func:`check_binding`) or
+    any ε-bearing field disagrees with the replayed transcript: a training run's ``final.epsilon_total``,
+    ``final.delta``, ``config.delta``, ``config.rounds`` (the plan), each round's ``epsilon_spent`` and
+    the rounds charged, and ``config.epsilon`` (every event's per-message ε); a pipeline's ``epsilon``,
+    ``delta`` and ``relation``.  ε is recomputed, never read from the transcript's summary."""
+    check_binding(metrics, transcript_path)
+    led, summary = PrivacyLedger.from_transcript(transcript_path)
+    delta = summary["delta"]
+    checks: list[Check] = []
+    if isinstance(metrics.get("final"), dict):
+        checks += _training_checks(metrics, led, delta, parse_transcript(read_limited(transcript_path),
+                                                                         str(transcript_path)).version)
+    else:
+        checks += [("epsilon", metrics.get("epsilon", "<absent>"), led.epsilon(delta)),
+                   ("delta", metrics.get("delta", "<absent>"), delta),
+                   ("relation", metrics.get("relation", "<absent>"), led.relation)]
+    for name, have, want in checks:
+        if not _agrees(have, want):
+            raise TranscriptError(f"the metrics' {name} is {short_repr(have)}, but replaying {transcript_path} gives "
+                                  f"{want!r}")
+
+
+def _training_checks(metrics: dict[str, Any], led: PrivacyLedger, delta: float, version: int) -> list[Check]:
+    """A training run's ε-bearing fields (see :func:`check_metrics`) beside what the ledger gives."""
+    final, cfg, rounds = metrics["final"], _object(metrics.get("config")), metrics.get("rounds")
+    if not isinstance(rounds, list) or not all(isinstance(r, dict) for r in rounds):
+        raise TranscriptError("the metrics' rounds must be a list of round records")
+    planned = None if led.plan is None else sum(n for _, n in led.plan)
+    checks: list[Check] = [("final.epsilon_total", final.get("epsilon_total", "<absent>"), led.epsilon(delta)),
+                           ("final.delta", final.get("delta", "<absent>"), delta),
+                           ("config.delta", cfg.get("delta", "<absent>"), delta),
+                           ("config.rounds", cfg.get("rounds", "<absent>"), planned if planned is not None
+                            else cfg.get("rounds")),
+                           ("rounds (how many)", len(rounds), cfg.get("rounds") if led.complete else len(rounds))]
+    for e in led.entries:
+        if e.event.kind != "non_private":
+            pure = e.event.pure_epsilon()
+            checks.append(("config.epsilon (per message)", cfg.get("epsilon"), f"a {e.event.kind} event" if pure is None
+                           else pure))
+    return checks + (_round_checks(rounds, led, delta) if version >= CHAINED_FROM else [])
+
+
+def _round_checks(rounds: list[dict[str, Any]], led: PrivacyLedger, delta: float) -> list[Check]:
+    """The round of each charge (``meta.round``: increasing, one of the metrics' rounds) and each round's
+    ``epsilon_spent`` beside the ε of the charges up to that round."""
+    out: list[Check] = []
+    last = 0
+    for e in led.entries:
+        t = e.meta.get("round")
+        if isinstance(t, int) and not isinstance(t, bool) and last < t <= len(rounds):
+            out.append(("rounds (the round of a charge)", t, t))
+            last = t
+        else:
+            out.append(("rounds (the round of a charge)", t, f"a round in {last + 1}..{len(rounds)}"))
+    k, done = 0, {0: PrivacyLedger(led.relation, led.discretization).epsilon(delta)}
+    for i, r in enumerate(rounds, 1):
+        while k < len(led.entries) and led.entries[k].meta.get("round") == i:
+            k += 1
+        if k not in done:
+            done[k] = PrivacyLedger(led.relation, led.discretization, led.entries[:k]).epsilon(delta)
+        out.append((f"rounds[{i - 1}].epsilon_spent", r.get("epsilon_spent", "<absent>"), done[k]))
+    return out
+
+
+def _agrees(have: Any, want: Any) -> bool:
+    """Whether a metrics value agrees with the replayed one: ε to the replay tolerance (``None`` = ∞), else equal."""
+    if isinstance(want, float) and not isinstance(have, bool):
+        have = math.inf if have is None else have
+        return isinstance(have, int | float) and epsilon_close(float(have), want)
+    return type(have) is type(want) and have == want
+
+
+def _object(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
 
 
 def read_metrics(path: str | Path) -> dict[str, Any]:

@@ -2,6 +2,12 @@
 
 A transcript is a header (format, version, relation, discretization, library versions,
 budget, plan, notes), one line per recorded event, and a summary that must be the last line.
+From version 3 the lines are hash-chained: every line after the header carries ``prev``, the
+sha256 (hex) of the exact bytes of the line before it (without its newline), so the hash of a
+line commits to every line up to it (a Merkle-Damgård chain; Haber & Stornetta, J. Cryptology
+1991).  An edit, deletion or insertion anywhere breaks the chain at the line after it, and a
+checkpoint names the prefix it belongs to by ``(lines, sha256 of its last line)``.  The hashes
+are unkeyed: they catch accidents and partial edits, not whoever rewrites every line.
 Reading is strict: every malformed transcript raises :class:`TranscriptError` with a one-line
 message naming the problem and the line (unknown or missing fields, wrong JSON types,
 non-positive/fractional/bool/huge counts, duplicate keys, deep nesting, a missing, misplaced or
@@ -31,8 +37,9 @@ from .events.base import RELATIONS, PrivacyEvent
 from .floats import finite_real
 
 TRANSCRIPT_FORMAT = "sstq-fl-privacy-transcript"
-TRANSCRIPT_VERSION = 2  # 2: the summary also carries run_id, complete, stopped_early and accountant
-READABLE_VERSIONS = (1, 2)
+TRANSCRIPT_VERSION = 3  # 2: the summary carries run_id, complete, stopped_early, accountant; 3: lines hash-chained
+READABLE_VERSIONS = (1, 2, 3)
+CHAINED_FROM = 3  # the first version whose lines carry ``prev``
 MAX_TRANSCRIPT_BYTES = 64 * 2**20  # a transcript file larger than this is refused unread
 MAX_JSON_DEPTH = 64  # nesting of JSON containers accepted on one transcript line
 REPLAY_RTOL = 1e-6  # replayed and recorded ε agree if |a − b| <= REPLAY_RTOL · max(|a|, |b|) ...
@@ -77,11 +84,31 @@ def header_line(relation: str, discretization: float, budget: Budget | None, pla
             "notes": notes}
 
 
-def write_lines(path: str | Path, lines: Sequence[dict[str, Any]]) -> str:
-    """Write ``lines`` as standard JSON Lines (an infinite ε as null) atomically; the sha256 (hex) of the bytes."""
-    data = "".join(json.dumps(finite_json(line), sort_keys=True, allow_nan=False) + "\n" for line in lines).encode()
+def line_hash(text: str) -> str:
+    """The sha256 (hex) of one line's text (UTF-8, without its newline): what the next line's ``prev`` holds."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def chained_texts(lines: Sequence[dict[str, Any]], before: Sequence[str] = ()) -> list[str]:
+    """``before`` followed by ``lines`` as standard JSON (an infinite ε as null), each line after the
+    first of all carrying ``prev``, the :func:`line_hash` of the line before it."""
+    texts = list(before)
+    for line in lines:
+        obj = finite_json(line) if not texts else {**finite_json(line), "prev": line_hash(texts[-1])}
+        texts.append(json.dumps(obj, sort_keys=True, allow_nan=False))
+    return texts
+
+
+def write_texts(path: str | Path, texts: Sequence[str]) -> str:
+    """Write the lines ``texts`` atomically as JSON Lines; the sha256 (hex) of the bytes written."""
+    data = "".join(t + "\n" for t in texts).encode()
     atomic_write_bytes(path, data)
     return hashlib.sha256(data).hexdigest()
+
+
+def write_lines(path: str | Path, lines: Sequence[dict[str, Any]]) -> str:
+    """Write ``lines`` hash-chained (:func:`chained_texts`) atomically; the sha256 (hex) of the bytes."""
+    return write_texts(path, chained_texts(lines))
 
 
 def epsilon_close(a: float, b: float) -> bool:
@@ -109,6 +136,7 @@ class ParsedTranscript:
     events: list[tuple[int, dict[str, Any]]]
     summary: dict[str, Any]
     summary_line: int
+    texts: list[str] = field(default_factory=list)
 
 
 def where(path: str, lineno: int) -> str:
@@ -130,13 +158,17 @@ def read_limited(path: str | Path, what: str = "transcript") -> bytes:
 
 def parse_transcript(data: bytes, path: str) -> ParsedTranscript:
     """Check every line on its own and their order: header first, summary last and once."""
-    rows = _json_lines(data, path)
+    texts = _text_lines(data, path)
+    rows = [(i, _json_line(row, where(path, i), path if i == 1 else None)) for i, row in enumerate(texts, 1)]
     out = _parse_header(rows[0][1], path)
+    out.texts = texts
     summary_line = 0
     for lineno, obj in rows[1:]:
         at = where(path, lineno)
         if not isinstance(obj, dict):
             raise TranscriptError(f"{at}: expected a JSON object, got {_json_type(obj)}")
+        if out.version >= CHAINED_FROM:
+            _check_chain(obj, texts[lineno - 2], at, lineno)
         if summary_line:
             again = "a second summary" if obj.get("type") == "summary" else "a line"
             raise TranscriptError(f"{at}: {again} after the summary (line {summary_line}); the summary must be last")
@@ -267,8 +299,19 @@ def _parse_summary(obj: dict[str, Any], head: ParsedTranscript, at: str) -> dict
     return obj
 
 
-def _json_lines(data: bytes, path: str) -> list[tuple[int, Any]]:
-    """Decode UTF-8 and parse each line as JSON (no blank lines; one optional final newline)."""
+def _check_chain(obj: dict[str, Any], before: str, at: str, lineno: int) -> None:
+    """Remove ``obj``'s ``prev``, refusing it unless it is the hash of the line ``before`` it."""
+    prev = obj.pop("prev", None)
+    if prev is None:
+        raise TranscriptError(f"{at}: missing field(s) ['prev'] (each line after the header carries the sha256 of the "
+                              f"line before it)")
+    if prev != line_hash(before):
+        raise TranscriptError(f"{at}: the hash chain breaks here (prev is not the sha256 of line {lineno - 1}): line "
+                              f"{lineno - 1} was edited, or a line was deleted or inserted before this one")
+
+
+def _text_lines(data: bytes, path: str) -> list[str]:
+    """Decode UTF-8 and split into lines (at least one; one optional final newline)."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -278,7 +321,7 @@ def _json_lines(data: bytes, path: str) -> list[tuple[int, Any]]:
     rows = text.split("\n")
     if rows[-1] == "":
         rows.pop()
-    return [(i, _json_line(row, where(path, i), path if i == 1 else None)) for i, row in enumerate(rows, 1)]
+    return rows
 
 
 def _json_line(row: str, at: str, first_of: str | None) -> Any:

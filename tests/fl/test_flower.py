@@ -61,10 +61,13 @@ def test_a_client_that_times_out_is_left_out_and_the_run_goes_on(tmp_path, monke
     monkeypatch.setenv("SSTQ_FL_FAULTS", json.dumps([{"client": 2, "round": 2, "kind": "sleep:20"}]))
     monkeypatch.setenv("SSTQ_FL_ROUND_TIMEOUT", "8")
     # in secure mode (client keys drawn inside the ClientApps, participants from the server's CSPRNG)
-    res = run(RunConfig(engine="flower", randomness="secure", **{**CFG, "rounds": 3}), tmp_path / "slow", progress=False)
+    res = run(RunConfig(engine="flower", randomness="secure", pooled_diagnostics=True, **{**CFG, "rounds": 3}),
+              tmp_path / "slow", progress=False)
     r2 = res["rounds"][1]
     assert [d["client"] for d in r2["dropped"]] == [2] and "timeout" in r2["dropped"][0]["reason"]
-    assert len(res["rounds"]) == 3 and np.isfinite(res["final"]["distance_to_optimum"])
+    pooled = json.loads((tmp_path / "slow" / "pooled_diagnostics.json").read_text())["rounds"]
+    assert len(res["rounds"]) == 3 and np.isfinite(pooled[-1]["distance_to_optimum"])
+    assert "distance_to_optimum" not in res["final"]  # secure: computed on the pooled data, not published
     assert res["randomness"]["mode"] == "secure" and all("encode_stats" not in r for r in res["rounds"])
 
 
@@ -79,12 +82,14 @@ def test_cohort_nodes_give_the_in_process_engines_rounds(tmp_path):
 
     ref = run(RunConfig(**COHORT), tmp_path / "v", progress=False)
     flw, sec = run_flower_many([(RunConfig(engine="flower", clients_per_node=10, **COHORT), tmp_path / "f", False),
-                                (RunConfig(engine="flower", clients_per_node=10, **{**COHORT, "randomness": "secure"}),
-                                 tmp_path / "s", False)])
+                                (RunConfig(engine="flower", clients_per_node=10, pooled_diagnostics=True,
+                                           **{**COHORT, "randomness": "secure"}), tmp_path / "s", False)])
     assert same_rounds(flw["rounds"], ref["rounds"], rel=1e-6)
     assert all(r["clients"] == 40 and r["dropped"] == [] for r in flw["rounds"] + sec["rounds"])
     assert flw["final"]["epsilon_total"] == pytest.approx(ref["final"]["epsilon_total"])
-    assert sec["randomness"]["mode"] == "secure" and np.isfinite(sec["final"]["distance_to_optimum"])
+    pooled = json.loads((tmp_path / "s" / "pooled_diagnostics.json").read_text())["rounds"]
+    assert sec["randomness"]["mode"] == "secure" and np.isfinite(pooled[-1]["distance_to_optimum"])
+    assert "distance_to_optimum" not in sec["final"] and "train_loss" not in sec["rounds"][-1]
 
 
 def _free_port() -> int:

@@ -22,7 +22,7 @@ from sstq_fl.privacy.errors import MAX_EVENTS, Budget, TranscriptError
 from sstq_fl.privacy.events import GaussianEvent, PublicDataEvent, PureDpEvent
 from sstq_fl.privacy.ledger import PrivacyLedger
 from sstq_fl.privacy.replay import check_binding, replay, transcript_binding
-from sstq_fl.privacy.transcript import REPLAY_RTOL
+from sstq_fl.privacy.transcript import REPLAY_RTOL, TRANSCRIPT_VERSION, line_hash
 
 Lines = list[dict[str, Any]]
 STEP = PureDpEvent(0.5)
@@ -37,8 +37,22 @@ def planned_ledger(recorded: int = 30, complete: bool = False) -> PrivacyLedger:
     return led
 
 
+def rechained(lines: Lines) -> str:
+    """``lines`` as transcript text, hash-chained again (``prev`` recomputed, as a writer of every line
+    would) where the header is of a chained version, so that each case reaches the check it is about."""
+    texts: list[str] = []
+    chained = isinstance(lines[0], dict) and lines[0].get("version") == TRANSCRIPT_VERSION
+    for line in lines:
+        if isinstance(line, dict):
+            line = {k: v for k, v in line.items() if k != "prev"}
+            if texts and chained:
+                line["prev"] = line_hash(texts[-1])
+        texts.append(json.dumps(line, allow_nan=True))
+    return "".join(t + "\n" for t in texts)
+
+
 def write(path: Path, lines: Lines) -> Path:
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    path.write_text(rechained(lines))
     return path
 
 
@@ -297,7 +311,8 @@ def bound_run(tmp_path: Path, run_id: str) -> tuple[Path, dict[str, Any]]:
     path = tmp_path / f"{run_id}.jsonl"
     digest = led.write_transcript(path, delta=1e-5)
     assert digest == hashlib.sha256(path.read_bytes()).hexdigest()
-    metrics = {"epsilon": led.epsilon(1e-5), "privacy_transcript": transcript_binding(path)}
+    metrics = {"epsilon": led.epsilon(1e-5), "delta": 1e-5, "relation": led.relation,
+               "privacy_transcript": transcript_binding(path)}
     (tmp_path / f"{run_id}.metrics.json").write_text(json.dumps(metrics))
     return path, metrics
 

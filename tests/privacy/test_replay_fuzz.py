@@ -52,7 +52,7 @@ from sstq_fl.privacy.events import (
 from sstq_fl.privacy.ledger import PrivacyLedger
 from sstq_fl.privacy.replay import replay
 
-from .test_replay import nested_event
+from .test_replay import nested_event, rechained
 
 N = int(os.environ.get("SSTQ_FL_FUZZ_EXAMPLES", 400))
 FUZZ = settings(max_examples=N, deadline=None, derandomize=False,
@@ -113,7 +113,9 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st
 
 
 def _encode(lines: Lines) -> bytes:
-    return "".join(json.dumps(line, allow_nan=True) + "\n" for line in lines).encode()
+    """The lines, hash-chained again (as a writer of every line would), so a mutation reaches the checks past the
+    chain's (a broken chain: tests/privacy/test_chain.py)."""
+    return rechained(lines).encode() if lines else b""
 
 
 def _paths(obj: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
