@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from ... import rng
+from ...checks import check_array
 from .fwht import fwht_
 
 DEFAULT_RHO = 2.5
@@ -42,7 +43,9 @@ def frame_size(d: int, rho: float = DEFAULT_RHO) -> int:
         raise ValueError(f"dimension d must be >= 1, got {d}")
     if not rho > 1.0:
         raise ValueError(f"frame redundancy rho must be > 1, got {rho}")
-    return 1 << max(1, math.ceil(math.log2(rho * d)))
+    log2n = max(1, math.ceil(math.log2(rho * d)))
+    check_array(f"a frame of N = 2^{log2n} rows (d = {d}, rho = {rho:g})", 1 << min(log2n, 80))
+    return 1 << log2n
 
 
 class Frame(ABC):
