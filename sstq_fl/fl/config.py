@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..checks import check_array
 from ..options import Options, option
 from .partitioners import PARTITIONERS
 
@@ -44,7 +45,7 @@ class RunConfig(Options):
              "shards-per-client each), pathological (classes-per-client random classes each), natural-id (one "
              "client per distinct id of the task's natural_ids)")
     alpha: float = option(0.5, help="dirichlet partition: concentration (small: strong label skew)", low=0,
-                          strict_low=True)
+                          strict_low=True, finite=True)
     min_partition_size: int = option(10, low=0, help="dirichlet partition: the partition is drawn again (at most 11 "
                                                       "draws) until every client holds at least this many records")
     self_balancing: bool = option(False, help="dirichlet partition: give no more of a class to a client already "
@@ -84,6 +85,9 @@ class RunConfig(Options):
                              "randomness=reproducible")
         if self.budget_epsilon is not None and not (self.budget_epsilon > 0 and math.isfinite(self.budget_epsilon)):
             raise ValueError(f"budget epsilon must be positive and finite (omit it for no budget), got {self.budget_epsilon}")
+        check_array(f"one round's minibatches ({self.clients} clients × batch {self.batch})", self.clients * self.batch)
+        if not 0 <= self.delta < 1:
+            raise ValueError(f"delta must be in [0, 1), got {self.delta}")
         if not 1 <= self.clients_per_node <= self.clients:
             raise ValueError(f"clients per node must be in 1..clients ({self.clients}), got {self.clients_per_node}")
 
