@@ -325,6 +325,8 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 
 
 def _run_config(args: argparse.Namespace, encoder: str) -> Any:
+    """The checked :class:`~sstq_fl.fl.config.RunConfig` of ``run`` / ``compare``; where the Flower engine runs
+    (``--ray-address``, probed first: Ray itself retries an address that does not answer for minutes)."""
     import os
 
     from .checks import probe_ray
@@ -332,8 +334,9 @@ def _run_config(args: argparse.Namespace, encoder: str) -> Any:
     from .options import from_args
 
     cfg = from_args(RunConfig, args, encoder=encoder)
-    if args.ray_address is not None:
-        probe_ray(args.ray_address)  # before Ray, which retries an address that does not answer for minutes
+    address = args.ray_address or (os.environ.get("SSTQ_FL_RAY_ADDRESS") if cfg.engine == "flower" else None)
+    if address:
+        probe_ray(address)
     for env, value in (("SSTQ_FL_RAY_ADDRESS", args.ray_address), ("SSTQ_FL_CLIENT_CPUS", args.client_cpus),
                        ("SSTQ_FL_CLIENT_GPUS", args.client_gpus)):
         if value is not None:  # where the flower engine runs (not part of the run's identity)
