@@ -61,12 +61,17 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 
 class _Parser(argparse.ArgumentParser):
-    """An argument parser (and its sub-parsers) that shows every option's default in ``--help``."""
+    """An argument parser (and its sub-parsers) that shows every option's default in ``--help`` and reports a
+    bad command line in one line (exit 2), like every other error of the command line."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         """``argparse.ArgumentParser`` with :class:`_HelpFormatter` unless another formatter is given."""
         kwargs.setdefault("formatter_class", _HelpFormatter)
         super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> Any:
+        """``PROG: error: MESSAGE (see PROG --help)`` on stderr, one line, and exit 2."""
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
 
 
 def _input_kinds(s: str) -> list[str]:
@@ -81,7 +86,39 @@ def _input_kinds(s: str) -> list[str]:
 
 
 def _list(s: str) -> list[str]:
-    return [v.strip() for v in s.split(";" if ";" in s else " ") if v.strip()] if s else []
+    """argparse type for a space- or ';'-separated list: at least one item (leave the option out for the default)."""
+    out = [v.strip() for v in s.split(";" if ";" in s else " ") if v.strip()]
+    if not out:
+        raise argparse.ArgumentTypeError(f"expected one or more space- or ';'-separated items, got {s!r}")
+    return out
+
+
+def _device(s: str) -> str:
+    """argparse type for a torch device that exists here (cpu, cuda, cuda:N)."""
+    from .checks import torch_device
+
+    try:
+        return torch_device(s)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def plan_epsilon(s: str) -> float:
+    """argparse type for ``privacy plan``'s per-message ε: a number > 0 and ≤ 1e300 (the PLD accountant's range)."""
+    return _float_in(s, lambda v: 0.0 < v <= 1e300, "a number > 0 and ≤ 1e300")
+
+
+def redundancy(s: str) -> float:
+    """argparse type for a frame redundancy ρ = N/d: a finite number > 1."""
+    return _float_in(s, lambda v: 1.0 < v < float("inf"), "a finite number > 1")
+
+
+def powers_of_two(s: str) -> list[int]:
+    """argparse type for comma-separated transform sizes, each a power of two ≥ 2."""
+    out = positive_ints(s)
+    if any(n < 2 or n & (n - 1) for n in out):
+        raise argparse.ArgumentTypeError(f"expected comma-separated powers of two ≥ 2, got {s!r}")
+    return out
 
 
 def _print_json(obj: Any) -> None:
@@ -102,6 +139,11 @@ def cmd_options(args: argparse.Namespace) -> int:
 def positive_float(s: str) -> float:
     """argparse type for ε and radii: a finite number > 0."""
     return _float_in(s, lambda v: 0.0 < v < float("inf"), "a finite number > 0")
+
+
+def _unit_rate(s: str) -> float:
+    """argparse type for a participation rate q: a number in (0, 1]."""
+    return _float_in(s, lambda v: 0.0 < v <= 1.0, "a number in (0, 1]")
 
 
 def probability(s: str) -> float:
@@ -143,8 +185,10 @@ def cmd_encoders(args: argparse.Namespace) -> int:
 
 def cmd_encoders_check(args: argparse.Namespace) -> int:
     """``encoders check SPEC``: one line per conformance check; exit 1 if any fails."""
+    from .checks import check_array
     from .testing import check_encoder
 
+    check_array(f"{args.trials} messages at d = {args.dim}", args.trials * args.dim)
     report = check_encoder(args.spec, dim=args.dim, epsilon=args.epsilon, radius=args.radius, seed=args.seed,
                            trials=args.trials, audit_trials=args.audit_trials, alpha=args.alpha,
                            checks=args.checks or None)
@@ -170,7 +214,7 @@ def _encoders_parser(sub: Any) -> None:
     c.add_argument("--audit-trials", type=_at_least_100, default=20000, help="audit messages per input for the ε audit")
     c.add_argument("--alpha", type=probability, default=1e-6,
                    help="false-failure probability of each statistical check for a conforming encoder")
-    c.add_argument("--checks", type=_list, default="", help="space-separated subset of the checks (default: all)")
+    c.add_argument("--checks", type=_list, default=None, help="space-separated subset of the checks (default: all)")
     c.set_defaults(fn=cmd_encoders)
 
 
@@ -183,7 +227,9 @@ def _at_least_100(s: str) -> int:
 
 def cmd_mse(args: argparse.Namespace) -> int:
     from .bench.mse import run
+    from .checks import check_array
 
+    check_array(f"a chunk of 250 encodings at d = {max(args.dims)}", 250 * max(args.dims))
     res = run(args.dims, args.epsilon, args.bits, args.norm, args.trials, args.out, args.encoders or None)
     _table(res["rows"], ["encoder", "d", "mse", "ci_low", "ci_high", "mse_exact", "bits_per_message"])
     print(f"wrote {args.out} and {args.out.rsplit('.', 1)[0]}.png ({res['wall_s']:.1f} s)")
@@ -192,7 +238,9 @@ def cmd_mse(args: argparse.Namespace) -> int:
 
 def cmd_speed(args: argparse.Namespace) -> int:
     from .bench.speed import encode_speed
+    from .checks import check_array
 
+    check_array(f"the clients' inputs ({args.clients} × {args.dim})", args.clients * args.dim, 4)
     res = encode_speed(args.clients, args.dim, args.epsilon, args.bits, args.out, args.encoders or None,
                        reps=args.reps, device=args.device, inputs=args.inputs or None)
     _table(res["rows"], ["encoder", "encode_s_per_round", "secure_encode_s_per_round", "secure_over_reproducible",
@@ -209,7 +257,9 @@ def cmd_speed(args: argparse.Namespace) -> int:
 
 def cmd_fwht(args: argparse.Namespace) -> int:
     from .bench.speed import fwht_speed
+    from .checks import check_array
 
+    check_array(f"the transform input ({args.rows} × {max(args.sizes)})", args.rows * max(args.sizes), 4)
     res = fwht_speed(args.rows, args.sizes, args.out, device=args.device)
     _table(res["rows"], ["kernel", "rows", "N", "s", "max_abs_diff_vs_first"])
     return 0
@@ -292,17 +342,23 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 
 
 def _run_config(args: argparse.Namespace, encoder: str) -> Any:
+    """The checked :class:`~sstq_fl.fl.config.RunConfig` of ``run`` / ``compare``; where the Flower engine runs
+    (``--ray-address``, probed first: Ray itself retries an address that does not answer for minutes)."""
     import os
 
+    from .checks import probe_ray
     from .fl.config import RunConfig
     from .options import from_args
 
+    cfg = from_args(RunConfig, args, encoder=encoder)
+    address = args.ray_address or (os.environ.get("SSTQ_FL_RAY_ADDRESS") if cfg.engine == "flower" else None)
+    if address:
+        probe_ray(address)
     for env, value in (("SSTQ_FL_RAY_ADDRESS", args.ray_address), ("SSTQ_FL_CLIENT_CPUS", args.client_cpus),
                        ("SSTQ_FL_CLIENT_GPUS", args.client_gpus)):
         if value is not None:  # where the flower engine runs (not part of the run's identity)
             os.environ[env] = str(value)
-
-    return from_args(RunConfig, args, encoder=encoder)
+    return cfg
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -343,9 +399,10 @@ def _claim_out(cfg: Any, args: argparse.Namespace) -> None:
     checkpoint (same config) and says where it restarts; otherwise another run's files there are
     refused unless ``--force`` (which removes them)."""
     from .fl.engine import existing_outputs, finished_run, read_checkpoint
-    from .io import clear_out
+    from .io import clear_out, mark_kind, refuse_other_kind
 
     out = Path(args.out)
+    refuse_other_kind(out, "run")
     if finished_run(out, cfg, args.resume) is not None:  # another config's completed run there: refused
         print(f"the run in {args.out} is complete ({cfg.rounds} rounds): nothing to resume", flush=True)
     elif args.resume:
@@ -353,6 +410,7 @@ def _claim_out(cfg: Any, args: argparse.Namespace) -> None:
         print(f"resuming from round {t} of {cfg.rounds} in {args.out}", flush=True)
     else:
         clear_out(existing_outputs(out), out, args.force)
+        mark_kind(out, "run")
 
 
 def _record_experiment(args: argparse.Namespace, cfg: Any) -> None:
@@ -435,12 +493,12 @@ def _mse_parser(bs: Any) -> None:
     m = bs.add_parser("mse-vs-dim", help="experiment E1: estimation error versus dimension")
     m.add_argument("--dims", type=positive_ints, default="100,500,1000,5000,10000",
                    help="comma-separated dimensions d")
-    m.add_argument("--epsilon", type=float, default=3.0, help="per-message LDP epsilon")
+    m.add_argument("--epsilon", type=positive_float, default=3.0, help="per-message LDP epsilon")
     m.add_argument("--bits", type=positive_int, default=8, help="bit width b for encoders that take one")
-    m.add_argument("--norm", type=float, default=0.2, help="norm of the test vector (and the encoders' radius)")
+    m.add_argument("--norm", type=positive_float, default=0.2, help="norm of the test vector (and the encoders' radius)")
     m.add_argument("--trials", type=positive_int, default=1000,
                    help="independent encodings per point (at least 2: the 95%% interval is a bootstrap percentile one)")
-    m.add_argument("--encoders", type=_list, default="",
+    m.add_argument("--encoders", type=_list, default=None,
                    help="space- or ';'-separated encoder specs (default: the E1 set)")
     m.add_argument("--out", default="results/e1.json", help="result JSON (the plot goes next to it as .png)")
     m.set_defaults(fn=cmd_mse)
@@ -451,12 +509,12 @@ def _speed_parser(bs: Any) -> None:
     s = bs.add_parser("encode-speed", help="batched encode / aggregate time per round")
     s.add_argument("--clients", type=positive_int, default=100, help="clients encoded per round")
     s.add_argument("--dim", type=positive_int, default=25450, help="vector dimension (25450: the Fashion-MNIST MLP)")
-    s.add_argument("--epsilon", type=float, default=3.0, help="per-message LDP epsilon")
+    s.add_argument("--epsilon", type=positive_float, default=3.0, help="per-message LDP epsilon")
     s.add_argument("--bits", type=positive_int, default=4, help="bit width b for encoders that take one")
-    s.add_argument("--encoders", type=_list, default="",
+    s.add_argument("--encoders", type=_list, default=None,
                    help="space- or ';'-separated encoder specs (default: clean and the E1 set)")
     s.add_argument("--reps", type=positive_int, default=5, help="timed repetitions (the median is reported)")
-    s.add_argument("--device", default=_DEVICE, help="torch device (cpu, cuda)")
+    s.add_argument("--device", type=_device, default=_DEVICE, help="torch device (cpu, cuda, cuda:N)")
     s.add_argument("--inputs", type=_input_kinds, default="",
                    help="comma-separated input kinds to time one message at a time, adaptive and constant-time encode "
                         "side by side (zero, gaussian, walsh-flat, frame-row; default: none)")
@@ -468,19 +526,19 @@ def _fwht_kashin_ledger_parsers(bs: Any) -> None:
     """``bench fwht``, ``bench kashin`` and ``bench ledger``."""
     f = bs.add_parser("fwht", help="time every available FWHT kernel")
     f.add_argument("--rows", type=positive_int, default=100, help="vectors transformed at once")
-    f.add_argument("--sizes", type=positive_ints, default="1024,16384,65536,262144",
+    f.add_argument("--sizes", type=powers_of_two, default="1024,16384,65536,262144",
                    help="comma-separated transform sizes N (powers of 2)")
-    f.add_argument("--device", default=_DEVICE, help="torch device (cpu, cuda)")
+    f.add_argument("--device", type=_device, default=_DEVICE, help="torch device (cpu, cuda, cuda:N)")
     f.add_argument("--out", default="results/fwht.json", help="result JSON")
     f.set_defaults(fn=cmd_fwht)
     k = bs.add_parser("kashin", help="achieved Kashin level on adversarial inputs, per setting")
     k.add_argument("--dim", type=positive_int, default=25450, help="vector dimension")
-    k.add_argument("--rho", type=float, default=2.5, help="frame redundancy N/d")
+    k.add_argument("--rho", type=redundancy, default=2.5, help="frame redundancy N/d")
     k.add_argument("--out", default="results/kashin.json", help="result JSON")
     k.set_defaults(fn=cmd_kashin)
     ks = bs.add_parser("kashin-search", help="the frame's worst Kashin level: adversarial search, dual certificates")
     ks.add_argument("--dims", type=positive_ints, default="100,25450", help="comma-separated dimensions d")
-    ks.add_argument("--rho", type=float, default=2.5, help="frame redundancy N/d")
+    ks.add_argument("--rho", type=redundancy, default=2.5, help="frame redundancy N/d")
     ks.add_argument("--seed", type=int, default=0, help="public frame seed (the encoders' run seed)")
     ks.add_argument("--out", default="results/kashin_search.json", help="result JSON (the plot goes next to it)")
     ks.set_defaults(fn=cmd_kashin_search)
@@ -500,7 +558,7 @@ def _training_parsers(sub: Any) -> None:
     _training_args(r)
     r.set_defaults(fn=cmd_run)
     c = sub.add_parser("compare", help="several encoders on identical batches: curves, accuracy vs bits, table")
-    c.add_argument("--encoders", type=_list, default="",
+    c.add_argument("--encoders", type=_list, default=None,
                    help="space- or ';'-separated specs (default: clean privunit sqkr sstq-flat:b=4 "
                         "sstq-flat:b=4,codebook=optimized sstq-ma:b=4 vqsgd)")
     _training_args(c, skip=("encoder",))
@@ -519,19 +577,20 @@ def _privacy_parsers(sub: Any) -> None:
     pv = sub.add_parser("privacy", help="privacy accounting: plans and transcript replay")
     ps = pv.add_subparsers(dest="privacy", required=True)
     pl = ps.add_parser("plan", help="LDP training: per-message, basic, advanced and PLD totals")
-    pl.add_argument("--ldp-epsilon", type=float, required=True, help="per-message epsilon (finite; a figure beyond "
-                                                                    "the float range is reported as inf)")
+    pl.add_argument("--ldp-epsilon", type=plan_epsilon, required=True,
+                    help="per-message epsilon, > 0 and at most 1e300 (the PLD accountant's range); a total beyond the "
+                         "float range is reported as inf")
     pl.add_argument("--rounds", type=positive_int, required=True, help="rounds, at most 10**7")
-    pl.add_argument("--sampling-rate", type=float, default=1.0,
+    pl.add_argument("--sampling-rate", type=_unit_rate, default=1.0,
                     help="probability q that a client joins a round (Poisson participation; 1: every round)")
-    pl.add_argument("--delta", type=float, default=1e-5, help="delta at which the totals are reported")
+    pl.add_argument("--delta", type=probability, default=1e-5, help="delta at which the totals are reported")
     pl.add_argument("--json", action="store_true", help="print the report as JSON")
     pl.set_defaults(fn=cmd_privacy_plan)
     rp = ps.add_parser("replay", help="recompute epsilon from a transcript alone (strict: malformed transcripts "
                                       "are refused with exit 2; a recomputed epsilon off the recorded one by more "
                                       "than a relative 1e-6 exits 1)")
     rp.add_argument("file", help="a run's transcript.jsonl")
-    rp.add_argument("--delta", type=float, default=None, help="answer at this delta (default: the summary's)")
+    rp.add_argument("--delta", type=probability, default=None, help="answer at this delta (default: the summary's)")
     rp.add_argument("--metrics", default=None, metavar="FILE",
                     help="the run's metrics.json: refuse unless its privacy_transcript binding (run id, sha256, "
                          "epsilon, delta) names this transcript and every epsilon-bearing field (final epsilon, "
@@ -597,6 +656,7 @@ def _interrupted(args: argparse.Namespace, exc: KeyboardInterrupt) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Parse and run one command; errors are one line on stderr (exit 2), Ctrl-C one line (exit 130).
     The ``sstq_fl`` loggers' INFO lines (progress, phases) go to stderr (:func:`sstq_fl.progress.configure_logging`)."""
+    from .errors import first_line
     from .progress import configure_logging, quiet_flower
 
     words = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
@@ -614,7 +674,10 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except (ValueError, OSError) as exc:
-        print(f"sstq-fl: error: {exc}", file=sys.stderr)
+        print(f"sstq-fl: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    except MemoryError as exc:  # a size no up-front check bounded: still one line
+        print(f"sstq-fl: error: out of memory ({first_line(exc) or 'an allocation failed'})", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         print(_interrupted(args, exc), file=sys.stderr)

@@ -127,3 +127,45 @@ def clear_out(files: list[Path], out: Path, force: bool, hint: str = "--resume c
         raise ValueError(f"{out} already holds a run's files ({names}{', ...' if len(files) > 4 else ''}): {hint}")
     for f in files:
         f.unlink()
+
+
+KIND_FILE = ".sstq-fl-kind"
+"""The marker a results folder's command writes once it has claimed the folder: ``{"kind": KIND}``."""
+KINDS = {"run": "a training run (sstq-fl run)", "comparison": "a comparison (sstq-fl compare)",
+         "sweep": "a sweep (sstq-fl sweep)", "generation": "a generative run (sstq-fl gen)"}
+_RUN_MARKS = ("metrics.json", "checkpoint.json", "checkpoint_theta.npy", "transcript.jsonl", "curves.png")
+
+
+def folder_kind(out: Path) -> str | None:
+    """What kind of results folder ``out`` is (a key of :data:`KINDS`): its marker, else what its files show
+    (a folder written before markers); None when it holds no results."""
+    try:
+        kind = json.loads((out / KIND_FILE).read_text()).get("kind")
+    except (OSError, ValueError, AttributeError):
+        kind = None
+    if kind in KINDS:
+        return str(kind)
+    if (out / "sweep.json").exists() or (out / "cells").is_dir():
+        return "sweep"
+    if (out / "comparison.json").exists():
+        return "comparison"
+    if (out / "samples.png").exists() and (out / "metrics.json").exists():
+        return "generation"
+    return "run" if any((out / n).exists() for n in _RUN_MARKS) else None
+
+
+def refuse_other_kind(out: Path, kind: str, also: tuple[str, ...] = ()) -> None:
+    """Refuse (one line naming what it holds) an ``--out`` that is a file or another kind of results folder than
+    ``kind`` (or one of ``also``): a folder never mixes a run's files with a comparison's or a sweep's (``--force``
+    included)."""
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"--out {out} exists and is not a folder")
+    found = folder_kind(out) if out.is_dir() else None
+    if found is not None and found != kind and found not in also:
+        raise ValueError(f"--out {out} holds {KINDS[found]}, not {KINDS[kind]}: choose another folder")
+
+
+def mark_kind(out: Path, kind: str) -> None:
+    """Record in ``out`` (created if need be) that it is a ``kind`` results folder; once every check has passed."""
+    if not (out / KIND_FILE).is_file():
+        atomic_write_json(out / KIND_FILE, {"kind": kind})

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import math
 import types
 import typing
 from collections.abc import Callable, Iterator, Sequence
@@ -52,20 +53,22 @@ class Option:
     unset: Any = ABSENT
     metavar: str | None = None
     parse: Callable[[str], Any] | None = None
+    finite: bool = False
 
 
 def option(default: Any = MISSING, *, help: str, choices: Sequence[Any] | None = None, low: float | None = None,
            high: float | None = None, strict_low: bool = False, flag: str | None = None, key: str | None = None,
            unset: Any = ABSENT, default_factory: Any = MISSING, metavar: str | None = None,
-           parse: Callable[[str], Any] | None = None) -> Any:
+           parse: Callable[[str], Any] | None = None, finite: bool = False) -> Any:
     """A dataclass field declared as an option.
 
-    ``choices``: the allowed values; ``low``/``high``: the closed range (``strict_low``: ``> low``);
+    ``choices``: the allowed values; ``low``/``high``: the closed range (``strict_low``: ``> low``;
+    ``finite``: neither ``inf`` nor ``nan``);
     ``flag``: the CLI flag if not ``--field-name`` (``""``: not on the CLI); ``key``: the run-config
     key if not ``field-name`` (``""``: not in the run config); ``unset``: the run-config marker
     for ``None``; ``parse``: ``str → value`` for the CLI and string run-config values."""
     meta = {_META: Option(help, tuple(choices) if choices is not None else None, low, high, strict_low, flag, key,
-                          unset, metavar, parse)}
+                          unset, metavar, parse, finite)}
     if default_factory is not MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -95,7 +98,9 @@ def base_type(cls: Any, f: dataclasses.Field[Any]) -> tuple[Any, bool]:
 
 
 def in_range(value: Any, opt: Option) -> bool:
-    """Whether a number lies in the option's range (``nan`` never does)."""
+    """Whether a number lies in the option's range (``nan`` never does; ``inf`` not where it must be finite)."""
+    if opt.finite and not math.isfinite(value):
+        return False
     if opt.low is not None and not (value > opt.low if opt.strict_low else value >= opt.low):
         return False
     return opt.high is None or value <= opt.high
@@ -105,9 +110,10 @@ def expected(base: Any, opt: Option) -> str:
     """What an option's value must be, in words: ``a positive integer``, ``a number ≥ 0 and ≤ 1``."""
     if base is int and opt.low == 1 and opt.high is None and not opt.strict_low:
         return "a positive integer"
+    finite = "finite " if opt.finite and base is not int else ""
     if opt.low == 0 and opt.strict_low and opt.high is None:
-        return "a positive " + ("integer" if base is int else "number")
-    what = "an integer" if base is int else "a number"
+        return f"a {finite}positive " + ("integer" if base is int else "number")
+    what = "an integer" if base is int else f"a {finite}number"
     bounds = ([f"{'>' if opt.strict_low else '≥'} {opt.low:g}"] if opt.low is not None else []) + \
         ([f"≤ {opt.high:g}"] if opt.high is not None else [])
     return " and ".join([what + (" " + bounds[0] if bounds else ""), *bounds[1:]])
@@ -122,7 +128,7 @@ def check(obj: Any) -> None:
         name = f.name.replace("_", "-")
         if opt.choices is not None and value not in opt.choices:
             raise ValueError(f"{name} must be one of {', '.join(map(str, opt.choices))}, got {value!r}")
-        if (opt.low is not None or opt.high is not None) and not in_range(value, opt):
+        if (opt.low is not None or opt.high is not None or opt.finite) and not in_range(value, opt):
             raise ValueError(f"{name} must be {expected(base_type(type(obj), f)[0], opt)}, got {value}")
 
 
@@ -269,7 +275,7 @@ def run_config_defaults(cls: Any, prefix: str = "", shared: Sequence[str] = ()) 
 def _range_text(opt: Option) -> str:
     if opt.choices is not None:
         return " \\| ".join(f"`{c}`" for c in opt.choices)
-    parts = []
+    parts = ["finite"] if opt.finite else []
     if opt.low is not None:
         parts.append(f"{'>' if opt.strict_low else '≥'} {opt.low:g}")
     if opt.high is not None:

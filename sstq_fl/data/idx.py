@@ -110,6 +110,14 @@ def find_fashion_mnist(root: str | None = None, download: bool = True) -> Path:
     raise FileNotFoundError(f"Fashion-MNIST not found: apt-get install dataset-fashion-mnist, or set {FMNIST_ENV}")
 
 
+def check_labels(labels: np.ndarray, path: str | os.PathLike[str], classes: int = 10) -> None:
+    """Refuse (one line naming ``path``) labels outside ``0..classes-1``."""
+    bad = (labels < 0) | (labels >= classes)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"{path}: label {int(labels[i])} at record {i} is outside 0..{classes - 1}")
+
+
 def load_fashion_mnist(root: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(x_train [60000, 784] float32 in [0, 1], y_train, x_test, y_test)``."""
     p = find_fashion_mnist(root)
@@ -117,6 +125,7 @@ def load_fashion_mnist(root: str | None = None) -> tuple[np.ndarray, np.ndarray,
     for split in ("train", "test"):
         if xs[f"{split}_images"].shape[0] != xs[f"{split}_labels"].shape[0]:
             raise ValueError(f"Fashion-MNIST {split} images and labels disagree in length")
+        check_labels(xs[f"{split}_labels"], p / FMNIST_FILES[f"{split}_labels"])
     def flat(a: np.ndarray) -> np.ndarray:
         return (a.reshape(a.shape[0], -1).astype(np.float32) / 255.0)
     return (flat(xs["train_images"]), xs["train_labels"].astype(np.int64), flat(xs["test_images"]),

@@ -154,6 +154,9 @@ def _source_digest(spec: str) -> str:
 def _records(spec: str) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
     d = json.loads(spec)
     x, y = _source(_source_key(spec))
+    if d["records"] > len(y):
+        raise ValueError(f"records {d['records']} is more than the {len(y)} private records of {d['dataset']} "
+                         f"(at most {len(y)})")
     if d["records"] and d["records"] < len(y):
         keep = _stratified_subset(y, d["records"], d["seed"])
         x, y = x[keep], y[keep]

@@ -132,6 +132,12 @@ class Encoder(ABC):
         """CRC-32 of the public configuration: a message from another configuration is foreign."""
         return zlib.crc32(json.dumps(self.describe(), sort_keys=True).encode())
 
+    @property
+    def public_coins(self) -> bool:
+        """Whether :meth:`encode` and :meth:`decode` need the caller's public per-client ``coins`` (the built-in
+        encoders' ``coin=public``; an encoder that needs them by another rule overrides this)."""
+        return bool(self.cfg.get("coin") == "public")
+
     # ------------------------------------------------------------------ declared
     @abstractmethod
     def layout(self) -> list[Field]:

@@ -83,6 +83,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     if not args.cpus_per_cell > 0:
         raise ValueError(f"--cpus-per-cell must be positive, got {args.cpus_per_cell}")
+    if args.ray_address is not None and args.executor == "ray":
+        from ..checks import probe_ray
+
+        probe_ray(args.ray_address)
     exp = load_experiment(args.experiment)
     overrides = parse_overrides(args.overrides, args.experiment)
     opts = SweepOptions(args.executor, args.cpus_per_cell, args.ray_address, args.resume, args.force,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..fl.engine import RunConfig, existing_outputs, read_checkpoint, trainers
-from ..io import atomic_write_bytes, atomic_write_json, clear_out, run_meta
+from ..io import atomic_write_bytes, atomic_write_json, clear_out, mark_kind, refuse_other_kind, run_meta
 from ..rng import REPRODUCIBLE_WARNING
 from .figures import plot_all
 from .results import metric_name, write_tables
@@ -41,9 +41,11 @@ def prepare_out(cells: list[Cell], out: Path, resume: bool, force: bool) -> None
     Without ``resume``, a folder holding a previous comparison's files (for these encoders) is
     refused unless ``force`` (then those files are removed).  With ``resume``, at least one
     encoder's run must be there (started: its checkpoint, made with this config; or complete)."""
+    refuse_other_kind(out, "comparison")
     if not resume:
         files = existing_outputs(out, COMPARISON_FILES) + [f for c in cells for f in existing_outputs(out / c.name)]
         clear_out(files, out, force)
+        mark_kind(out, "comparison")
         return
     started = [c for c in cells if (out / c.name / "checkpoint.json").is_file()]
     complete = [c for c in cells if (out / c.name / "metrics.json").is_file() and c not in started]

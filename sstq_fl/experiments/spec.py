@@ -229,7 +229,7 @@ def check_value(name: str, f: Any, opt: Any, value: Any, where: str) -> Any:
     value = float(value) if base is float else value
     if opt.choices is not None and value not in opt.choices:
         raise ValueError(f"{where}: {key} must be one of {', '.join(map(str, opt.choices))}, got {value!r}")
-    if base in (int, float) and (opt.low is not None or opt.high is not None) and not in_range(value, opt):
+    if base in (int, float) and (opt.low is not None or opt.high is not None or opt.finite) and not in_range(value, opt):
         raise ValueError(f"{where}: {key} must be {expected(base, opt)}, got {value!r}")
     return value
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..io import atomic_write_json, run_meta
+from ..io import atomic_write_json, mark_kind, refuse_other_kind, run_meta
 from .figures import FIGURES, plot_all
 from .results import aggregate, final_rows, write_tables
 from .runner import CellResult, LocalExecutor, RayExecutor, pending_jobs, run_flower_cells
@@ -47,6 +47,7 @@ class SweepOptions:
 def claim(out: Path, opts: SweepOptions) -> None:
     """Check ``out`` before anything runs: ``resume`` needs a sweep there; otherwise a folder holding
     a sweep is refused unless ``force`` (which removes its cells and tables)."""
+    refuse_other_kind(out, "sweep")
     held = (out / "sweep.json").exists() or (out / "cells").exists()
     if opts.resume and not held:
         raise ValueError(f"--resume: no sweep in {out} (nothing to resume; run without --resume)")
@@ -56,6 +57,8 @@ def claim(out: Path, opts: SweepOptions) -> None:
         shutil.rmtree(out / "cells", ignore_errors=True)
         for name in SWEEP_FILES:
             (out / name).unlink(missing_ok=True)
+    if not opts.resume:
+        mark_kind(out, "sweep")
 
 
 def sweep(exp: Experiment, out: str | Path, opts: SweepOptions | None = None, **overrides: Any) -> dict[str, Any]:

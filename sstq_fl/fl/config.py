@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..checks import check_array
 from ..options import Options, option
 from .partitioners import PARTITIONERS
 
@@ -30,12 +31,13 @@ class RunConfig(Options):
     encoder: str = option("sstq-flat:b=4", help="encoder spec (see sstq-fl encoders)")
     clients: int = option(100, help="simulated clients", low=1)
     rounds: int = option(100, help="training rounds", low=1)
-    epsilon: float = option(3.0, help="per-message LDP epsilon")
+    epsilon: float = option(3.0, help="per-message LDP epsilon", low=0, strict_low=True, finite=True)
     seed: int = option(0, help="run seed (minibatches, coins, model init, partition)")
     batch: int = option(64, help="minibatch size per client", low=1)
-    clip: float = option(0.1, help="client clip norm C (the encoders' radius)")
-    lr: float = option(0.2, help="server learning rate")
-    server_cap: float = option(10.0, help="cap on the norm of the aggregated update")
+    clip: float = option(0.1, help="client clip norm C (the encoders' radius)", low=0, strict_low=True, finite=True)
+    lr: float = option(0.2, help="server learning rate", low=0, strict_low=True, finite=True)
+    server_cap: float = option(10.0, help="cap on the norm of the aggregated update", low=0, strict_low=True,
+                               finite=True)
     partition: str = option(
         "iid", choices=tuple(PARTITIONERS.names()),
         help="how the training records are split among clients, as flwr-datasets' partitioners: iid (equal random "
@@ -43,14 +45,15 @@ class RunConfig(Options):
              "shards-per-client each), pathological (classes-per-client random classes each), natural-id (one "
              "client per distinct id of the task's natural_ids)")
     alpha: float = option(0.5, help="dirichlet partition: concentration (small: strong label skew)", low=0,
-                          strict_low=True)
+                          strict_low=True, finite=True)
     min_partition_size: int = option(10, low=0, help="dirichlet partition: the partition is drawn again (at most 11 "
                                                       "draws) until every client holds at least this many records")
     self_balancing: bool = option(False, help="dirichlet partition: give no more of a class to a client already "
                                               "above the mean share of records (flwr-datasets' self_balancing)")
     shards_per_client: int = option(2, low=1, help="shard partition: label-sorted shards per client")
     classes_per_client: int = option(2, low=1, help="pathological partition: distinct classes per client")
-    sampling_rate: float = option(1.0, help="probability q that a client joins a round")
+    sampling_rate: float = option(1.0, help="probability q that a client joins a round", low=0, strict_low=True,
+                                  high=1)
     delta: float = option(1e-5, help="delta at which epsilon is reported")
     budget_epsilon: float | None = option(None, help="refuse to start if the plan exceeds it", unset=0.0)
     client_budget_epsilon: float = option(
@@ -63,7 +66,7 @@ class RunConfig(Options):
                                   unset="")
     dim: int = option(100, help="lsq: dimension", low=1)
     n: int = option(4000, help="lsq: samples", low=1)
-    lsq_noise: float = option(0.1, help="lsq: standard deviation of the label noise")
+    lsq_noise: float = option(0.1, help="lsq: standard deviation of the label noise", low=0, finite=True)
     lsq_theta_scale: float | None = option(
         None, unset=0.0, help="lsq: theta_true ~ N(0, s^2 I) (default 1/sqrt(dim), norm about 1; 1 is the paper's E2 "
                               "regime)")
@@ -98,12 +101,9 @@ class RunConfig(Options):
         if self.client_budget_epsilon and self.engine != "flower":
             raise ValueError("client budget epsilon: client-side ledgers exist on the flower engine only "
                              "(use --engine flower, or the run budget --budget-epsilon)")
-        if not math.isfinite(self.epsilon) or self.epsilon <= 0:
-            raise ValueError(f"epsilon must be positive and finite, got {self.epsilon}")
-        if not (self.clip > 0 and self.lr > 0 and self.server_cap > 0):
-            raise ValueError("clip, lr and server_cap must be positive")
-        if not 0 < self.sampling_rate <= 1:
-            raise ValueError(f"sampling rate must be in (0, 1], got {self.sampling_rate}")
+        check_array(f"one round's minibatches ({self.clients} clients × batch {self.batch})", self.clients * self.batch)
+        if not 0 <= self.delta < 1:
+            raise ValueError(f"delta must be in [0, 1), got {self.delta}")
         if not 1 <= self.clients_per_node <= self.clients:
             raise ValueError(f"clients per node must be in 1..clients ({self.clients}), got {self.clients_per_node}")
 

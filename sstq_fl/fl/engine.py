@@ -312,6 +312,9 @@ class Trainer:
         self.setup_s: float | None = None  # the untimed warm-up of ``train`` (None: no warm-up ran)
         self.task = task or make_task(cfg.task, cfg.seed, **cfg.task_kwargs())
         self.enc = make_encoder(cfg.encoder, self.task.dim, cfg.epsilon, radius=cfg.clip, seed=cfg.seed)
+        if self.enc.public_coins:
+            raise ValueError(f"{self.enc.name} with coin=public needs public per-client coins, which training does "
+                             f"not supply (leave coin at its default)")
         self.clients = ClientData(cfg, self.task)
         self.ledger = PrivacyLedger("replace_one", notes={"threat_model": "identified: the server sees each client's "
                                                           "messages; epsilon is that of the client who joined most rounds",

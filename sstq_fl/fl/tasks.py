@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from .. import rng
+from ..checks import check_array
 from ..errors import described, first_line
 from ..registry import Registry
 from .config import split_task
@@ -85,6 +86,7 @@ class LeastSquaresTask(Task):
             raise ValueError(f"lsq noise must be a finite number >= 0, got {noise}")
         if theta_scale is not None and not (theta_scale > 0 and math.isfinite(theta_scale)):
             raise ValueError(f"lsq theta scale must be positive and finite, got {theta_scale}")
+        check_array(f"lsq data A (n × dim = {n} × {dim})", n * dim)
         s = np.array([rng.derive_seed(seed, 0x15A)], np.uint64)
         a = torch.from_numpy(rng.normal(s, "lsq-A", n * dim)[0].reshape(n, dim))
         scale = 1 / math.sqrt(dim) if theta_scale is None else theta_scale

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from .. import options
+from ..checks import torch_device
 from ..options import add_arguments, from_args
 from .pipelines import PIPELINES, Pipeline
 
@@ -58,6 +59,7 @@ def cmd_gen(args: argparse.Namespace) -> int:
     unset = {k: "" for k in NONE_ON_CLI if getattr(args, k, "") is None}
     worded = {k: words[getattr(args, k)] for k, words in pipeline.cli_values.items()}
     cfg = from_args(pipeline.config, args, **unset, **worded)
+    torch_device(cfg.device)  # a local simulation: the device must be here
     m = pipeline.run(cfg, args.out, force=args.force)
     print(pipeline.summary(m))
     if "randomness_warning" in m:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ..checks import torch_device
 from ..options import Options, option
 
 MAX_EPSILON = 100.0
@@ -107,8 +108,7 @@ class PipelineConfig(Options):
         ``cache_dir`` becomes ``~/.cache/sstq-fl/<CACHE_NAME>``."""
         check_dp_target(self.epsilon, self.delta)
         super().__post_init__()
-        if not (self.device == "cpu" or self.device.startswith("cuda")):
-            raise ValueError(f"device must be cpu or cuda[:N], got {self.device!r}")
+        torch_device(self.device, present=False)
         if self.dataset_budget_epsilon is not None and not self.dataset_budget_epsilon > 0:
             raise ValueError(f"dataset budget epsilon must be positive, got {self.dataset_budget_epsilon}")
         if self.cache_dir is None:

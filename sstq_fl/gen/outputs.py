@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ..data.workload import WorkloadData
-from ..io import atomic_write_json, clear_out, finite_json, run_meta
+from ..io import atomic_write_json, clear_out, finite_json, refuse_other_kind, run_meta
 from ..privacy.dataset_ledger import DatasetLedger
 from ..privacy.events import PrivacyEvent, PublicDataEvent
 from ..progress import PhaseClock
@@ -41,8 +41,7 @@ def prepare_out(out: Path, force: bool = False) -> bool:
 
     A folder that already holds a run's files (:data:`RUN_FILES`) is refused (one line) unless
     ``force``, which removes them first (:func:`sstq_fl.io.clear_out`)."""
-    if out.exists() and not out.is_dir():
-        raise NotADirectoryError(f"--out {out} exists and is not a folder")
+    refuse_other_kind(out, "generation", also=("run",))  # a generative run stopped before its samples: no samples.png
     clear_out([out / n for n in RUN_FILES if (out / n).exists()], out, force,
               "choose another folder, or --force to replace them")
     created = not out.exists()
@@ -71,9 +70,12 @@ def start_run(cfg: PipelineConfig, pipeline: str) -> tuple[float, PhaseClock]:
 
 
 def workload_data(cfg: PipelineConfig) -> WorkloadData:
-    """The private records of a run: the MNIST subset's ``priv_train``, ``cfg``'s subset, clients and partition."""
-    return WorkloadData("mnist-subset", cfg.clients, cfg.partition, cfg.alpha, cfg.seed, cfg.resolved("records"),
+    """The private records of a run: the MNIST subset's ``priv_train``, ``cfg``'s subset, clients and partition
+    (checked: a ``records`` beyond what the data set holds is a one-line error)."""
+    data = WorkloadData("mnist-subset", cfg.clients, cfg.partition, cfg.alpha, cfg.seed, cfg.resolved("records"),
                         cfg.data_path)
+    _ = data.n_decl  # loads the records now: more records than the data set holds are refused before any computation
+    return data
 
 
 # ----------------------------------------------------------------------------- the data set's ledger

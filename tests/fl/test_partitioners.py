@@ -142,7 +142,7 @@ def test_the_partition_options_are_declared_with_ranges():
     for bad, why in (({"min_partition_size": -1}, "min-partition-size must be an integer ≥ 0"),
                      ({"shards_per_client": 0}, "shards-per-client must be a positive integer"),
                      ({"classes_per_client": 0}, "classes-per-client must be a positive integer"),
-                     ({"alpha": 0.0}, "alpha must be a positive number")):
+                     ({"alpha": 0.0}, "alpha must be a finite positive number")):
         one_line_error(RunConfig, match=why, **bad)
 
 

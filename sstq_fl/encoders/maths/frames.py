@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from ... import rng
+from ...checks import check_array
 from .fwht import fwht_
 
 DEFAULT_RHO = 2.5
@@ -40,9 +41,11 @@ def frame_size(d: int, rho: float = DEFAULT_RHO) -> int:
     rule; ``ρ = 2.5`` by default, as in the SSTQ experiments)."""
     if d < 1:
         raise ValueError(f"dimension d must be >= 1, got {d}")
-    if not rho > 1.0:
-        raise ValueError(f"frame redundancy rho must be > 1, got {rho}")
-    return 1 << max(1, math.ceil(math.log2(rho * d)))
+    if not 1.0 < rho < math.inf:
+        raise ValueError(f"frame redundancy rho must be a finite number > 1, got {rho}")
+    log2n = max(1, math.ceil(math.log2(rho * d)))
+    check_array(f"a frame of N = 2^{log2n} rows (d = {d}, rho = {rho:g})", 1 << min(log2n, 80))
+    return 1 << log2n
 
 
 class Frame(ABC):
