@@ -116,8 +116,11 @@ def test_plain_app_runs_with_flwr_run(tmp_path):
 
 
 @needs_data
-def test_ldp_app_runs_with_flwr_run_and_its_loss_falls(tmp_path):
-    """The recipe as committed (its radius, no client evaluation), 3 rounds: the central loss falls."""
+def test_ldp_app_runs_with_flwr_run_and_its_loss_stays_put(tmp_path):
+    """The recipe as committed (its radius, no client evaluation), 3 rounds: the central loss does not
+    diverge (``radius = 1.0`` took it from 2.31 to 47,105 in 3 rounds).  With 4 clients at ε = 3 the
+    decoded mean's noise is about 90 × the radius, so whether it falls in 3 rounds is chance (it fell
+    from 2.305 to 2.303 in most runs, rose by 0.0003 in one); learning needs many clients a round."""
     p, status, out = flwr_run(LDP, tmp_path, "num-server-rounds=3")
     ev = central_evaluation(p, status, out, rounds=3)
     log = p.stdout + p.stderr
@@ -129,7 +132,7 @@ def test_ldp_app_runs_with_flwr_run_and_its_loss_falls(tmp_path):
     # the rounds' decoded messages charged the ledger: one epsilon=3 message per client and round
     spent = [float(x) for x in re.findall(r"'epsilon-spent': ([0-9.e+-]+)", p.stdout)]
     assert spent == pytest.approx([3.0, 6.0, 9.0], rel=1e-3)
-    assert ev[-1]["loss"] < ev[0]["loss"], ev
+    assert max(e["loss"] for e in ev) < ev[0]["loss"] + 0.01, ev
 
 
 def misconfigured(tmp_path: Path, file: str, old: str, new: str) -> Path:
