@@ -140,7 +140,8 @@ class Folders:
         return self
 
     def argv(self, case: list[str], out: Path) -> list[str]:
-        """``case`` with its placeholders as paths (``OUT``: ``out``, which must not exist afterwards)."""
+        """``case`` with its upper-case folder names (``MISSING``, ``OUT``, ``RUN``, ...) made paths under the
+        root (``OUT``: ``out``, which must not exist afterwards)."""
         names = {"MISSING": str(self.root / "missing"), "OUT": str(out), "OUT.json": str(out) + ".json"}
         return [names.get(a, str(self.root / a) if a.isupper() and (self.root / a).exists() else a) for a in case]
 

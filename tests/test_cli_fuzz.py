@@ -31,7 +31,7 @@ def folders(tmp_path_factory):
 
 
 def check(folders: Folders, case: list[str]) -> None:
-    """``case`` (placeholders filled in) is refused in one line, exit 2, with nothing written."""
+    """``case`` (its folder names made paths) is refused in one line, exit 2, with nothing written."""
     out = folders.root / f"out{next(_COUNTER)}"
     argv = folders.argv(case, out)
     rc, err = outcome(argv)
