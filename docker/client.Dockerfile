@@ -1,4 +1,4 @@
-# Client side of sstq-fl: a Flower SuperNode, which runs the ClientApp (sstq_fl.apps.sstq_client:app) in a
+# Client side of sstq-fl: a Flower SuperNode, which runs the ClientApp (sstq_fl.flower.apps.sstq_client:app) in a
 # subprocess for each message (isolation "subprocess").  Build from the repository root:
 #   docker build -f docker/client.Dockerfile -t sstq-fl-client .
 # The app's code is not baked in: the SuperNode fetches the FAB of each run; the image holds its dependencies.

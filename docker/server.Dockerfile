@@ -1,4 +1,4 @@
-# Server side of sstq-fl: the Flower SuperLink, which runs the ServerApp (sstq_fl.apps.sstq_server:app)
+# Server side of sstq-fl: the Flower SuperLink, which runs the ServerApp (sstq_fl.flower.apps.sstq_server:app)
 # in a subprocess of its own (isolation "subprocess").  Build from the repository root:
 #   docker build -f docker/server.Dockerfile -t sstq-fl-server .
 # The app's code is not baked in: `flwr run` submits it (the FAB); the image holds its dependencies.

@@ -16,7 +16,7 @@ def wheel_problems(path: str) -> list[str]:
     tops = {PurePosixPath(n).parts[0] for n in names}
     out = [f"wheel installs a top-level {t!r}" for t in sorted(tops)
            if t != "sstq_fl" and not (t.startswith("sstq_fl-") and t.endswith(".dist-info"))]
-    for needed in ("sstq_fl/apps/sstq_server.py", "sstq_fl/apps/sstq_client.py", "sstq_fl/py.typed"):
+    for needed in ("sstq_fl/flower/apps/sstq_server.py", "sstq_fl/flower/apps/sstq_client.py", "sstq_fl/py.typed"):
         if needed not in names:
             out.append(f"wheel lacks {needed}")
     if not any(n.endswith(".dist-info/licenses/LICENSE") for n in names):

@@ -1,6 +1,6 @@
 """Execution backends outside the core, found by entry point (group ``sstq_fl.backends``).
 
-The core never imports Flower or the Flower apps (:mod:`sstq_fl.apps`): where a run asks for the Flower
+The core never imports Flower or the Flower apps (:mod:`sstq_fl.flower.apps`): where a run asks for the Flower
 engine, it looks the backend up by name here, and the package's ``pyproject.toml`` declares which
 edge function serves it (``flower-train``, ``flower-train-many``, ``flower-workload``).  Another
 distribution can add a backend the same way.  The backends form a

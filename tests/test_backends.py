@@ -1,6 +1,7 @@
-"""Flower stays at the edges: no core module imports Flower, the apps (:mod:`sstq_fl.apps`) or the
+"""Flower stays at the edges: no core module imports Flower, the apps (:mod:`sstq_fl.flower.apps`) or the
 clone's ``strategies/`` and ``clients/``; only :mod:`sstq_fl.flower` (the mod, the wrapper, the shared
-plumbing) and :mod:`sstq_fl.apps` import Flower, and :mod:`sstq_fl.flower` imports no app; the core
+plumbing, and in :mod:`sstq_fl.flower.apps` the project's own apps) imports Flower, and nothing in it
+outside :mod:`sstq_fl.flower.apps` imports an app; the core
 reaches the Flower engines only through :mod:`sstq_fl.backends` (entry points)."""
 
 import ast
@@ -33,37 +34,37 @@ def _in_flower(p: Path) -> bool:
     return p.relative_to(CORE).parts[0] == "flower"
 
 
-def _in_edge(p: Path) -> bool:
-    return p.relative_to(CORE).parts[0] in ("flower", "apps")
+def _in_apps(p: Path) -> bool:
+    return p.relative_to(CORE).parts[:2] == ("flower", "apps")
 
 
 def test_no_core_module_imports_flower_or_the_app_folders():
-    core = [p for p in CORE.rglob("*.py") if not _in_edge(p)]
+    core = [p for p in CORE.rglob("*.py") if not _in_flower(p)]
     bad = [(str(p.relative_to(CORE)), m) for p in core for m in _imports(p)
-           if m.split(".")[0] in EDGE or m.startswith(("sstq_fl.flower", "sstq_fl.apps"))]
+           if m.split(".")[0] in EDGE or m.startswith("sstq_fl.flower")]
     assert bad == []
 
 
 def test_only_sstq_fl_flower_imports_flower_and_it_imports_no_app_folder():
-    flower = [p for p in CORE.rglob("*.py") if _in_flower(p)]
+    flower = [p for p in CORE.rglob("*.py") if _in_flower(p) and not _in_apps(p)]
     assert any(m.split(".")[0] == "flwr" for p in flower for m in _imports(p))  # the check sees Flower imports
     assert [(p.name, m) for p in flower for m in _imports(p)
-            if m.split(".")[0] in ("strategies", "clients") or m.startswith("sstq_fl.apps")] == []
+            if m.split(".")[0] in ("strategies", "clients") or m.startswith("sstq_fl.flower.apps")] == []
 
 
 def test_the_apps_import_no_clone_folder():
-    apps = [p for p in CORE.rglob("*.py") if p.relative_to(CORE).parts[0] == "apps"]
+    apps = [p for p in CORE.rglob("*.py") if _in_apps(p)]
     assert len(apps) >= 4
     assert [(p.name, m) for p in apps for m in _imports(p) if m.split(".")[0] in ("strategies", "clients")] == []
 
 
 def test_the_flower_backends_are_installed_and_an_unknown_one_is_a_one_line_error():
-    import sstq_fl.apps.gen_server
-    import sstq_fl.apps.sstq_server
+    import sstq_fl.flower.apps.gen_server
+    import sstq_fl.flower.apps.sstq_server
 
-    assert backend("flower-train") is sstq_fl.apps.sstq_server.run_flower
-    assert backend("flower-train-many") is sstq_fl.apps.sstq_server.run_flower_many
-    assert backend("flower-workload") is sstq_fl.apps.gen_server.run_on_flower
+    assert backend("flower-train") is sstq_fl.flower.apps.sstq_server.run_flower
+    assert backend("flower-train-many") is sstq_fl.flower.apps.sstq_server.run_flower_many
+    assert backend("flower-workload") is sstq_fl.flower.apps.gen_server.run_on_flower
     with pytest.raises(ValueError, match="no execution backend 'nope' is installed") as exc:
         backend("nope")
     assert "\n" not in str(exc.value)

@@ -57,7 +57,7 @@ def test_ctrl_c_stops_with_one_line_and_resume_completes_identically(tmp_path, c
 
 
 def test_a_keyboard_interrupt_from_the_flower_engine_gets_the_same_line(tmp_path, monkeypatch, capsys):
-    import sstq_fl.apps.sstq_server as server
+    import sstq_fl.flower.apps.sstq_server as server
 
     def interrupted(cfg, out, resume=False, progress=None, keep_checkpoints=False):
         (out / "checkpoint.json").parent.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,7 @@ def test_only_sstq_fl_is_packaged_and_the_licence_ships():
 
 def test_the_backends_name_the_installed_apps_not_the_clone_folders():
     eps = PYPROJECT["project"]["entry-points"]["sstq_fl.backends"]
-    assert all(v.startswith("sstq_fl.apps.") for v in eps.values()), eps
+    assert all(v.startswith("sstq_fl.flower.apps.") for v in eps.values()), eps
 
 
 def test_run_metadata_names_sstq_fl_flower_ray_torch_numpy_and_plugins():
@@ -53,7 +53,7 @@ def test_the_dist_checker_catches_a_top_level_package_and_a_missing_licence(tmp_
         z.writestr("sstq_fl-0.1.0.dist-info/METADATA", "")
     problems = wheel_problems(str(wheel))
     assert "wheel installs a top-level 'strategies'" in problems
-    assert "wheel lacks the LICENSE file" in problems and "wheel lacks sstq_fl/apps/sstq_server.py" in problems
+    assert "wheel lacks the LICENSE file" in problems and "wheel lacks sstq_fl/flower/apps/sstq_server.py" in problems
     sdist = tmp_path / "x.tar.gz"
     with tarfile.open(sdist, "w:gz") as tar:
         tar.add(ROOT / "pyproject.toml", arcname="sstq_fl-0.1.0/pyproject.toml")

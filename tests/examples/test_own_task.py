@@ -46,7 +46,7 @@ def test_the_example_runs_on_the_vectorized_engine(tmp_path, monkeypatch):
 @needs_data
 def test_the_example_on_flower_nodes_and_on_cohort_nodes_gives_the_vectorized_rounds(tmp_path, monkeypatch):
     pytest.importorskip("flwr")
-    from sstq_fl.apps.sstq_server import run_flower
+    from sstq_fl.flower.apps.sstq_server import run_flower
 
     monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))  # Flower extends it with sys.path
     by_file = RunConfig(task=f"{EXAMPLE / 'cnn_task.py'}:cnn_task", **SMALL)

@@ -39,7 +39,7 @@ def test_flower_engine_attaches_to_an_existing_ray_cluster(tmp_path):
     import tempfile
     from pathlib import Path
 
-    from sstq_fl.apps.sstq_server import run_flower
+    from sstq_fl.flower.apps.sstq_server import run_flower
 
     ray = str(Path(sys.executable).with_name("ray"))
     port, temp = _free_port(), tempfile.mkdtemp(prefix="rh", dir="/tmp")  # short: Ray's socket paths live under it
@@ -78,7 +78,7 @@ def test_cohort_nodes_give_the_in_process_engines_rounds(tmp_path):
     """40 virtual clients on 4 simulated nodes of 10 (one batched gradient and encode per node, one
     message per client): reproducible mode gives the in-process engine's per-round metrics; secure
     mode (each virtual client keys its own coins inside its node) runs in the same simulation."""
-    from sstq_fl.apps.sstq_server import run_flower_many
+    from sstq_fl.flower.apps.sstq_server import run_flower_many
 
     ref = run(RunConfig(**COHORT), tmp_path / "v", progress=False)
     flw, sec = run_flower_many([(RunConfig(engine="flower", clients_per_node=10, **COHORT), tmp_path / "f", False),
@@ -149,7 +149,7 @@ def test_cohort_nodes_spread_over_a_ray_cluster_with_a_head_and_a_worker(tmp_pat
 
     import ray
 
-    from sstq_fl.apps.sstq_server import run_flower
+    from sstq_fl.flower.apps.sstq_server import run_flower
 
     # a short temp dir: Ray's socket paths under it must fit AF_UNIX's 107 bytes
     port, temp = _free_port(), tempfile.mkdtemp(prefix="rc", dir="/tmp")

@@ -111,7 +111,7 @@ def test_flwr_run_with_fewer_supernodes_than_clients_fails_at_once(tmp_path):
 
 
 def test_run_config_maps_onto_runconfig(tmp_path):
-    from sstq_fl.apps.sstq_server import config_from_run_config
+    from sstq_fl.flower.apps.sstq_server import config_from_run_config
 
     cfg, out, resume = config_from_run_config({"encoder": "sqkr", "server-cap": 5.0, "budget-epsilon": 0.0, "data-dir": "",
                                                 "out-dir": str(tmp_path), "resume": True})
@@ -124,7 +124,7 @@ def test_run_config_maps_onto_runconfig(tmp_path):
 def test_pyproject_app_config_is_a_valid_runconfig():
     import tomllib
 
-    from sstq_fl.apps.sstq_server import config_from_run_config
+    from sstq_fl.flower.apps.sstq_server import config_from_run_config
 
     conf = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
     assert conf["components"] == {"serverapp": "strategies.sstq_server:app", "clientapp": "clients.sstq_client:app"}

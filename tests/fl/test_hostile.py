@@ -1,7 +1,7 @@
 """Hostile input at the server: replies that Flower delivers to ``LdpDecoding(SstqSampling)``.
 
-One round is driven by hand as ``sstq_fl.apps.sstq_server.serve`` drives it: ``LdpDecoding.configure_train``
-over a fake grid, ``aggregate_train`` on the replies, then :class:`~sstq_fl.apps.sstq_server.RunRecorder`
+One round is driven by hand as ``sstq_fl.flower.apps.sstq_server.serve`` drives it: ``LdpDecoding.configure_train``
+over a fake grid, ``aggregate_train`` on the replies, then :class:`~sstq_fl.flower.apps.sstq_server.RunRecorder`
 (the ``evaluate_fn``) records the round.  An honest reply is what the project's ClientApp and
 ``LdpEncodeMod`` send: ``RecordDict({"arrays": ArrayRecord({"ldp-message": <wire Array>}),
 "metrics": MetricRecord({"num-examples": batch})})`` (checked against the real ClientApp below).
@@ -44,9 +44,9 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from sstq_fl import wire
-from sstq_fl.apps.sstq_server import RunRecorder, SstqSampling
 from sstq_fl.encoders import make_encoder
 from sstq_fl.fl.engine import RoundState, RunConfig, Trainer
+from sstq_fl.flower.apps.sstq_server import RunRecorder, SstqSampling
 from sstq_fl.flower.decoding import LdpDecoding, wire_blob
 from sstq_fl.flower.mod import WIRE_KEY, WIRE_STYPE, wire_array
 from sstq_fl.flower.plumbing import discover
@@ -288,8 +288,8 @@ def _reference(tmp: Path, encoder: str) -> tuple[tuple[dict[str, Any], torch.Ten
 def test_the_honest_replies_are_the_client_apps(tmp_path, run_identity):
     """The project's ClientApp (``train`` behind ``LdpEncodeMod``, reproducible mode) on the server's own
     train messages replies exactly ``_wire(_honest(...)[c])``, and those replies all count."""
-    from sstq_fl.apps.sstq_client import ldp_settings, train
     from sstq_fl.flower import LdpEncodeMod
+    from sstq_fl.flower.apps.sstq_client import ldp_settings, train
 
     s = Server(tmp_path, "sqkr", send_config=True)  # the run config travels in the message, as in-process
     msgs = s.configure(T, FakeGrid())

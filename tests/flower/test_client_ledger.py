@@ -197,8 +197,8 @@ def test_the_server_leaves_a_refusing_client_out_with_its_reason_and_the_ledgers
 
 def test_each_virtual_client_of_a_cohort_node_keeps_its_own_ledger_and_refusal(run_identity):
     """Node 1 hosts clients 10..19; client 11 has spent its budget: no message, its reason reaches the server."""
-    from sstq_fl.apps.sstq_client import cohort
     from sstq_fl.fl.engine import RunConfig
+    from sstq_fl.flower.apps.sstq_client import cohort
 
     from .test_cohort import CFG, T, _reply, _Sent
     from .test_cohort import _context as cohort_context

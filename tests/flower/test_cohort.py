@@ -53,7 +53,7 @@ def test_nodes_and_their_clients():
 
 def test_a_cohort_node_sends_the_in_process_engines_messages_one_per_virtual_client(run_identity):
     """Reproducible: exactly the in-process engine's bytes; secure: each virtual client its own fresh coins."""
-    from sstq_fl.apps.sstq_client import cohort
+    from sstq_fl.flower.apps.sstq_client import cohort
 
     cfg = RunConfig(randomness="reproducible", **CFG)
     tr = Trainer(cfg)
@@ -72,7 +72,7 @@ def test_a_cohort_node_sends_the_in_process_engines_messages_one_per_virtual_cli
 
 
 def test_a_deployment_serverapp_refuses_cohorts_before_sending_anything(monkeypatch, tmp_path):
-    from sstq_fl.apps.sstq_server import main
+    from sstq_fl.flower.apps.sstq_server import main
 
     rc = {"task": "lsq", "dim": 12, "clients": 40, "clients-per-node": 10, "out-dir": str(tmp_path)}
     monkeypatch.setattr("sys.argv", ["/venv/bin/flwr-serverapp"])
@@ -82,7 +82,7 @@ def test_a_deployment_serverapp_refuses_cohorts_before_sending_anything(monkeypa
 
 
 def test_a_deployment_clientapp_refuses_a_cohort_message_a_simulated_node_runs_it(run_identity, monkeypatch):
-    from sstq_fl.apps.sstq_client import cohort
+    from sstq_fl.flower.apps.sstq_client import cohort
 
     cfg = RunConfig(randomness="reproducible", **CFG)
     theta = Trainer(cfg).task.init_params(0).numpy()
@@ -139,7 +139,7 @@ def test_the_server_validates_and_charges_each_virtual_client_on_its_own(run_ide
 
 
 def test_injected_faults_hit_one_virtual_client_or_its_whole_node(run_identity, monkeypatch):
-    from sstq_fl.apps.sstq_client import cohort, fault_injection_mod
+    from sstq_fl.flower.apps.sstq_client import cohort, fault_injection_mod
 
     cfg = RunConfig(randomness="reproducible", **CFG)
     theta = Trainer(cfg).task.init_params(0).numpy()

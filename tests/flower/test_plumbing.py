@@ -15,8 +15,8 @@ def test_the_round_timeout_is_the_run_configs_then_the_environments_then_the_sta
 def test_client_resources_come_from_the_call_then_the_cli_then_the_defaults(monkeypatch, tmp_path):
     """``sstq-fl run --client-cpus/--client-gpus`` reach the Ray actors' resources; a cohort node defaults to a
     whole CPU, a one-client node to half of one; no CUDA here, so no GPU share by default."""
-    from sstq_fl.apps.sstq_server import _simulated_nodes
     from sstq_fl.cli import _run_config, build_parser
+    from sstq_fl.flower.apps.sstq_server import _simulated_nodes
 
     for env in ("SSTQ_FL_CLIENT_CPUS", "SSTQ_FL_CLIENT_GPUS", "SSTQ_FL_RAY_ADDRESS"):
         monkeypatch.setenv(env, "")  # restored afterwards; empty counts as unset

@@ -21,7 +21,7 @@ OS-CSPRNG key) and replies with one wire message per virtual client
 (:mod:`sstq_fl.flower.cohort`); a one-shot ``flwr-clientapp`` process (a deployment) refuses them.
 
 ``train.gen`` messages run a registered client task of a DP generative workload
-(:mod:`sstq_fl.apps.gen_client`).  ``query`` reports the node's partition
+(:mod:`sstq_fl.flower.apps.gen_client`).  ``query`` reports the node's partition
 (:func:`sstq_fl.flower.plumbing.answer_query`); a long-lived process (a simulation actor) warms
 its heavy imports up meanwhile, a one-shot ``flwr-clientapp`` process does not.
 """

@@ -282,7 +282,7 @@ def run_flower_many(jobs: list[tuple[RunConfig, Path, bool]], progress: bool | N
     the round in progress is abandoned, every completed round is in its run's checkpoint, and
     ``KeyboardInterrupt`` is raised here once Flower has stopped its threads and Ray.
     """
-    from sstq_fl.apps.sstq_client import app as client_app
+    from sstq_fl.flower.apps.sstq_client import app as client_app
 
     nodes, cpus = _simulated_nodes(jobs, client_cpus)
     results: list[dict[str, Any]] = []

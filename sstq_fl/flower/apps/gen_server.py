@@ -2,7 +2,7 @@
 
 The pipeline (privacy releases, noise, ledger, post-processing) runs in the ``ServerApp``;
 each client request becomes one ``train.gen`` message to the node holding that partition (the
-project's one ClientApp, :mod:`sstq_fl.apps.sstq_client`, serves training and workloads).  A client
+project's one ClientApp, :mod:`sstq_fl.flower.apps.sstq_client`, serves training and workloads).  A client
 that errs or times out is left out of that release (logged; data-independent dropout is safe for
 record-level DP) and the pipeline goes on.  Discovery, the round timeout (run-config key
 ``round-timeout``) and error attribution are the training stack's (:mod:`sstq_fl.flower.plumbing`).
@@ -79,7 +79,7 @@ def run_on_flower(pipeline: Callable[[ClientPool], dict[str, Any]], data: Worklo
     """Run ``pipeline`` in a ``ServerApp`` on Flower's simulation engine (Ray), one SuperNode per client.
     With ``device="cuda"`` each client asks Flower for a share of a GPU (client resources).  One Ctrl-C
     stops it within seconds and raises ``KeyboardInterrupt`` (:func:`~sstq_fl.flower.plumbing.simulate`)."""
-    from sstq_fl.apps.sstq_client import app as client_app
+    from sstq_fl.flower.apps.sstq_client import app as client_app
 
     result: dict[str, Any] = {}
     server, stop = ServerApp(), threading.Event()

@@ -1,4 +1,4 @@
-"""sstq-fl's own Flower apps, installed with the package (an edge, like :mod:`sstq_fl.flower`).
+"""sstq-fl's own Flower apps, installed with the package (part of the Flower edge, :mod:`sstq_fl.flower`).
 
 :mod:`.sstq_server` is the ServerApp (training, and the DP generative workloads through
 :mod:`.gen_server`); :mod:`.sstq_client` the ClientApp (with :mod:`.gen_client`).  A clone's
