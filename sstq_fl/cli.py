@@ -11,40 +11,21 @@ from typing import Any
 
 import torch
 
-
-def positive_int(s: str) -> int:
-    """argparse type for counts (trials, clients, rounds, reps, dimensions): an integer ≥ 1."""
-    try:
-        v = int(s)
-    except ValueError:
-        v = 0
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}")
-    return v
-
-
-def positive_ints(s: str) -> list[int]:
-    """argparse type for a comma-separated list of counts, each an integer ≥ 1."""
-    out = [positive_int(v.strip()) for v in s.split(",") if v.strip()]
-    if not out:
-        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {s!r}")
-    return out
-
-
-def _float_in(s: str, ok: Any, expected: str) -> float:
-    """``s`` as a float for which ``ok(v)`` holds, else an argparse error saying it ``expected`` that."""
-    try:
-        v = float(s)
-    except ValueError:
-        v = float("nan")
-    if not ok(v):
-        raise argparse.ArgumentTypeError(f"expected {expected}, got {s!r}")
-    return v
-
-
-def resource_amount(s: str) -> float:
-    """argparse type for a Ray resource per actor (CPUs, GPUs; fractions share one): a finite number ≥ 0."""
-    return _float_in(s, lambda v: 0.0 <= v < float("inf"), "a finite number ≥ 0")
+from .argtypes import (
+    at_least_100,
+    device_arg,
+    input_kinds,
+    item_list,
+    plan_epsilon,
+    positive_float,
+    positive_int,
+    positive_ints,
+    powers_of_two,
+    probability,
+    redundancy,
+    resource_amount,
+    unit_rate,
+)
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -74,53 +55,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
 
 
-def _input_kinds(s: str) -> list[str]:
-    """argparse type for ``bench encode-speed --inputs``: comma-separated input kinds, each known, none twice."""
-    from .bench.timing import INPUT_KINDS
-
-    out = [v.strip() for v in s.split(",") if v.strip()]
-    bad = [v for v in out if v not in INPUT_KINDS]
-    if bad or len(set(out)) != len(out):
-        raise argparse.ArgumentTypeError(f"expected distinct input kinds from {', '.join(INPUT_KINDS)}, got {s!r}")
-    return out
-
-
-def _list(s: str) -> list[str]:
-    """argparse type for a space- or ';'-separated list: at least one item (leave the option out for the default)."""
-    out = [v.strip() for v in s.split(";" if ";" in s else " ") if v.strip()]
-    if not out:
-        raise argparse.ArgumentTypeError(f"expected one or more space- or ';'-separated items, got {s!r}")
-    return out
-
-
-def _device(s: str) -> str:
-    """argparse type for a torch device that exists here (cpu, cuda, cuda:N)."""
-    from .checks import torch_device
-
-    try:
-        return torch_device(s)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def plan_epsilon(s: str) -> float:
-    """argparse type for ``privacy plan``'s per-message ε: a number > 0 and ≤ 1e300 (the PLD accountant's range)."""
-    return _float_in(s, lambda v: 0.0 < v <= 1e300, "a number > 0 and ≤ 1e300")
-
-
-def redundancy(s: str) -> float:
-    """argparse type for a frame redundancy ρ = N/d: a finite number > 1."""
-    return _float_in(s, lambda v: 1.0 < v < float("inf"), "a finite number > 1")
-
-
-def powers_of_two(s: str) -> list[int]:
-    """argparse type for comma-separated transform sizes, each a power of two ≥ 2."""
-    out = positive_ints(s)
-    if any(n < 2 or n & (n - 1) for n in out):
-        raise argparse.ArgumentTypeError(f"expected comma-separated powers of two ≥ 2, got {s!r}")
-    return out
-
-
 def _print_json(obj: Any) -> None:
     """Print ``obj`` as standard JSON (a non-finite number is ``null``: a null ε means ε = ∞)."""
     from .io import finite_json
@@ -134,21 +68,6 @@ def cmd_options(args: argparse.Namespace) -> int:
 
     sys.stdout.write(options_reference())
     return 0
-
-
-def positive_float(s: str) -> float:
-    """argparse type for ε and radii: a finite number > 0."""
-    return _float_in(s, lambda v: 0.0 < v < float("inf"), "a finite number > 0")
-
-
-def _unit_rate(s: str) -> float:
-    """argparse type for a participation rate q: a number in (0, 1]."""
-    return _float_in(s, lambda v: 0.0 < v <= 1.0, "a number in (0, 1]")
-
-
-def probability(s: str) -> float:
-    """argparse type for a significance level: a number strictly between 0 and 1."""
-    return _float_in(s, lambda v: 0.0 < v < 1.0, "a number in (0, 1)")
 
 
 def cmd_encoders(args: argparse.Namespace) -> int:
@@ -210,19 +129,12 @@ def _encoders_parser(sub: Any) -> None:
     c.add_argument("--epsilon", type=positive_float, default=1.0, help="per-message ε")
     c.add_argument("--radius", type=positive_float, default=1.0, help="clip radius R")
     c.add_argument("--seed", type=int, default=0, help="public run seed of the encoder")
-    c.add_argument("--trials", type=_at_least_100, default=20000, help="messages per input for the mean, MSE and law checks")
-    c.add_argument("--audit-trials", type=_at_least_100, default=20000, help="audit messages per input for the ε audit")
+    c.add_argument("--trials", type=at_least_100, default=20000, help="messages per input for the mean, MSE and law checks")
+    c.add_argument("--audit-trials", type=at_least_100, default=20000, help="audit messages per input for the ε audit")
     c.add_argument("--alpha", type=probability, default=1e-6,
                    help="false-failure probability of each statistical check for a conforming encoder")
-    c.add_argument("--checks", type=_list, default=None, help="space-separated subset of the checks (default: all)")
+    c.add_argument("--checks", type=item_list, default=None, help="space-separated subset of the checks (default: all)")
     c.set_defaults(fn=cmd_encoders)
-
-
-def _at_least_100(s: str) -> int:
-    v = positive_int(s)
-    if v < 100:
-        raise argparse.ArgumentTypeError(f"expected an integer ≥ 100, got {s!r}")
-    return v
 
 
 def cmd_mse(args: argparse.Namespace) -> int:
@@ -498,7 +410,7 @@ def _mse_parser(bs: Any) -> None:
     m.add_argument("--norm", type=positive_float, default=0.2, help="norm of the test vector (and the encoders' radius)")
     m.add_argument("--trials", type=positive_int, default=1000,
                    help="independent encodings per point (at least 2: the 95%% interval is a bootstrap percentile one)")
-    m.add_argument("--encoders", type=_list, default=None,
+    m.add_argument("--encoders", type=item_list, default=None,
                    help="space- or ';'-separated encoder specs (default: the E1 set)")
     m.add_argument("--out", default="results/e1.json", help="result JSON (the plot goes next to it as .png)")
     m.set_defaults(fn=cmd_mse)
@@ -511,11 +423,11 @@ def _speed_parser(bs: Any) -> None:
     s.add_argument("--dim", type=positive_int, default=25450, help="vector dimension (25450: the Fashion-MNIST MLP)")
     s.add_argument("--epsilon", type=positive_float, default=3.0, help="per-message LDP epsilon")
     s.add_argument("--bits", type=positive_int, default=4, help="bit width b for encoders that take one")
-    s.add_argument("--encoders", type=_list, default=None,
+    s.add_argument("--encoders", type=item_list, default=None,
                    help="space- or ';'-separated encoder specs (default: clean and the E1 set)")
     s.add_argument("--reps", type=positive_int, default=5, help="timed repetitions (the median is reported)")
-    s.add_argument("--device", type=_device, default=_DEVICE, help="torch device (cpu, cuda, cuda:N)")
-    s.add_argument("--inputs", type=_input_kinds, default="",
+    s.add_argument("--device", type=device_arg, default=_DEVICE, help="torch device (cpu, cuda, cuda:N)")
+    s.add_argument("--inputs", type=input_kinds, default="",
                    help="comma-separated input kinds to time one message at a time, adaptive and constant-time encode "
                         "side by side (zero, gaussian, walsh-flat, frame-row; default: none)")
     s.add_argument("--out", default="results/encode_speed.json", help="result JSON")
@@ -528,7 +440,7 @@ def _fwht_kashin_ledger_parsers(bs: Any) -> None:
     f.add_argument("--rows", type=positive_int, default=100, help="vectors transformed at once")
     f.add_argument("--sizes", type=powers_of_two, default="1024,16384,65536,262144",
                    help="comma-separated transform sizes N (powers of 2)")
-    f.add_argument("--device", type=_device, default=_DEVICE, help="torch device (cpu, cuda, cuda:N)")
+    f.add_argument("--device", type=device_arg, default=_DEVICE, help="torch device (cpu, cuda, cuda:N)")
     f.add_argument("--out", default="results/fwht.json", help="result JSON")
     f.set_defaults(fn=cmd_fwht)
     k = bs.add_parser("kashin", help="achieved Kashin level on adversarial inputs, per setting")
@@ -558,7 +470,7 @@ def _training_parsers(sub: Any) -> None:
     _training_args(r)
     r.set_defaults(fn=cmd_run)
     c = sub.add_parser("compare", help="several encoders on identical batches: curves, accuracy vs bits, table")
-    c.add_argument("--encoders", type=_list, default=None,
+    c.add_argument("--encoders", type=item_list, default=None,
                    help="space- or ';'-separated specs (default: clean privunit sqkr sstq-flat:b=4 "
                         "sstq-flat:b=4,codebook=optimized sstq-ma:b=4 vqsgd)")
     _training_args(c, skip=("encoder",))
@@ -581,7 +493,7 @@ def _privacy_parsers(sub: Any) -> None:
                     help="per-message epsilon, > 0 and at most 1e300 (the PLD accountant's range); a total beyond the "
                          "float range is reported as inf")
     pl.add_argument("--rounds", type=positive_int, required=True, help="rounds, at most 10**7")
-    pl.add_argument("--sampling-rate", type=_unit_rate, default=1.0,
+    pl.add_argument("--sampling-rate", type=unit_rate, default=1.0,
                     help="probability q that a client joins a round (Poisson participation; 1: every round)")
     pl.add_argument("--delta", type=probability, default=1e-5, help="delta at which the totals are reported")
     pl.add_argument("--json", action="store_true", help="print the report as JSON")
