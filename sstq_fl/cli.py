@@ -310,7 +310,8 @@ def _claim_out(cfg: Any, args: argparse.Namespace) -> None:
     """Check ``--out`` once the config is valid, before anything is written: ``--resume`` needs its
     checkpoint (same config) and says where it restarts; otherwise another run's files there are
     refused unless ``--force`` (which removes them)."""
-    from .fl.engine import existing_outputs, finished_run, read_checkpoint
+    from .fl.checkpoint import finished_run, read_checkpoint
+    from .fl.engine import existing_outputs
     from .io import clear_out, mark_kind, refuse_other_kind
 
     out = Path(args.out)

@@ -1,6 +1,6 @@
 """Adversarial search of a frame's worst Kashin level, with certificates (``kashin_search``).
 
-In scaled units the minimal level of an input ``x`` is (see :func:`sstq_fl.encoders.maths.kashin.linf_min`)
+In scaled units the minimal level of an input ``x`` is (see :func:`sstq_fl.encoders.maths.linf_min.linf_min`)
 
     level(x) = min{‖s‖_∞ : Qᵀ s = √N x/‖x‖} = √N max_y ⟨x, y⟩ / (‖x‖ ‖Q y‖_1)
 
@@ -35,14 +35,15 @@ import torch
 
 from .. import rng
 from ..encoders.maths.frames import Frame, HadamardFrame, make_frame
-from ..encoders.maths.kashin import LINF_LEVEL, KashinConfig, dual_bound, kashin, linf_min
+from ..encoders.maths.kashin import LINF_LEVEL, KashinConfig, kashin
+from ..encoders.maths.linf_min import dual_bound, linf_min
 from ..io import atomic_write_json, run_meta
 from .mse import test_vector
 
 
 def certified_level(frame: Frame, y: torch.Tensor) -> torch.Tensor:
     """``N / ‖√N Q ŷ‖_1`` per row (``ŷ = y/‖y‖``): a lower bound on ``K*``, attained by ``x = ŷ``
-    (the weak-duality bound :func:`~sstq_fl.encoders.maths.kashin.dual_bound` with ``u = y``)."""
+    (the weak-duality bound :func:`~sstq_fl.encoders.maths.linf_min.dual_bound` with ``u = y``)."""
     return dual_bound(frame, y.double(), y.double())
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ..encoders.base import parse_spec
-from ..fl.engine import METRIC_KEYS, NON_PRIVATE_DIAGNOSTICS, completed_metrics
+from ..fl.checkpoint import completed_metrics
+from ..fl.engine import METRIC_KEYS, NON_PRIVATE_DIAGNOSTICS
 from ..io import atomic_write_bytes, atomic_write_json
 from .spec import Cell, key_name
 

@@ -105,7 +105,7 @@ def run_cell(cfg_json: str, folder: str, resume: bool, keep_checkpoints: bool, r
 
 def train_cell(trainer: Any, out: Path, resume: bool, record: dict[str, Any]) -> dict[str, Any]:
     """Train (or resume, or skip when complete) one cell with its built trainer; its end as a dict."""
-    from ..fl.engine import finished_run
+    from ..fl.checkpoint import finished_run
 
     t0 = time.perf_counter()
     done = finished_run(out, trainer.cfg, resume)  # a completed run of this config; refuses another config's
@@ -244,7 +244,7 @@ def _flower_group(group: list[tuple[Cell, Path]], resume: bool, keep: bool, prov
 
 def pending_jobs(jobs: Iterable[tuple[Cell, Path]], report: Report) -> list[tuple[Cell, Path]]:
     """The jobs whose folder does not already hold their completed run (those are reported skipped)."""
-    from ..fl.engine import completed_metrics
+    from ..fl.checkpoint import completed_metrics
 
     todo = []
     for cell, folder in jobs:

@@ -279,7 +279,7 @@ def test_an_old_dirichlet_run_resumes_only_with_the_minimum_it_ran_with():
     old Dirichlet config reads as minimum 1, so resuming it under the new default 10 is refused, not redrawn."""
     from dataclasses import asdict
 
-    from sstq_fl.fl.engine import recorded_config
+    from sstq_fl.fl.checkpoint import recorded_config
 
     old = {k: v for k, v in asdict(RunConfig(partition="dirichlet")).items() if k != "min_partition_size"}
     assert recorded_config(old)["min_partition_size"] == 1

@@ -47,7 +47,8 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvgM
 
 from sstq_fl.configs import APP_KEYS
-from sstq_fl.fl.engine import METRIC_KEYS, RoundState, RunConfig, Trainer, finished_run
+from sstq_fl.fl.checkpoint import finished_run
+from sstq_fl.fl.engine import METRIC_KEYS, RoundState, RunConfig, Trainer
 from sstq_fl.flower import LdpDecoding
 from sstq_fl.flower.cohort import COHORT_MESSAGE_TYPE, KEY_COHORT, CohortDecoding, node_count, refuse_in_deployment
 from sstq_fl.flower.plumbing import (  # noqa: F401  (re-exported: the names the project's tests and docs use)

@@ -13,10 +13,9 @@ from sstq_fl.encoders.maths.kashin import (
     KashinConfig,
     achieved_level,
     adversarial_inputs,
-    dual_bound,
     kashin,
-    linf_min,
 )
+from sstq_fl.encoders.maths.linf_min import dual_bound, linf_min
 
 from ...conftest import unit_rows
 
