@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -77,6 +78,7 @@ PLUGIN_GROUPS = ("sstq_fl.encoders", "sstq_fl.tasks", "sstq_fl.pipelines", "sstq
 """The entry-point groups through which other distributions extend sstq-fl."""
 
 
+@functools.cache
 def _installed(dist: str) -> str | None:
     try:
         return metadata.version(dist)
@@ -86,14 +88,19 @@ def _installed(dist: str) -> str | None:
 
 def plugin_versions() -> dict[str, str]:
     """``{distribution: version}`` of every installed distribution (sstq-fl aside) that extends sstq-fl
-    through an entry point of :data:`PLUGIN_GROUPS`."""
+    through an entry point of :data:`PLUGIN_GROUPS` (read once per process: every metrics write asks)."""
+    return dict(_plugin_versions())
+
+
+@functools.lru_cache(maxsize=1)
+def _plugin_versions() -> tuple[tuple[str, str], ...]:
     out: dict[str, str] = {}
     for group in PLUGIN_GROUPS:
         for ep in metadata.entry_points(group=group):
             dist = getattr(ep, "dist", None)
             if dist is not None and dist.metadata["Name"] not in ("sstq-fl", "sstq_fl"):
                 out[dist.metadata["Name"]] = dist.version
-    return dict(sorted(out.items()))
+    return tuple(sorted(out.items()))
 
 
 def library_versions(torch_version: str, numpy_version: str) -> dict[str, Any]:
