@@ -6,13 +6,12 @@ records of bounded per-record contributions; the server adds Gaussian noise once
 (:meth:`~sstq_fl.gen.runner.DPRunner.additive_release`).
 
 * ``straightdp.class_moments`` — counts and whitened per-class sums: record ``i`` contributes
-  ``(e_{y_i}, f_i/(2R_f))`` with ``f_i = clip_{R_f}(P(z_i − m_pub))``, of norm ``≤ √(1 + 1/4) = √5/2``;
-  the release declares ``Δ = 2``, which bounds the add/remove shift ``√5/2`` and the
-  replace-one shift ``√(5/2)`` alike.  The contribution is clipped to ``config["bound"]`` on the client
-  all the same (a no-op for any ``bound ≥ √5/2``), so the declared bound holds whatever ``R_f`` says.
+  ``(e_{y_i}, f_i/(2R_f))`` with ``f_i = clip_{R_f}(P(z_i − m_pub))``, of norm ``≤ √(1 + 1/4) = √5/2``,
+  the add/remove shift the release declares.  The contribution is clipped to ``config["bound"]`` on the client
+  all the same (a no-op for ``bound = √5/2``), so the declared bound holds whatever ``R_f`` says.
 * ``straightdp.second_moment`` — ``Σ_i f_i f_iᵀ`` (``p × p``, never the ambient ``D × D``), each term of
   Frobenius norm ``‖f_i‖² ≤ R_f²``, clipped on the client to ``config["bound"]`` (the pipeline passes
-  ``2R_f²``: the replace-one Frobenius sensitivity, conservative under add/remove).
+  ``R_f²``, the add/remove Frobenius shift).
 
 The flow model's DP-SGD rounds use the shared ``dpsgd.clipped_sum`` with the model ``"straightdp-flow"``
 (:mod:`sstq_fl.gen.straightdp.flow`).

@@ -39,6 +39,7 @@ class StraightConfig(PipelineConfig):
 
     ``method``/``port``: the row (:mod:`~sstq_fl.gen.straightdp.pipeline`; ``port=""`` is the method's default);
     ``tha``: time-bucketed clipping with ``beta`` (``None``: the public proxy picks it from {0, ¼, ½, ¾, 1});
+    ``pca``/``rank``: the feature dimension ``p`` and the released covariance's rank ``r``;
     ``tau``/``t0``: ``None`` calibrates them on public data; ``low_b0``: the low-B₀ backbone (constraints active
     from pretraining on)."""
 
@@ -63,6 +64,10 @@ class StraightConfig(PipelineConfig):
     t0: float | None = option(None, unset=0.0, help="guidance start time (default: public plateau edge)")
     public_records: int | None = option(None, low=0, unset=0, help="public Fashion-MNIST images for calibration and "
                                         "pretraining (default: 5000 cpu, all full)")
+    pca: int | None = option(None, low=1, high=784, unset=0, help="public-PCA dimension p of the moment features "
+                             "(default: 16 cpu, 64 full)")
+    rank: int | None = option(None, low=1, unset=0, help="rank r of the released covariance after the PSD projection, "
+                              "at most p (default: 8 cpu, 32 full)")
     pretrain_steps: int | None = option(None, low=1, unset=0, help=_profile_default("public pretraining steps"))
     distill_steps: int | None = option(None, low=1, unset=0, help=_profile_default("distillation steps"))
     sgd_steps: int | None = option(None, low=1, unset=0, help=_profile_default("DP-SGD rounds"))
@@ -95,6 +100,8 @@ class StraightConfig(PipelineConfig):
                 raise ValueError(f"{name} must lie in (0, 1), got {v}")
         if self.q is not None and not 0 < self.q <= 1:
             raise ValueError(f"q must lie in (0, 1], got {self.q}")
+        if self.resolved("rank") > self.resolved("pca"):
+            raise ValueError(f"rank {self.resolved('rank')} exceeds the PCA dimension {self.resolved('pca')}")
 
     @property
     def resolved_port(self) -> str:

@@ -7,12 +7,16 @@ rows (``p = 64``; CPU profile ``p = 16``), ``m_pub`` the public mean and ``R_f``
 ``clip_R(v) = v·min(1, R/‖v‖)``.  A client sends, per class ``y``, the count and the whitened sum
 ``Σ_{i: y_i = y} f_i/(2R_f)`` (whitening by ``(1, 2R_f)``), and the unnormalised second moment ``Σ_i f_i f_iᵀ``.
 
-Sensitivities (add/remove and replace-one, used by the ledger elsewhere):
+Sensitivities.  StraightDP's ledger is add/remove with a public ``N_decl`` (a removed record is a zero "null
+record"), so a release's shift is one record's contribution, attained by any record with ``‖P(z − m_pub)‖ ≥ R_f``
+(then ``‖f‖ = R_f``):
 
-* one record contributes ``(e_y, f/(2R_f))`` to (counts, sums_w), of norm ``√(1 + ‖f‖²/(4R_f²)) ≤ √5/2 ≤ 2``;
-* replacing one record moves (counts, sums_w) by at most ``√(2 + 1/4 + 1/4) = √(5/2)`` (different classes) or ``1``
-  (same class);
-* replacing one record moves ``Σ f fᵀ`` by ``‖f fᵀ − f' f'ᵀ‖_F ≤ ‖f‖² + ‖f'‖² ≤ 2R_f²``.
+* (counts, sums_w) moves by ``‖(e_y, f/(2R_f))‖ = √(1 + ‖f‖²/(4R_f²)) ≤ √5/2`` (:data:`CLASS_MOMENTS_SHIFT`);
+* ``Σ f fᵀ`` moves by ``‖f fᵀ‖_F = ‖f‖² ≤ R_f²`` (:func:`second_moment_shift`).
+
+Both maxima are met by the same record, so the composition of the two Gaussian releases is tight, not merely an
+upper bound.  For reference, replace-one shifts are ``√(5/2)`` (different classes; ``1`` for the same class) and
+``2R_f²``; they bound the add/remove shifts too, but declaring them there would add √2× and 2× the necessary noise.
 
 Everything after the Gaussian release is post-processing (:func:`postprocess`, steps 1–6), and yields the
 :class:`GaussianMixture` whose Bayes flow field is :mod:`sstq_fl.gen.straightdp.field`.  All maths is numpy float64;
@@ -28,6 +32,8 @@ import numpy as np
 
 from ...privacy.clipping import clip_rows
 
+CLASS_MOMENTS_SHIFT = float(np.sqrt(5.0) / 2)
+"""The add/remove ℓ2 shift of the whitened (counts, sums): ``√(1 + 1/4)``, one record's largest contribution."""
 ORTHONORMAL_ATOL = 1e-6
 """Tolerance on ``max |PPᵀ − I|`` / ``max |WᵀW − I|`` for a basis to count as orthonormal."""
 
@@ -163,7 +169,7 @@ def record_contributions(f: np.ndarray, y: np.ndarray, r_f: float, classes: int 
     """A client's per-class sums: ``{"counts": [Y], "sums_w": [Y, p]}``.
 
     ``counts_y = #{i: y_i = y}`` and ``sums_w_y = Σ_{i: y_i = y} f_i/(2R_f)`` (whitening by ``(1, 2R_f)``), so one
-    record adds ``(e_y, f_i/(2R_f))``, of norm ``≤ √5/2``; the declared ``Δ = 2`` covers it.
+    record adds ``(e_y, f_i/(2R_f))``, of norm ``≤ √5/2`` (:data:`CLASS_MOMENTS_SHIFT`, the declared shift).
     """
     r = _positive(r_f, "r_f")
     if isinstance(classes, bool) or not isinstance(classes, int | np.integer) or classes < 1:
@@ -180,6 +186,13 @@ def second_moment_sum(f: np.ndarray) -> np.ndarray:
     """``Σ_i f_i f_iᵀ`` ``[p, p]``, NOT divided (the server divides the noisy total by ``N_decl``)."""
     fm = _matrix(f, "f")
     return fm.T @ fm
+
+
+def second_moment_shift(r_f: float) -> float:
+    """The add/remove Frobenius shift of ``Σ f fᵀ``: ``R_f²``, one clipped record's ``‖f fᵀ‖_F = ‖f‖²``."""
+    if not r_f > 0:
+        raise ValueError(f"the feature bound R_f must be positive, got {r_f}")
+    return float(r_f) ** 2
 
 
 # ----------------------------------------------------------------------------------------------- server side

@@ -15,8 +15,8 @@ field, flow), and samples are mapped back to [0, 1] for the evaluation.
    plateau edge); the flow model (:mod:`~sstq_fl.gen.straightdp.flow`) pretrained on public Fashion-MNIST with
    byte captions "class y".  All recorded as public-data steps.
 1. **Stage 1, the moment release**: two :meth:`~sstq_fl.gen.runner.DPRunner.additive_release`s on the
-   clients (:mod:`~sstq_fl.gen.straightdp.client_tasks`): whitened counts and per-class sums (declared Δ = 2, noise
-   ``2σ₁``) and the average-form second moment over ``N_decl`` (noise ``σ₁·2R_f²/N_decl``); the server
+   clients (:mod:`~sstq_fl.gen.straightdp.client_tasks`): whitened counts and per-class sums (add/remove Δ = √5/2,
+   noise ``σ₁·√5/2``) and the average-form second moment over ``N_decl`` (noise ``σ₁·R_f²/N_decl``); the server
    post-processes them, in a fixed order, into a Gaussian mixture (:func:`~.moments.postprocess`).
 2. **Ports**: *distillation* trains the model on the analytic field for ``t ∈ [0, τ]`` on the server with
    an equal public replay batch on ``[τ, 1]``; *guidance* starts sampling at ``t₀`` from the released Gaussian.
@@ -150,23 +150,24 @@ def tha_setup(cfg: StraightConfig, pub: PublicCalibration, model: Any, prefix: l
 
 # ----------------------------------------------------------------------------- Stage 1
 def release_moments(run: DPRunner, cfg: StraightConfig, setup: Setup, pub: PublicCalibration) -> tuple[Any, dict]:
-    """The two Gaussian releases on the clients (declared Δ = 2 for the whitened counts and sums; ``2R_f²`` for the
-    second moment, averaged over ``N_decl``), post-processed on the server into the released mixture."""
-    from .moments import MomentRelease, postprocess
+    """The two Gaussian releases on the clients at their exact add/remove sensitivities (``√5/2`` for the whitened
+    counts and sums, ``R_f²`` for the second moment, averaged over ``N_decl``: :mod:`.moments`), post-processed on
+    the server into the released mixture."""
+    from .moments import CLASS_MOMENTS_SHIFT, MomentRelease, postprocess, second_moment_shift
 
     payload = {"P": pub.basis, "m_pub": pub.mean}
     conf: dict[str, Any] = {"r_f": pub.r_f, "classes": 10}
-    b2 = 2 * pub.r_f ** 2
+    b1, b2 = CLASS_MOMENTS_SHIFT, second_moment_shift(pub.r_f)
     if setup.sigma_moments is None:
-        u = run.non_private_sum("stage1-class-moments", "straightdp.class_moments", payload, conf, 2.0)
+        u = run.non_private_sum("stage1-class-moments", "straightdp.class_moments", payload, conf, b1)
         m2 = {k: v / run.n_decl for k, v in
               run.non_private_sum("stage1-second-moment", "straightdp.second_moment", payload, conf, b2).items()}
     else:
-        u = run.additive_release("stage1-class-moments", "straightdp.class_moments", payload, conf, 2.0,
+        u = run.additive_release("stage1-class-moments", "straightdp.class_moments", payload, conf, b1,
                                  setup.sigma_moments)
         m2 = run.additive_release("stage1-second-moment", "straightdp.second_moment", payload, conf, b2,
                                   setup.sigma_moments, normalize=True)
-    std = 0.0 if setup.sigma_moments is None else 2 * setup.sigma_moments
+    std = 0.0 if setup.sigma_moments is None else b1 * setup.sigma_moments
     release = MomentRelease(counts=u["counts"], sums_w=u["sums_w"], m2=m2["m2"], count_std=std, r_f=pub.r_f)
     return postprocess(release, pub.basis, pub.mean, cfg.resolved("rank"), FLOOR)
 

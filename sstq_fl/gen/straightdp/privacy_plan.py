@@ -1,9 +1,10 @@
 """StraightDP's budget: the Stage 1 share, the joint DP-SGD calibration and the THA clip profile, all on one
 ``ADD_OR_REMOVE_ONE`` PLD ledger (DP-SGD's accounting: Abadi et al., CCS 2016).
 
-* Stage 1 is two Gaussian releases with the same multiplier ``σ₁`` (``σ₂ = σ₁``, our choice): the whitened counts and
-  sums (declared Δ = 2: ``GaussianEvent(σ₁)`` with the noise std ``2σ₁``) and the average-form second moment
-  (Frobenius Δ = 2R_f²/N_decl: ``GaussianEvent(σ₁)`` with the std ``σ₁·2R_f²/N_decl``).  ``σ₁`` is calibrated so
+* Stage 1 is two Gaussian releases with the same multiplier ``σ₁`` (``σ₂ = σ₁``, our choice), each at its exact
+  add/remove shift (:mod:`.moments`): the whitened counts and sums (Δ = √5/2: ``GaussianEvent(σ₁)`` with the noise
+  std ``σ₁·√5/2``) and the average-form second moment (Frobenius Δ = R_f²/N_decl: ``GaussianEvent(σ₁)`` with the
+  std ``σ₁·R_f²/N_decl``).  ``σ₁`` is calibrated so
   that Stage 1 **alone** is ``(ρ_mom/(ρ_mom+ρ_sgd)·ε, δ)``, with the declared weights ρ_mom = 0.2, ρ_sgd = 0.65
   (share 0.235), and **then** the DP-SGD multiplier is bisected so that the joint PLD of both releases and every
   step meets ``ε`` at ``δ`` (:func:`calibrate_joint`): the smallest σ whose whole plan fits.

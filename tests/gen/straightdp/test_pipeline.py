@@ -56,8 +56,10 @@ def test_moment_release_charges_two_gaussian_events_with_the_spec_noise():
     counts, second = run.ledger.entries
     assert counts.event == GaussianEvent(1.7) and second.event == GaussianEvent(1.7)  # σ₂ = σ₁
     assert run.ledger.relation == "add_or_remove_one"
-    assert counts.meta["std"] == pytest.approx(2 * 1.7) and counts.meta["sensitivity"] == 2.0  # declared Δ = 2
-    assert second.meta["std"] == pytest.approx(1.7 * 2 * pub.r_f ** 2)  # (2R_f²/N_decl)σ₂ after ÷ N_decl
+    shift = math.sqrt(5) / 2  # the exact add/remove shift of the whitened counts and sums
+    assert counts.meta["std"] == pytest.approx(shift * 1.7) and counts.meta["sensitivity"] == pytest.approx(shift)
+    assert second.meta["std"] == pytest.approx(1.7 * pub.r_f ** 2)  # (R_f²/N_decl)σ₂ after ÷ N_decl
+    assert second.meta["sensitivity"] == pytest.approx(pub.r_f ** 2)
     assert counts.meta["client_ids"] == [0, 1, 2] and mix.mu.shape == (10, 784)
     assert np.all(np.linalg.eigvalsh(mix.covariance()) >= 1e-2 - 1e-9)  # PSD with the floor, after noise
 
