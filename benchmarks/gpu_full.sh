@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The generative pipelines at the papers' scale on one CUDA GPU, in one file sized for at most 12 minutes on one
+# NVIDIA H200 (16 CPU cores): every private record (all 7,996 of the MNIST subset), at eps = 1 and 10:
+#   mepf_eps{1,10}            DP-MEPF, full profile (ResNet-18 Phi on public Fashion-MNIST), GEN_STEPS generator steps
+#   sdp_pixel_eps{1,10}       StraightDP moments + DP-SGD (distillation port) in pixel space, p = 64, r = 32
+#   sdp_latent_eps{1,10}      the same in the latent space of the frozen public autoencoder
+#   sdp_moments_eps{1,10}     StraightDP moments alone (p = 64): the release the DP-SGD rows build on
+#   vqg_dpsgd_eps{1,10}       DP-VQG with the MaskGIT prior trained by DP-SGD on the clients (public tokenizer)
+# Each job runs under `timeout` with its own share of the 12 minutes (JOB_S seconds); a job that does not finish is
+# recorded as "timeout" in $OUT/jobs.jsonl and the others still run.  $OUT/machine.json names the machine (GPU,
+# driver, torch, commit); $OUT/gpu_full.md is the table (benchmarks/gpu_full_table.py).
+#
+# SCALE=tiny runs the same jobs with tiny sizes on the CPU in about a minute (tests/benchmarks/test_gpu_full.py
+# runs it so the script cannot rot on machines without a GPU); SCALE=gpu (default) needs `torch.cuda.is_available()`.
+# Every run uses secure randomness and its own data-set ledger (the runs are independent releases, not one
+# user's composition).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SCALE=${SCALE:-gpu}
+PY=${PY:-.venv/bin/python}
+OUT=${OUT:-benchmarks/results/gpu_full}
+EPSILONS=${EPSILONS:-1 10}
+mkdir -p "$OUT"
+case "$SCALE" in
+  gpu)
+    DEVICE=cuda; JOB_S=${JOB_S:-70}; RECORDS=0; SAMPLES=10000; PROBE=(--probe-epochs 10)
+    MEPF=(--profile full --generator-steps "${GEN_STEPS:-4000}")
+    SDP=(--pca 64 --rank 32 --pretrain-steps 4000 --distill-steps 1000 --sgd-steps 1000 --q 0.02 --multiplicity 4)
+    VQG=(--prior-epochs 20) ;;
+  tiny)
+    DEVICE=cpu; JOB_S=${JOB_S:-120}; RECORDS=300; SAMPLES=100; PROBE=(--probe-epochs 1)
+    MEPF=(--generator-steps 5)
+    SDP=(--pca 8 --rank 4 --public-records 600 --pretrain-steps 3 --distill-steps 2 --sgd-steps 2)
+    VQG=(--steps 2 --prior-epochs 1 --public-records 600) ;;
+  *) echo "gpu_full.sh: SCALE must be gpu or tiny, got '$SCALE'" >&2; exit 2 ;;
+esac
+if [[ "$DEVICE" == cuda ]] && ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+  echo "gpu_full.sh: no CUDA device here (torch.cuda.is_available() is False); SCALE=tiny runs on the CPU" >&2
+  exit 2
+fi
+"$PY" - "$OUT/machine.json" "$SCALE" <<'EOF'
+import json, platform, subprocess, sys, torch
+gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+info = {"scale": sys.argv[2], "gpu": gpu, "cuda": torch.version.cuda, "torch": torch.__version__,
+        "host": platform.node(), "cpu_count": __import__("os").cpu_count(), "commit": commit}
+json.dump(info, open(sys.argv[1], "w"), indent=1)
+EOF
+: > "$OUT/jobs.jsonl"
+COMMON=(--device "$DEVICE" --records "$RECORDS" --eval-samples "$SAMPLES" "${PROBE[@]}" --clients 4 --randomness secure
+        --force)
+job() {  # job NAME SUBCOMMAND ARGS...: one run under `timeout $JOB_S`, its status appended to jobs.jsonl
+  local name=$1 sub=$2; shift 2
+  local start rc=0
+  start=$(date +%s)
+  timeout "$JOB_S" "$PY" -m sstq_fl.cli gen "$sub" "$@" "${COMMON[@]}" --dataset-ledger "$OUT/$name.ledger.jsonl" \
+    --out "$OUT/$name" > "$OUT/$name.log" 2>&1 || rc=$?
+  local status=ok
+  [[ $rc == 124 ]] && status=timeout
+  [[ $rc != 0 && $rc != 124 ]] && status="failed (exit $rc)"
+  printf '{"job": "%s", "status": "%s", "wall_s": %s}\n' "$name" "$status" $(( $(date +%s) - start )) >> "$OUT/jobs.jsonl"
+  echo "$name: $status"
+}
+for e in $EPSILONS; do
+  job "mepf_eps$e" dp-mepf --epsilon "$e" "${MEPF[@]}"
+  job "sdp_moments_eps$e" straightdp --method moments --epsilon "$e" "${SDP[@]}"
+  job "sdp_pixel_eps$e" straightdp --method moments+sgd --port distill --epsilon "$e" "${SDP[@]}"
+  job "sdp_latent_eps$e" straightdp --method moments+sgd --port distill --space latent --epsilon "$e" "${SDP[@]}"
+  job "vqg_dpsgd_eps$e" dp-vqg --variant pp --stage2 dpsgd-prior --epsilon "$e" "${VQG[@]}"
+done
+"$PY" benchmarks/gpu_full_table.py "$OUT"

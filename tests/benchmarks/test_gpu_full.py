@@ -1,0 +1,49 @@
+"""``benchmarks/gpu_full.sh`` at tiny sizes on the CPU (``SCALE=tiny``): every job of the GPU run starts, finishes
+and lands in the table, so the script stays runnable on a machine without a GPU; at ``SCALE=gpu`` without CUDA it
+refuses in one line."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ..gen.mepf.test_pipeline import needs_data
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "gpu_full.sh"
+JOBS = ["mepf", "sdp_moments", "sdp_pixel", "sdp_latent", "vqg_dpsgd"]
+
+
+def _run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PY": sys.executable, "OUT": str(tmp_path / "out"), "HOME": os.environ.get("HOME", ""),
+            **env}
+    return subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=full, capture_output=True, text=True, timeout=1500)
+
+
+@needs_data
+def test_every_job_runs_at_tiny_scale_and_reaches_the_table(tmp_path):
+    res = _run(tmp_path, SCALE="tiny", EPSILONS="1")
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = tmp_path / "out"
+    jobs = [json.loads(s) for s in (out / "jobs.jsonl").read_text().splitlines()]
+    assert [j["job"] for j in jobs] == [f"{name}_eps1" for name in JOBS]
+    assert all(j["status"] == "ok" for j in jobs), [(j, (out / f"{j['job']}.log").read_text()[-800:]) for j in jobs]
+    table = json.loads((out / "gpu_full.json").read_text())
+    assert table["machine"]["scale"] == "tiny" and len(table["rows"]) == len(JOBS)
+    for row in table["rows"]:
+        assert 0.0 < row["epsilon"] <= 1.0 + 1e-9 and 0.0 <= row["accuracy"] <= 1.0
+    assert "| mepf_eps1 | ok |" in (out / "gpu_full.md").read_text()
+
+
+def test_the_gpu_scale_refuses_without_cuda(tmp_path):
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    res = _run(tmp_path, SCALE="gpu")
+    assert res.returncode == 2 and "no CUDA device here" in res.stderr
+    assert _run(tmp_path, SCALE="huge").returncode == 2
