@@ -6,7 +6,8 @@ McSherry, Nissim & Smith 2006; Dwork & Roth 2014, Thm. 3.16).  This module keeps
 data set, an append-only JSON Lines file with one line per finished run that read it, and reports
 the **cumulative** ε of the data set: the privacy-loss-distribution composition (Meiser &
 Mohammadi 2018; Koskela et al. 2020) of every event of every run, at the caller's δ.  PLD
-composition is δ-free, so runs that reported their own ε at different δ still compose exactly.
+composition is δ-free, so runs that reported their own ε at different δ still compose exactly (a run
+restated by group privacy, below, is converted at the caller's δ).
 
 * Keyed by :func:`dataset_digest` (sha256 over the split's record bytes and labels), stored at
   ``~/.cache/sstq-fl/ledgers/<digest>.jsonl`` unless a path is given.
@@ -78,7 +79,9 @@ def _runs(entries: Sequence[dict[str, Any]]) -> list[Run]:
 def reported_relation(relations: set[str]) -> str | None:
     """The relation a ledger of runs under ``relations`` reports: the one relation when there is one, else
     replace-one (``None`` for no run)."""
-    return None if not relations else next(iter(relations)) if len(relations) == 1 else "replace_one"
+    if len(relations) == 1:
+        return next(iter(relations))
+    return "replace_one" if relations else None
 
 
 class DatasetLedger:
