@@ -89,7 +89,8 @@ class PipelineConfig(Options):
                                           "(default: ~/.cache/sstq-fl/ledgers/<digest>.jsonl)", metavar="PATH")
     dataset_budget_epsilon: float | None = option(
         None, unset=0.0, metavar="E", help="refuse to start if the data set's cumulative epsilon (at --delta) after "
-                                           "this run would exceed E")
+                                           "this run would exceed E (under replace-one once runs under both "
+                                           "relations read it)")
     cache_dir: str = option(None, unset="", flag="", help="public weights and the evaluator (default: "
                                                           "~/.cache/sstq-fl/<pipeline>)")
 

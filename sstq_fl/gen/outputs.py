@@ -174,6 +174,19 @@ def eps_text(value: float | None) -> str:
     return "inf" if value is None else f"{value:.4g}"
 
 
+def dataset_text(m: dict[str, Any]) -> str:
+    """The summary line about the data set's ledger: its cumulative ε, the relation it is stated under, the runs,
+    and how many add/remove runs were restated under replace-one by group privacy."""
+    book = m.get("dataset_ledger")
+    if not book:
+        return "data set: no ledger"
+    group = sum(e["method"].startswith("group") for e in book.get("entries", []))
+    mixed = {e["relation"] for e in book.get("entries", [])} == {"replace_one", "add_or_remove_one"}
+    how = f", add/remove runs restated under replace-one ({group} by group privacy)" if mixed else ""
+    return (f"data set {book['digest'][:12]}: cumulative epsilon {eps_text(m['dataset_epsilon_cumulative'])} "
+            f"({book['relation']}{how}) over {book['runs']} run(s) (ledger {book['path']})")
+
+
 def write_metrics(out: Path, metrics: dict[str, Any], t0: float, clock: PhaseClock) -> dict[str, Any]:
     """Add the wall time and the phases' timings, write ``out/metrics.json`` and return the metrics as written
     (an infinite value, e.g. the ε of a reference run, is ``None``)."""

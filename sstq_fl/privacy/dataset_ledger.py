@@ -6,7 +6,8 @@ McSherry, Nissim & Smith 2006; Dwork & Roth 2014, Thm. 3.16).  This module keeps
 data set, an append-only JSON Lines file with one line per finished run that read it, and reports
 the **cumulative** ε of the data set: the privacy-loss-distribution composition (Meiser &
 Mohammadi 2018; Koskela et al. 2020) of every event of every run, at the caller's δ.  PLD
-composition is δ-free, so runs that reported their own ε at different δ still compose exactly.
+composition is δ-free, so runs that reported their own ε at different δ still compose exactly (a run
+restated by group privacy, below, is converted at the caller's δ).
 
 * Keyed by :func:`dataset_digest` (sha256 over the split's record bytes and labels), stored at
   ``~/.cache/sstq-fl/ledgers/<digest>.jsonl`` unless a path is given.
@@ -15,9 +16,14 @@ composition is δ-free, so runs that reported their own ε at different δ still
 * :meth:`DatasetLedger.append` adds one line (run id, pipeline, relation, events with counts, the
   run's ε, time, randomness) under an exclusive lock on the ledger's folder, rewriting the file atomically
   (write a temporary file, then rename).
-* One neighbouring relation per data set.  A non-private run (ε = ∞) makes the cumulative ε
-  infinite for good: that is the honest answer, not an error.  A run that read no private record
-  (every event public) appends nothing.
+* Runs under both neighbouring relations compose (:mod:`sstq_fl.privacy.relations`): the cumulative ε is
+  reported under add/remove while every run was add/remove, else under replace-one, each add/remove run
+  re-accounted under replace-one exactly where its events allow it and by group privacy (``k = 2``) otherwise;
+  the budget is checked against that figure.  A ledger of a different data set is refused.
+* A non-private run (ε = ∞) makes the cumulative ε infinite for good: that is the honest answer, not an
+  error.  A run that read no private record (every event public) appends nothing.
+* File format: version 1 (its header names the one relation of every run) while every run is under one
+  relation, so that older readers still read it; version 2 (each run line names its own) once both are.
 """
 
 from __future__ import annotations
@@ -36,13 +42,15 @@ from typing import Any
 import numpy as np
 
 from ..io import atomic_write_bytes
-from .errors import BudgetExceededError
+from .errors import BudgetExceededError, short_repr
 from .events import RELATIONS, PrivacyEvent, PublicDataEvent
 from .events.base import check_relation
 from .ledger import PrivacyLedger
+from .relations import ADD_OR_REMOVE_UNAVAILABLE, Combined, Run, combine
 
 LEDGER_FORMAT = "sstq-fl-dataset-ledger"
-LEDGER_VERSION = 1
+LEDGER_VERSION = 2  # written once runs under both relations are recorded; version 1 otherwise
+VERSIONS = (1, 2)
 DEFAULT_DIR = Path("~/.cache/sstq-fl/ledgers")
 Plan = Sequence[tuple[PrivacyEvent, int]]
 
@@ -63,16 +71,17 @@ def default_path(digest: str) -> Path:
     return DEFAULT_DIR.expanduser() / f"{digest}.jsonl"
 
 
-def _events(entries: Sequence[dict[str, Any]]) -> list[tuple[PrivacyEvent, int]]:
-    return [(PrivacyEvent.from_json(e["event"]), int(e["count"])) for run in entries for e in run["events"]]
+def _runs(entries: Sequence[dict[str, Any]]) -> list[Run]:
+    return [Run(str(r["relation"]), [(PrivacyEvent.from_json(e["event"]), int(e["count"])) for e in r["events"]])
+            for r in entries]
 
 
-def compose(relation: str, plan: Plan, delta: float) -> float:
-    """ε at ``delta`` of every ``(event, count)`` in ``plan`` composed (PLD; ``inf`` with a non-private event)."""
-    led = PrivacyLedger(relation)
-    for ev, n in plan:
-        led.record(ev, n)
-    return led.epsilon(delta)
+def reported_relation(relations: set[str]) -> str | None:
+    """The relation a ledger of runs under ``relations`` reports: the one relation when there is one, else
+    replace-one (``None`` for no run)."""
+    if len(relations) == 1:
+        return next(iter(relations))
+    return "replace_one" if relations else None
 
 
 class DatasetLedger:
@@ -90,13 +99,15 @@ class DatasetLedger:
         if not lines:
             return None, []
         head = self._line(lines[0], 1)
-        if head.get("type") != "header" or head.get("format") != LEDGER_FORMAT or head.get("version") != LEDGER_VERSION \
-                or head.get("relation") not in RELATIONS:
-            raise ValueError(f"dataset ledger {self.path}: line 1 is not a {LEDGER_FORMAT} v{LEDGER_VERSION} header")
+        one = head.get("relation")  # version 1: every run's relation
+        if head.get("type") != "header" or head.get("format") != LEDGER_FORMAT or head.get("version") not in VERSIONS \
+                or (head.get("version") == 1 and one not in RELATIONS):
+            raise ValueError(f"dataset ledger {self.path}: line 1 is not a {LEDGER_FORMAT} v1 or v2 header")
         if head.get("dataset_digest") != self.digest:
             raise ValueError(f"dataset ledger {self.path} belongs to data set {str(head.get('dataset_digest'))[:12]}…, "
                              f"not to this run's {self.digest[:12]}…")
-        runs = [self._run(self._line(s, i), i, head["relation"]) for i, s in enumerate(lines[1:], start=2)]
+        runs = [self._run(self._line(s, i), i, one if head["version"] == 1 else None)
+                for i, s in enumerate(lines[1:], start=2)]
         return head, runs
 
     def _line(self, text: str, no: int) -> dict[str, Any]:
@@ -108,13 +119,17 @@ class DatasetLedger:
             raise ValueError(f"dataset ledger {self.path}: line {no} is not a JSON object")
         return obj
 
-    def _run(self, obj: dict[str, Any], no: int, relation: str) -> dict[str, Any]:
-        """Validate one run line: its type, relation and events (each must replay)."""
+    def _run(self, obj: dict[str, Any], no: int, one: str | None) -> dict[str, Any]:
+        """Validate one run line: its type, relation (``one``, a version-1 header's, or either) and events (each
+        must replay under it)."""
         where = f"dataset ledger {self.path}: line {no}"
         if obj.get("type") != "run" or not isinstance(obj.get("events"), list):
             raise ValueError(f"{where} is not a run entry")
-        if obj.get("relation") != relation:
-            raise ValueError(f"{where} is under {obj.get('relation')!r} but the ledger's relation is {relation!r}")
+        relation = obj.get("relation")
+        if one is not None and relation != one:
+            raise ValueError(f"{where} is under {relation!r} but the version-1 ledger's relation is {one!r}")
+        if relation not in RELATIONS:
+            raise ValueError(f"{where} is under {short_repr(relation)}, not one of {RELATIONS}")
         try:
             seen: set[str] = set()  # each distinct event is validated once (a DP-SGD run lists one line per step)
             for e in obj["events"]:
@@ -129,36 +144,51 @@ class DatasetLedger:
         return obj
 
     def read(self) -> tuple[str | None, list[dict[str, Any]]]:
-        """``(relation or None when empty, run entries)``, validated; a malformed file raises ValueError."""
+        """``(the relation it reports, run entries)``, validated (:func:`reported_relation`: ``None`` when empty);
+        a malformed file raises ValueError."""
         if not self.path.exists():
             return None, []
         try:
-            head, runs = self._parse(self.path.read_text())
+            _, runs = self._parse(self.path.read_text())
         except UnicodeDecodeError as exc:
             raise ValueError(f"dataset ledger {self.path} is not UTF-8 text") from exc
-        return (None if head is None else str(head["relation"])), runs
+        return reported_relation({str(r["relation"]) for r in runs}), runs
 
     # ------------------------------------------------------------------ queries
-    def _check_relation(self, have: str | None, relation: str) -> None:
-        check_relation(relation)
-        if have is not None and have != relation:
-            raise ValueError(f"dataset ledger {self.path} is under {have}; a {relation} run cannot be composed with it")
+    def combined(self, delta: float, plan: Plan = (), relation: str | None = None, both: bool = True) -> Combined | None:
+        """The data set's ε at ``delta`` over every recorded run, plus ``plan`` (a run under ``relation``) if given
+        (:func:`sstq_fl.privacy.relations.combine`); ``None`` for no run."""
+        return self._combine(self.read()[1], delta, plan, relation, both)
+
+    def _combine(self, entries: list[dict[str, Any]], delta: float, plan: Plan, relation: str | None,
+                 both: bool) -> Combined | None:
+        runs = _runs(entries)
+        if plan:
+            if relation is None:
+                raise ValueError("a plan needs the relation it is accounted under")
+            check_relation(relation)
+            runs.append(Run(relation, list(plan)))
+        return combine(runs, delta, both) if runs else None
 
     def cumulative(self, relation: str, delta: float, plan: Plan = ()) -> float:
-        """The data set's ε at ``delta`` over every recorded run, plus ``plan`` if given."""
-        have, runs = self.read()
-        self._check_relation(have, relation)
-        return compose(relation, [*_events(runs), *plan], delta)
+        """The data set's ε at ``delta`` over every recorded run, plus ``plan`` (under ``relation``) if given,
+        under the relation the ledger then reports (:func:`reported_relation`)."""
+        check_relation(relation)
+        out = self.combined(delta, plan, relation, both=False)
+        return 0.0 if out is None else out.epsilon
 
     def check_plan(self, plan: Plan, relation: str, delta: float, budget_epsilon: float | None) -> float:
-        """The cumulative ε after ``plan``; raises :class:`BudgetExceededError` (a ValueError) when it would
-        exceed ``budget_epsilon``.  Call before any private computation."""
+        """The cumulative ε after ``plan`` (a run under ``relation``); raises :class:`BudgetExceededError` (a
+        ValueError) when it would exceed ``budget_epsilon``.  Call before any private computation."""
         if budget_epsilon is not None and not budget_epsilon > 0:
             raise ValueError(f"dataset budget epsilon must be positive, got {budget_epsilon}")
-        eps = self.cumulative(relation, delta, plan)
+        check_relation(relation)
+        out = self.combined(delta, plan, relation, both=False)
+        eps, under = (0.0, relation) if out is None else (out.epsilon, out.relation)
         if budget_epsilon is not None and eps > budget_epsilon:
             raise BudgetExceededError(f"data set {self.digest[:12]}…: cumulative epsilon after this run would be {eps:.4g} "
-                                      f"at delta={delta:g}, over its budget {budget_epsilon:g} (ledger {self.path})")
+                                      f"({under}) at delta={delta:g}, over its budget {budget_epsilon:g} (ledger "
+                                      f"{self.path})")
         return eps
 
     # ------------------------------------------------------------------ writing
@@ -176,21 +206,20 @@ class DatasetLedger:
 
     def append(self, ledger: PrivacyLedger, run_id: str, pipeline: str, delta: float, randomness: str) -> dict[str, Any]:
         """Append the run's private events (one line) and return the metrics fields: ``dataset_epsilon_cumulative``
-        (None when infinite) and ``dataset_ledger`` (path, digest, runs, relation)."""
+        (under the reported relation; None when infinite) and ``dataset_ledger`` (:func:`ledger_report`)."""
         events = [{"event": e.event.to_json(), "count": e.count} for e in ledger.entries
                   if e.subset != "public" and not isinstance(e.event, PublicDataEvent) and e.count]
         with self._locked():
-            have, runs = self.read()
-            self._check_relation(have, ledger.relation)
+            _, runs = self.read()
             if events:
                 runs.append(self._entry(ledger, run_id, pipeline, delta, randomness, events))
-                self._write(ledger.relation, runs)
-        eps = compose(ledger.relation, _events(runs), delta)
+                self._write(runs)
+        out = self._combine(runs, delta, (), None, both=True)
+        eps = 0.0 if out is None else out.epsilon
         return {"dataset_epsilon_cumulative": eps if math.isfinite(eps) else None,
                 "dataset_ledger": {"path": str(self.path), "digest": self.digest, "runs": len(runs),
-                                   "relation": ledger.relation, "delta": delta, "appended": bool(events),
-                                   **({} if math.isfinite(eps) else {"note": "a non-private run (epsilon = inf) read "
-                                                                     "this data set: its cumulative epsilon is infinite"})}}
+                                   "delta": delta, "appended": bool(events),
+                                   **ledger_report(out, runs, ledger.relation)}}
 
     def _entry(self, ledger: PrivacyLedger, run_id: str, pipeline: str, delta: float, randomness: str,
                events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -199,8 +228,26 @@ class DatasetLedger:
                 "epsilon": eps if math.isfinite(eps) else None, "delta": delta, "randomness": randomness,
                 "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
-    def _write(self, relation: str, runs: list[dict[str, Any]]) -> None:
-        head = {"type": "header", "format": LEDGER_FORMAT, "version": LEDGER_VERSION, "dataset_digest": self.digest,
-                "relation": relation}
+    def _write(self, runs: list[dict[str, Any]]) -> None:
+        """Rewrite the file: a version-1 header naming the relation while every run is under one, else version 2."""
+        relations = sorted({str(r["relation"]) for r in runs})
+        head: dict[str, Any] = {"type": "header", "format": LEDGER_FORMAT, "dataset_digest": self.digest}
+        head.update({"version": 1, "relation": relations[0]} if len(relations) == 1 else {"version": LEDGER_VERSION})
         text = "".join(json.dumps(line, sort_keys=True) + "\n" for line in [head, *runs])
         atomic_write_bytes(self.path, text.encode())
+
+
+def ledger_report(out: Combined | None, runs: list[dict[str, Any]], relation: str) -> dict[str, Any]:
+    """The ``dataset_ledger`` fields about the ε: the relation reported (``relation``, the run's, for an empty
+    ledger), the ε under each relation (add/remove only where every run was: else a note why not), and per run
+    its relation, the ε it reported itself and how it is stated under replace-one (``method``)."""
+    if out is None:
+        return {"relation": relation, "entries": []}
+    eps = {"epsilon_replace_one": out.epsilon_replace_one, **(
+        {"epsilon_add_or_remove_one": out.epsilon_add_or_remove_one} if out.epsilon_add_or_remove_one is not None
+        else {"add_or_remove_one": ADD_OR_REMOVE_UNAVAILABLE})}
+    entries = [{"run_id": r.get("run_id"), "pipeline": r.get("pipeline"), "relation": r["relation"], "method": m,
+                "epsilon": r.get("epsilon"), "delta": r.get("delta")} for r, m in zip(runs, out.methods, strict=True)]
+    note = {} if math.isfinite(out.epsilon) else {
+        "note": "a non-private run (epsilon = inf) read this data set: its cumulative epsilon is infinite"}
+    return {"relation": out.relation, **eps, "entries": entries, **note}

@@ -51,16 +51,17 @@ def neighboring_relation(relation: str) -> dp_accounting.NeighboringRelation:
             "add_or_remove_one": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE}[relation]
 
 
-def pure_pld(epsilon: float, interval: float) -> PLD:
-    """PLD of pure ε-DP: loss ``+ε`` w.p. ``1/(1+e^{−ε})``, ``−ε`` w.p. ``1/(1+e^{ε})``, that of binary
-    randomized response, the tight dominating pair of every ε-DP mechanism (Kairouz, Oh & Viswanath,
-    ICML 2015, Sec. 3; dp-accounting's ``from_privacy_parameters``), built here with ``e^{−ε}``
-    above :data:`~sstq_fl.privacy.floats.EXP_SAFE`, where ``e^ε`` overflows."""
+def pure_pld(epsilon: float, interval: float, delta: float = 0.0) -> PLD:
+    """PLD of ``(ε, δ)``-DP: loss ``+∞`` w.p. ``δ``, else ``+ε`` w.p. ``1/(1+e^{−ε})`` and ``−ε`` w.p.
+    ``1/(1+e^{ε})``, that of binary randomized response; the tight dominating pair of every (ε, δ)-DP
+    mechanism (Kairouz, Oh & Viswanath, ICML 2015, Sec. 3; dp-accounting's ``from_privacy_parameters``),
+    built here with ``e^{−ε}`` above :data:`~sstq_fl.privacy.floats.EXP_SAFE`, where ``e^ε`` overflows.
+    ``δ = 0`` is pure ε-DP."""
     if epsilon <= EXP_SAFE:
-        return pld_lib.from_privacy_parameters(common.DifferentialPrivacyParameters(epsilon, 0.0), interval)
+        return pld_lib.from_privacy_parameters(common.DifferentialPrivacyParameters(epsilon, delta), interval)
     t = math.exp(-epsilon)
-    pmf = {math.ceil(epsilon / interval): 1 / (1 + t), math.ceil(-epsilon / interval): t / (1 + t)}
-    return pld_lib.PrivacyLossDistribution.create_from_rounded_probability(pmf, 0.0, interval)
+    pmf = {math.ceil(epsilon / interval): (1 - delta) / (1 + t), math.ceil(-epsilon / interval): (1 - delta) * t / (1 + t)}
+    return pld_lib.PrivacyLossDistribution.create_from_rounded_probability(pmf, delta, interval)
 
 
 def identity(interval: float) -> PLD:

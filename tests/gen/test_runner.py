@@ -188,3 +188,33 @@ def test_per_example_noise_draws_come_from_the_clients_rng_and_are_averaged_befo
     x, y = (torch.as_tensor(v[:1]) for v in DATA.client_records(0))
     s = per_example_clipped_sum(model, {"w": torch.zeros(784)}, x, y, 0.01, torch.randn(1, 4))
     assert float(torch.linalg.vector_norm(s["w"])) == pytest.approx(0.01, rel=1e-5)
+
+
+def test_a_replace_one_run_then_an_add_remove_run_on_one_data_set_both_finish_and_report_its_total(tmp_path):
+    """DP-MEPF's path (replace-one) then StraightDP's (add/remove) on one data set's ledger: both are admitted, and
+    the second reports the data set's ε under replace-one with its own run restated exactly; the budget is then
+    checked against that total."""
+    from sstq_fl.gen.mepf.pipeline import MepfConfig
+    from sstq_fl.gen.outputs import dataset_ledger
+    from sstq_fl.gen.straightdp.config import StraightConfig
+    from sstq_fl.privacy.errors import BudgetExceededError
+
+    where = dict(dataset_ledger=str(tmp_path / "ledger.jsonl"), dataset_budget_epsilon=100.0)
+    out = []
+    for cfg, relation, plan in [(MepfConfig(**where), "replace_one", [(GaussianEvent(7.46), 1)]),
+                                (StraightConfig(**where), "add_or_remove_one", [(GaussianEvent(5.28), 2)])]:
+        book = dataset_ledger(cfg, DATA, plan, relation)
+        run = DPRunner(InProcessPool(DATA), cfg.CACHE_NAME, relation, seed=1)
+        run.ledger.record(*plan[0])
+        (tmp_path / relation).mkdir()
+        out.append(run.finish(tmp_path / relation, cfg.delta, book))
+    both = PrivacyLedger("replace_one")
+    both.record(GaussianEvent(7.46))
+    both.record(GaussianEvent(5.28), 2)
+    assert out[1]["epsilon"] == pytest.approx(1.0, abs=1e-3) and out[1]["relation"] == "add_or_remove_one"
+    assert out[1]["dataset_epsilon_cumulative"] == pytest.approx(both.epsilon(1e-5), rel=1e-9)
+    book = out[1]["dataset_ledger"]
+    assert book["relation"] == "replace_one" and [e["method"] for e in book["entries"]] == ["recorded", "exact"]
+    with pytest.raises(BudgetExceededError, match=r"\(replace_one\)"):  # 2.44 > 2.1, though 1 + 1 < 2.1
+        dataset_ledger(StraightConfig(**{**where, "dataset_budget_epsilon": 2.1}), DATA, [(GaussianEvent(50.0), 1)],
+                       "add_or_remove_one")

@@ -1,6 +1,7 @@
 import pytest
 
 from sstq_fl.privacy.events import (
+    ApproxDpEvent,
     ComposedEvent,
     ExponentialMechanismEvent,
     GaussianEvent,
@@ -19,6 +20,7 @@ ALL = [
     RandomizedResponseEvent.flat(3.0, 16), GaussianEvent(1.1), LaplaceEvent(2.0),
     PoissonSampledEvent(0.01, GaussianEvent(0.8)), SelfComposedEvent(PureDpEvent(0.1), 10),
     ComposedEvent((GaussianEvent(1.0), PoissonSampledEvent(0.5, PureDpEvent(1.0)))), NonPrivateEvent(), PublicDataEvent("x"),
+    ApproxDpEvent(1.0, 1e-6), ApproxDpEvent(0.0, 1e-3, "add_or_remove_one"),
 ]
 
 
@@ -42,7 +44,8 @@ def test_flat_rr_parametrisation():
 @pytest.mark.parametrize("bad", [
     lambda: PureDpEvent(0), lambda: PureDpEvent(float("inf")), lambda: GaussianEvent(-1),
     lambda: PoissonSampledEvent(1.5, GaussianEvent(1)), lambda: SelfComposedEvent(GaussianEvent(1), -1),
-    lambda: RandomizedResponseEvent(0.5, 1), lambda: PureDpEvent(1.0, "swap"),
+    lambda: RandomizedResponseEvent(0.5, 1), lambda: PureDpEvent(1.0, "swap"), lambda: ApproxDpEvent(1.0, 0.0),
+    lambda: ApproxDpEvent(1.0, 1.0), lambda: ApproxDpEvent(-1.0, 1e-6), lambda: ApproxDpEvent(1.0, 1e-6, "swap"),
 ])
 def test_invalid_events(bad):
     with pytest.raises(ValueError):
@@ -54,8 +57,8 @@ def test_unknown_kind_refused():
         PrivacyEvent.from_json({"kind": "epsilon_delta", "epsilon": 1.0})
 
 
-BUILT_IN_KINDS = ["composed", "exponential_mechanism", "gaussian", "laplace", "non_private", "poisson_sampled", "public",
-                  "pure_dp", "randomized_response", "self_composed"]
+BUILT_IN_KINDS = ["approx_dp", "composed", "exponential_mechanism", "gaussian", "laplace", "non_private",
+                  "poisson_sampled", "public", "pure_dp", "randomized_response", "self_composed"]
 
 
 @pytest.fixture
@@ -114,3 +117,16 @@ def test_a_new_event_is_accounted_and_replayed_without_any_other_change(registry
     assert replay(path)["matches_recorded"]
     with pytest.raises(UnsupportedEventError, match="Poisson subsampling of a test_twice_pure event"):
         PrivacyLedger().record(PoissonSampledEvent(0.1, ev))
+
+
+def test_an_approximate_release_is_its_epsilon_at_its_delta_under_its_relation_only():
+    import math
+
+    from sstq_fl.privacy.errors import UnsupportedEventError
+    from sstq_fl.privacy.ledger import PrivacyLedger
+
+    led = PrivacyLedger("replace_one")
+    led.record(ApproxDpEvent(1.0, 1e-6))
+    assert led.epsilon(1e-6) == pytest.approx(1.0, abs=1e-3) and math.isinf(led.epsilon(0.5e-6))
+    with pytest.raises(UnsupportedEventError, match="holds under replace_one"):
+        PrivacyLedger("add_or_remove_one").record(ApproxDpEvent(1.0, 1e-6))

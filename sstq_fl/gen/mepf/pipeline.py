@@ -49,6 +49,7 @@ from ..outputs import (
     SampleGrid,
     common_metrics,
     dataset_ledger,
+    dataset_text,
     eps_text,
     evaluate_samples,
     run_in,
@@ -274,9 +275,7 @@ def _run(cfg: MepfConfig, out: Path) -> dict[str, Any]:
 def summary(m: dict[str, Any]) -> str:
     """What ``sstq-fl gen dp-mepf`` prints about a run: ε, accuracy, domain-FD, size and time; the data set's ledger."""
     eps = eps_text(m["epsilon"])
-    cum = eps_text(m["dataset_epsilon_cumulative"])
     return (f"dp-mepf ({m['reference']}): epsilon {eps} at delta {m['delta']:g} ({m['relation']}, randomness "
             f"{m['randomness']}), downstream accuracy {m['downstream_accuracy']:.4f}, domain-FD {m['domain_fd']:.4g} "
             f"(not comparable to Inception FID), {m['records']} records on {m['clients']} clients, {m['wall_s']:.1f} s\n"
-            f"data set {m['dataset_ledger']['digest'][:12]}: cumulative epsilon {cum} over {m['dataset_ledger']['runs']} "
-            f"run(s) (ledger {m['dataset_ledger']['path']})")
+            f"{dataset_text(m)}")

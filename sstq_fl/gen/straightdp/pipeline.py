@@ -52,6 +52,7 @@ from ..outputs import (
     SampleGrid,
     common_metrics,
     dataset_ledger,
+    dataset_text,
     eps_text,
     evaluate_samples,
     run_in,
@@ -391,11 +392,12 @@ def _metrics(cfg: StraightConfig, setup: Setup, pub: PublicCalibration, res: dic
 
 
 def summary(m: dict[str, Any]) -> str:
-    """What ``sstq-fl gen straightdp`` prints about a run: ε, the noise of both stages, τ, accuracy, domain-FD."""
+    """What ``sstq-fl gen straightdp`` prints about a run: ε, the noise of both stages, τ, accuracy, domain-FD; the
+    data set's ledger."""
     eps = eps_text(m["epsilon"])
     return (f"straightdp {m['method']} (port {m['port']}, {m['reference']}): epsilon {eps} at delta {m['delta']:g} "
             f"({m['relation']}, randomness {m['randomness']}), sigma moments {m['sigma_moments']}, sigma sgd "
             f"{m['sigma_sgd']}, tau {m['tau']:.3g}\n"
             f"downstream accuracy {m['downstream_accuracy']:.4f}, label agreement {m['sample_label_agreement']:.3f}, "
             f"domain-FD {m['domain_fd']:.4g} (not comparable to Inception FID), {m['records']} records on "
-            f"{m['clients']} clients, {m['wall_s']:.1f} s")
+            f"{m['clients']} clients, {m['wall_s']:.1f} s\n{dataset_text(m)}")

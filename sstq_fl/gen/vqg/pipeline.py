@@ -70,6 +70,7 @@ from ..outputs import (
     SampleGrid,
     common_metrics,
     dataset_ledger,
+    dataset_text,
     eps_text,
     evaluate_samples,
     run_in,
@@ -454,7 +455,8 @@ def _metrics(cfg: VqgConfig, s: dict[str, Any], diag: dict[str, Any], losses: li
 
 
 def summary(m: dict[str, Any]) -> str:
-    """What ``sstq-fl gen dp-vqg`` prints about a run: ε and its stages, the EM diagnostics, accuracy, domain-FD."""
+    """What ``sstq-fl gen dp-vqg`` prints about a run: ε and its stages, the EM diagnostics, accuracy, domain-FD; the
+    data set's ledger."""
     eps = eps_text(m["epsilon"])
     eps0 = eps_text(m["eps0_per_location"])
     return (f"dp-vqg {m['variant'].upper()} ({m['reference']}): epsilon {eps} at delta {m['delta']:g} ({m['relation']}, "
@@ -462,4 +464,4 @@ def summary(m: dict[str, Any]) -> str:
             f"nearest-code probability {m['em_nearest_code_prob']:.4g} (public proxy), token entropy "
             f"{m['token_entropy_bits']:.3f} bits\n"
             f"downstream accuracy {m['downstream_accuracy']:.4f}, domain-FD {m['domain_fd']:.4g} (not comparable to "
-            f"Inception FID), {m['records']} records on {m['clients']} clients, {m['wall_s']:.1f} s")
+            f"Inception FID), {m['records']} records on {m['clients']} clients, {m['wall_s']:.1f} s\n{dataset_text(m)}")

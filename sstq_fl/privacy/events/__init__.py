@@ -6,6 +6,7 @@ every module of this package is a built-in module of :data:`~.base.EVENTS`, so a
 naming the new kind replays with nothing else changed.
 """
 
+from .approx import ApproxDpEvent
 from .base import EVENTS, MAX_COMPOSED_EVENTS, MAX_EVENT_DEPTH, RELATIONS, PrivacyEvent
 from .composed import ComposedEvent, SelfComposedEvent
 from .gaussian import GaussianEvent
@@ -17,7 +18,8 @@ from .randomized_response import RandomizedResponseEvent, flat_rr_probabilities
 from .sampled import PoissonSampledEvent
 
 __all__ = [
-    "EVENTS", "MAX_COMPOSED_EVENTS", "MAX_EVENT_DEPTH", "RELATIONS", "ComposedEvent", "ExponentialMechanismEvent",
-    "GaussianEvent", "LaplaceEvent", "NonPrivateEvent", "PoissonSampledEvent", "PrivacyEvent", "PublicDataEvent",
-    "PureDpEvent", "RandomizedResponseEvent", "SelfComposedEvent", "flat_rr_probabilities",
+    "EVENTS", "MAX_COMPOSED_EVENTS", "MAX_EVENT_DEPTH", "RELATIONS", "ApproxDpEvent", "ComposedEvent",
+    "ExponentialMechanismEvent", "GaussianEvent", "LaplaceEvent", "NonPrivateEvent", "PoissonSampledEvent",
+    "PrivacyEvent", "PublicDataEvent", "PureDpEvent", "RandomizedResponseEvent", "SelfComposedEvent",
+    "flat_rr_probabilities",
 ]

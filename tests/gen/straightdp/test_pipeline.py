@@ -250,3 +250,32 @@ def test_bad_options_give_one_line_errors(tmp_path, capsys, args, needle):
     rc = cli(["gen", "straightdp", "--epsilon", "3", *args, "--out", str(tmp_path / "x")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc != 0 and len(err) == 1 and needle in err[0] and not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow  # two tiny runs, 47 s on 2 cores
+@needs_data
+def test_after_a_dp_mepf_run_the_data_sets_ledger_states_both_runs_under_replace_one(tmp_path, capsys):
+    """The command path: DP-MEPF (replace-one) then StraightDP (add/remove) on one data set's ledger both complete,
+    and the second's metrics state the data set's ε under replace-one, its own run restated exactly."""
+    from sstq_fl.privacy.ledger import PrivacyLedger
+
+    ledger = str(tmp_path / "ledger.jsonl")
+    assert cli(["gen", "dp-mepf", "--epsilon", "1", "--records", "400", "--clients", "2", "--generator-steps", "40",
+                "--eval-samples", "200", "--probe-epochs", "1", "--public-records", "3000", "--dataset-ledger", ledger,
+                "--out", str(tmp_path / "a")]) == 0
+    assert cli(["gen", "straightdp", "--epsilon", "1", "--method", "moments", "--records", "400", "--clients", "2",
+                "--public-records", "600", "--eval-samples", "100", "--probe-epochs", "1", "--dataset-ledger", ledger,
+                "--dataset-budget-epsilon", "3", "--out", str(tmp_path / "b")]) == 0
+    both = PrivacyLedger("replace_one")  # every private event of both transcripts, accounted under replace-one
+    for run in "ab":
+        for e in PrivacyLedger.from_transcript(tmp_path / run / "transcript.jsonl")[0].entries:
+            if e.subset != "public":
+                both.record(e.event, e.count)
+    m = json.loads((tmp_path / "b" / "metrics.json").read_text())
+    assert m["relation"] == "add_or_remove_one" and m["epsilon"] <= 1.0
+    assert m["dataset_epsilon_cumulative"] == pytest.approx(both.epsilon(1e-5), rel=1e-9)
+    book = m["dataset_ledger"]
+    assert book["relation"] == "replace_one" and book["runs"] == 2 and "not available" in book["add_or_remove_one"]
+    assert [(e["pipeline"], e["method"]) for e in book["entries"]] == [("dp-mepf", "recorded"), ("straightdp", "exact")]
+    assert "(replace_one, add/remove runs restated under replace-one (0 by group privacy)) over 2 run(s)" in \
+        capsys.readouterr().out
