@@ -36,7 +36,7 @@ from .runner import deterministic_kernels
 PRIVATE_FILE = "private_diagnostics.json"
 RUN_FILES = ("metrics.json", "transcript.jsonl", "samples.png", PRIVATE_FILE)
 EVALUATOR_FILE = "evaluator-mnist-eval_fit.pt"
-PRIVATE_NOTE = ("PRIVATE: these diagnostics read private priv_train records (the clients' released records, or all "
+PRIVATE_NOTE = ("PRIVATE: these diagnostics read private priv_train records (the clients' records, or all "
                 "of priv_train); they are not differentially private and must not be published")
 REFERENCE_KEYS = ("downstream_accuracy_seeds", "probe_ceiling", "fd_floor", "evaluator_accuracy")
 DOMAIN_FD_NOTE = "domain-FD, not comparable to Inception FID"
