@@ -93,6 +93,9 @@ def references(rows: list[dict[str, Any]]) -> dict[str, float | None]:
 
 
 def probe_facts(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """What a plot title says of the probe: the probe(s) and protocol(s) of the runs."""
+    """What a plot title says of the probe: the probe(s) and protocol(s) of the runs, and how many runs are
+    plotted where older ones are left out (:func:`plotted`)."""
     probes = sorted({r["probe"] for r in rows if r.get("probe")})
-    return {"probe": "; ".join(probes) or "lenet (cpu protocol, before the held-out evaluation)"}
+    new = sum(1 for r in rows if r.get("probe"))
+    return {"probe": "; ".join(probes) or "lenet (cpu protocol, before the held-out evaluation)",
+            "plotted runs (held-out evaluation)": new if 0 < new < len(rows) else None}
