@@ -9,6 +9,8 @@
 # Every run uses secure randomness (RANDOMNESS=reproducible for simulation research only) and
 # appends to ONE ledger of the private data set (LEDGER), so the table also shows the data
 # set's cumulative epsilon after each run.  Re-running appends again: the data set was read again.
+# SEEDS="0 1 2" runs every cell once per seed (independent releases, folders <cell>_s<seed>; the table shows
+# their mean and 95 % interval); PROBE_SEEDS (default 3) probe seeds per release (--probe-seeds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PROFILE=${PROFILE:-cpu}
@@ -17,11 +19,16 @@ EXTRA=${EXTRA:-}
 RANDOMNESS=${RANDOMNESS:-secure}
 OUT=benchmarks/results/dp_mepf
 LEDGER=${LEDGER:-$OUT/dataset_ledger.jsonl}
-COMMON=(--profile "$PROFILE" --clients 4 --randomness "$RANDOMNESS" --dataset-ledger "$LEDGER")
-for e in 0.2 1 10 inf; do
+SEEDS=${SEEDS:-0}
+COMMON=(--profile "$PROFILE" --clients 4 --randomness "$RANDOMNESS" --dataset-ledger "$LEDGER"
+        --probe-seeds "${PROBE_SEEDS:-3}")
+for s in $SEEDS; do
+  for e in 0.2 1 10 inf; do
+    # shellcheck disable=SC2086
+    .venv/bin/sstq-fl gen dp-mepf --epsilon "$e" --seed "$s" "${COMMON[@]}" $EXTRA --force --out "$OUT/${TAG}_eps${e}_s$s"
+  done
   # shellcheck disable=SC2086
-  .venv/bin/sstq-fl gen dp-mepf --epsilon "$e" "${COMMON[@]}" $EXTRA --force --out "$OUT/${TAG}_eps$e"
+  .venv/bin/sstq-fl gen dp-mepf --epsilon 1 --public-only --seed "$s" "${COMMON[@]}" $EXTRA --force \
+    --out "$OUT/${TAG}_public_only_s$s"
 done
-# shellcheck disable=SC2086
-.venv/bin/sstq-fl gen dp-mepf --epsilon 1 --public-only "${COMMON[@]}" $EXTRA --force --out "$OUT/${TAG}_public_only"
 .venv/bin/python benchmarks/dp_mepf_table.py "$OUT" "$TAG"

@@ -1,10 +1,13 @@
 """Collect a DP-MEPF sweep's metrics.json files into sweep_<profile>.json, a markdown table and a plot
-(sweep_<profile>.png: downstream accuracy and domain-FD against epsilon, the non-private and public-only
-runs as reference lines).  ``--plot-only`` redraws the plot from an existing sweep_<profile>.json.
+(sweep_<profile>.png: downstream accuracy and domain-FD against epsilon with 95 % intervals over the releases,
+the non-private and public-only runs, the probe ceiling and the FD floor as reference lines).  ``--plot-only``
+redraws the plot from an existing sweep_<profile>.json.
 
-Rows are in the order the runs finished, so ``dataset eps (cumulative)`` reads as the private data
-set's cumulative epsilon (its dataset ledger, PLD composition) after each run.  Metrics written before
-the tight sensitivity and the class-balanced domain-FD (no ``sensitivity`` key) are marked stale.
+Runs of one cell that differ only by seed (``<cell>_s<seed>``) are one row: the mean over the releases and its
+95 % Student-t interval (:mod:`gen_tables`).  Rows are in the order their cells first finished, and
+``dataset eps (cumulative)`` is the private data set's cumulative epsilon (its dataset ledger, PLD composition)
+after the cell's last run.  Metrics written before the tight sensitivity and the class-balanced domain-FD (no
+``sensitivity`` key) are marked stale.
 """
 
 import json
@@ -12,8 +15,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gen_tables import CAPTION, fmt_ci, group, plotted, probe_facts, reference_fields, references
+
 from sstq_fl.io import atomic_write_bytes, atomic_write_json, run_meta
 from sstq_fl.plots import plot_dp_sweep
+
+KEYS = ("downstream_accuracy", "domain_fd", "label_consistency")
 
 STALE = ("**Stale**: these runs predate the tight DP-MEPF sensitivity (noise std σ·Δ/2, Δ = max(√(2(1+m)), 2√m)), "
          "secure randomness, the dataset ledger and the class-balanced domain-FD (the real set was priv_test[:m], "
@@ -29,9 +36,8 @@ def _row(d: Path, m: dict[str, Any]) -> dict[str, Any]:
             "dataset_epsilon_cumulative": m.get("dataset_epsilon_cumulative"), "dataset_runs": ledger.get("runs"),
             "downstream_accuracy": m["downstream_accuracy"], "domain_fd": m["domain_fd"],
             "label_consistency": m["evaluation"]["domain_fd_detail"]["label_consistency"],
-            "membership_auc": m["evaluation"].get("membership_audit", {}).get("auc"),
-            "records": m["records"], "clients": m["clients"], "wall_s": m["wall_s"], "time_utc": m["meta"]["time_utc"],
-            "stale": "sensitivity" not in m}
+            **reference_fields(m), "records": m["records"], "clients": m["clients"], "wall_s": m["wall_s"],
+            "time_utc": m["meta"]["time_utc"], "stale": "sensitivity" not in m}
 
 
 def _fmt(v: Any, spec: str, none: str = "-") -> str:
@@ -41,9 +47,10 @@ def _fmt(v: Any, spec: str, none: str = "-") -> str:
 def _line(r: dict[str, Any]) -> str:
     eps = "0" if r["reference"].startswith("public-only") else _fmt(r["epsilon"], ".3g", "inf")
     cum = "n/a" if r["stale"] else _fmt(r["dataset_epsilon_cumulative"], ".3g", "inf")
-    return (f"| {r['run']} | {eps} | {_fmt(r['sigma'], '.3g')} | {_fmt(r['noise_std'], '.3g')} | {cum} | "
-            f"{r['downstream_accuracy']:.3f} | {r['domain_fd']:.1f} | {r['label_consistency']:.3f} | "
-            f"{_fmt(r['membership_auc'], '.3f')} | {r['wall_s']:.0f} |")
+    return (f"| {r['run']} | {r['n']} | {eps} | {_fmt(r['sigma'], '.3g')} | {_fmt(r['noise_std'], '.3g')} | {cum} | "
+            f"{fmt_ci(r, 'downstream_accuracy', '.3f')} | {fmt_ci(r, 'probe_ceiling', '.3f')} | "
+            f"{fmt_ci(r, 'domain_fd', '.1f')} | {fmt_ci(r, 'fd_floor', '.1f')} | {fmt_ci(r, 'label_consistency', '.3f')} | "
+            f"{r['wall_s']:.0f} |")
 
 
 def plot(root: str, profile: str) -> Path:
@@ -52,9 +59,9 @@ def plot(root: str, profile: str) -> Path:
     rows = sweep["rows"]
     facts = {"profile": profile, "records": rows[0]["records"], "clients": rows[0]["clients"], "delta": rows[0]["delta"],
              "randomness": ", ".join(sorted({r["randomness"] for r in rows})), "runs": len(rows),
-             "command": sweep.get("command"), "stale runs": sum(r["stale"] for r in rows) or None}
+             **probe_facts(rows), "command": sweep.get("command"), "stale runs": sum(r["stale"] for r in rows) or None}
     path = Path(root) / f"sweep_{profile}.png"
-    plot_dp_sweep(rows, path, facts)
+    plot_dp_sweep(plotted(group(rows, KEYS)), path, facts, references(rows))
     return path
 
 
@@ -65,16 +72,17 @@ def main(root: str, profile: str) -> None:
     atomic_write_json(Path(root) / f"sweep_{profile}.json", {"profile": profile, "rows": rows, "meta": run_meta(),
                                                               "command": f"TAG={profile} bash benchmarks/dp_mepf_sweep.sh"})
     lines = [STALE, ""] if any(r["stale"] for r in rows) else []
-    lines += ["| run | epsilon (run) | sigma | noise std | dataset eps (cumulative) | downstream accuracy | domain-FD* | "
-              "label consistency | membership AUC | wall s |", "|---|---|---|---|---|---|---|---|---|---|"]
-    lines += [_line(r) for r in rows]
+    lines += ["| cell | n | epsilon (run) | sigma | noise std | dataset eps (cumulative) | downstream accuracy | "
+              "probe ceiling | domain-FD* | FD floor | label consistency | wall s (last) |", "|---" * 12 + "|"]
+    lines += [_line(r) for r in group(rows, KEYS)]
     randomness = sorted({r["randomness"] for r in rows})
     lines.append(f"\nRows in run order; delta = {rows[0]['delta']:g}, replace-one, randomness {', '.join(randomness)}. "
                  "noise std = sigma * Delta / 2 with Delta the release's replace-one sensitivity (2 for one moment). "
                  "dataset eps: the data set's ledger after the run (PLD composition of every run that read it; "
                  "inf once a non-private run read it; a public-only run adds nothing).")
-    lines.append("\n*domain-FD: Fréchet distance in an evaluation-only MNIST CNN's features against a class-balanced "
-                 "priv_test subset; not comparable to Inception FID.")
+    lines.append("\n*domain-FD: Fréchet distance in an evaluation-only MNIST CNN's features (trained on eval_fit) "
+                 "against a class-balanced eval_score subset; not comparable to Inception FID.")
+    lines.append(f"\n{CAPTION}")
     atomic_write_bytes(Path(root) / f"sweep_{profile}.md", ("\n".join(lines) + "\n").encode())
     print("\n".join(lines))
     print(f"wrote {plot(root, profile)}")

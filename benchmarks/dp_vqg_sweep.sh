@@ -9,22 +9,28 @@
 # Every run uses secure randomness and appends to ONE ledger of the private data set (LEDGER), or,
 # with PER_RUN_LEDGER=1, each run to its own (the shared one's budget check re-composes every earlier
 # run's events and took over 6 minutes after four FP runs here: see the closing note of issue 13).
+# SEEDS="0 1 2" runs each one per seed (--seed; folders ${TAG}_<name>_s<seed>, the table shows their mean and
+# 95 % interval), with PROBE_SEEDS (default 3) probe seeds per release (--probe-seeds).
 # ONLY="name ..." runs just those runs (e.g. ONLY="pp_eps1 pp_eps10") before the table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TAG=${TAG:-cpu}
+SEEDS=${SEEDS:-0}  # "0 1 2": independent releases of every run, folders <name>_s<seed>
 EXTRA=${EXTRA:-}
 PRIOR_EPOCHS=${PRIOR_EPOCHS:-100}
 OUT=benchmarks/results/dp_vqg
 LEDGER=${LEDGER:-$OUT/dataset_ledger.jsonl}
 COMMON=(--clients 4 --randomness secure --prior-epochs "$PRIOR_EPOCHS" --force)
-run() {  # run NAME ARGS...: one pipeline run into $OUT/${TAG}_NAME
-  local name=$1; shift
+run() {  # run NAME ARGS...: one pipeline run per seed into $OUT/${TAG}_NAME_s<seed>
+  local name=$1 s; shift
   if [[ -n "${ONLY:-}" && " $ONLY " != *" $name "* ]]; then return; fi
-  local ledger=$LEDGER
-  [[ "${PER_RUN_LEDGER:-0}" == 1 ]] && ledger="$OUT/${TAG}_$name.dataset_ledger.jsonl"
-  # shellcheck disable=SC2086
-  .venv/bin/sstq-fl gen dp-vqg "$@" "${COMMON[@]}" --dataset-ledger "$ledger" $EXTRA --out "$OUT/${TAG}_$name"
+  for s in $SEEDS; do
+    local ledger=$LEDGER
+    [[ "${PER_RUN_LEDGER:-0}" == 1 ]] && ledger="$OUT/${TAG}_${name}_s$s.dataset_ledger.jsonl"
+    # shellcheck disable=SC2086
+    .venv/bin/sstq-fl gen dp-vqg "$@" "${COMMON[@]}" --dataset-ledger "$ledger" $EXTRA \
+      --seed "$s" --probe-seeds "${PROBE_SEEDS:-3}" --out "$OUT/${TAG}_${name}_s$s"
+  done
 }
 for v in fp pp; do
   for e in 1 10 inf; do run "${v}_eps$e" --variant "$v" --epsilon "$e"; done

@@ -2,11 +2,15 @@
 ``benchmarks/dp_vqg_sweep.sh``) into ``sweep_<tag>.json``, a markdown table ``sweep_<tag>.md`` and a
 plot ``sweep_<tag>.png``:
 
-* left: downstream accuracy against the run's ε for FP and PP, the ε = ∞ and argmin ("not DP")
-  runs as reference lines;
+* left: downstream accuracy against the run's ε for FP and PP (95 % intervals over the releases), the ε = ∞
+  and argmin ("not DP") runs and the probe ceiling (the same probe on real eval_fit) as reference lines;
 * right: the EM's nearest-code probability against the per-location ε₀ of every DP run (the ε₀
   sweep included), with the uniform 1/K and the spec's best-case curve 1/(1+(K−1)e^{−ε₀/2})
   (§2.4 feasibility note), so what the note predicts and what the runs measured sit side by side.
+
+Runs of one cell that differ only by seed (``<tag>_<name>_s<seed>``) are one table row and one point: the mean
+over the releases and its 95 % Student-t interval (:mod:`gen_tables`); the table also has the probe ceiling and
+the FD floor.
 
 Usage: ``python benchmarks/dp_vqg_table.py benchmarks/results/dp_vqg cpu``.
 """
@@ -20,10 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from gen_tables import CAPTION, fmt_ci, group, plotted, probe_facts, reference_fields, references
 from matplotlib.figure import Figure
 
 from sstq_fl.io import atomic_write_bytes, atomic_write_json, run_meta
-from sstq_fl.plots import save, title
+from sstq_fl.plots import points, reference_lines, save, title
+
+KEYS = ("downstream_accuracy", "domain_fd", "sample_label_agreement", "em_nearest_code_prob", "token_entropy_bits")
 
 
 def _row(d: Path, m: dict[str, Any]) -> dict[str, Any]:
@@ -37,7 +44,7 @@ def _row(d: Path, m: dict[str, Any]) -> dict[str, Any]:
             "codebook_size": _codebook_size(m),
             "record_level_epsilon": m.get("record_level_epsilon"), "dataset_epsilon_cumulative": m.get(
                 "dataset_epsilon_cumulative"), "records": m["records"], "clients": m["clients"], "wall_s": m["wall_s"],
-            "prior_epochs": cfg.get("prior_epochs"), "time_utc": m["meta"]["time_utc"]}
+            "prior_epochs": cfg.get("prior_epochs"), "time_utc": m["meta"]["time_utc"], **reference_fields(m)}
 
 
 def _codebook_size(m: dict[str, Any]) -> int | None:
@@ -55,39 +62,44 @@ def _fmt(v: Any, spec: str) -> str:
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    head = ("| run | variant | labels | ε target | ε (ledger) | ε₁ | ε₂ | ε₀ per location | accuracy | label agreement | "
-            "domain-FD | EM nearest-code prob | token entropy (bits) | wall s |")
-    lines = [head, "|" + "---|" * 14]
+    head = ("| cell | n | variant | labels | ε target | ε (ledger) | ε₁ | ε₂ | ε₀ per location | accuracy | probe ceiling | "
+            "label agreement | domain-FD | FD floor | EM nearest-code prob | token entropy (bits) | wall s (last) |")
+    lines = [head, "|" + "---|" * 17]
     for r in rows:
-        lines.append(f"| {r['run']} | {r['variant']} | {r['labels']} | {_fmt(r['target_epsilon'], 'eps')} | "
+        lines.append(f"| {r['run']} | {r['n']} | {r['variant']} | {r['labels']} | {_fmt(r['target_epsilon'], 'eps')} | "
                      f"{_fmt(r['epsilon'], 'eps')} | {_fmt(r['epsilon_stage1'], 'eps')} | {_fmt(r['epsilon_stage2'], 'eps')} | "
-                     f"{_fmt(r['eps0_per_location'], 'eps')} | {r['downstream_accuracy']:.4f} | "
-                     f"{_fmt(r['sample_label_agreement'], '.3f')} | {r['domain_fd']:.0f} | "
-                     f"{_fmt(r['em_nearest_code_prob'], '.4f')} | {_fmt(r['token_entropy_bits'], '.3f')} | "
+                     f"{_fmt(r['eps0_per_location'], 'eps')} | {fmt_ci(r, 'downstream_accuracy', '.4f')} | "
+                     f"{fmt_ci(r, 'probe_ceiling', '.4f')} | {fmt_ci(r, 'sample_label_agreement', '.3f')} | "
+                     f"{fmt_ci(r, 'domain_fd', '.0f')} | {fmt_ci(r, 'fd_floor', '.1f')} | "
+                     f"{fmt_ci(r, 'em_nearest_code_prob', '.4f')} | {fmt_ci(r, 'token_entropy_bits', '.3f')} | "
                      f"{r['wall_s']:.0f} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + f"\n\n{CAPTION}\n"
 
 
 def _finite(v: Any) -> bool:
     return isinstance(v, int | float) and math.isfinite(v)
 
 
-def plot(rows: list[dict[str, Any]], path: Path, facts: dict[str, Any]) -> Figure:
-    """Accuracy against ε (FP, PP; references as lines) and the EM's nearest-code probability against ε₀."""
+def plot(rows: list[dict[str, Any]], path: Path, facts: dict[str, Any], calibration: dict[str, Any] | None = None
+         ) -> Figure:
+    """Accuracy against ε (FP, PP, with 95 % intervals; references and the probe ceiling as lines) and the EM's
+    nearest-code probability against ε₀."""
     fig = Figure(figsize=(12, 4.8), layout="constrained")
     ax = fig.subplots(1, 2)
     for v, colour in (("fp", "tab:blue"), ("pp", "tab:orange")):
         dp = sorted((r for r in rows if r["variant"] == v and r["reference"] == "dp" and r["labels"] == "private"
                      and _finite(r["target_epsilon"])), key=lambda r: r["target_epsilon"])
-        ax[0].plot([r["target_epsilon"] for r in dp], [r["downstream_accuracy"] for r in dp], "o-", color=colour,
-                   label=f"{v.upper()}-VQG")
+        points(ax[0], [r["target_epsilon"] for r in dp], dp, "downstream_accuracy", "o-", color=colour,
+               label=f"{v.upper()}-VQG")
         for r in rows:
             if r["variant"] == v and (r["reference"] != "dp" or not _finite(r["target_epsilon"])):
                 name = "ε = ∞, not DP" if not _finite(r["target_epsilon"]) else "argmin, not DP"
                 ax[0].axhline(r["downstream_accuracy"], color=colour, ls="--" if name.startswith("ε") else ":",
                               label=f"{v.upper()} {name}")
     ax[0].axhline(0.1, color="grey", lw=0.8, label="chance (10 classes)")
-    ax[0].set(xscale="log", xlabel="record-level ε (δ = 1e-5, replace-one)", ylabel="downstream accuracy (LeNet-5 probe)")
+    reference_lines(ax[0], calibration, "downstream_accuracy")
+    ax[0].set(xscale="log", xlabel="record-level ε (δ = 1e-5, replace-one)",
+              ylabel="downstream accuracy (probe, held-out eval_score)")
     ax[0].legend(fontsize=8)
     _em_axes(ax[1], rows)
     fig.suptitle(title("DP-VQG sweep", facts, width=130))
@@ -118,11 +130,14 @@ def main(folder: str, tag: str) -> None:
         raise SystemExit(f"dp_vqg_table: no {tag}_*/metrics.json under {out}")
     facts = {"profile": tag, "records": rows[0]["records"], "clients": rows[0]["clients"], "δ": 1e-5,
              "prior epochs": rows[0]["prior_epochs"],
-             "prior lr": rows[0]["prior_lr"], "runs": len(rows), "command": "bash benchmarks/dp_vqg_sweep.sh"}
-    atomic_write_json(out / f"sweep_{tag}.json", {"rows": rows, "facts": facts, "meta": run_meta()})
-    atomic_write_bytes(out / f"sweep_{tag}.md", _table(rows).encode())
-    plot(rows, out / f"sweep_{tag}.png", facts)
-    print(_table(rows))
+             "prior lr": rows[0]["prior_lr"], "runs": len(rows), **probe_facts(rows),
+             "command": "bash benchmarks/dp_vqg_sweep.sh"}
+    cells = group(rows, KEYS)
+    ref = references(rows)
+    atomic_write_json(out / f"sweep_{tag}.json", {"rows": rows, "cells": cells, "facts": facts, "meta": run_meta()})
+    atomic_write_bytes(out / f"sweep_{tag}.md", _table(cells).encode())
+    plot(plotted(cells), out / f"sweep_{tag}.png", {**facts, "FD floor": ref["fd_floor"]}, ref)
+    print(_table(cells))
 
 
 if __name__ == "__main__":

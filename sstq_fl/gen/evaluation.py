@@ -1,11 +1,12 @@
 """Evaluation of DP generators, offline and CPU-friendly.
 
 1. Downstream accuracy: a probe (LeNet-5; optionally logistic regression or an MLP) is trained on labelled
-   synthetic samples for a fixed number of epochs and tested once on real ``priv_test`` (no model selection
-   on the test split).
-2. Domain-FD: an evaluator CNN (conv 32-64-128, 128-d penultimate layer; the architecture is our choice) trained once on real
-   ``priv_train``, cached with its sha256; the Fréchet distance between its penultimate features of real
-   and generated images, per class too, plus label consistency.  It is *not* comparable to Inception FID.
+   synthetic samples for a fixed number of epochs and tested once on real held-out data (the pipelines:
+   ``eval_score``, half of ``priv_test``, :mod:`sstq_fl.gen.heldout`; no model selection on the test split).
+2. Domain-FD: an evaluator CNN (conv 32-64-128, 128-d penultimate layer; the architecture is our choice) trained
+   once on real held-out data (the pipelines: ``eval_fit``, the other half of ``priv_test``), cached with its
+   sha256; the Fréchet distance between its penultimate features of real and generated images, per class too,
+   plus label consistency.  It is *not* comparable to Inception FID.
 3. Inception FID, only from a user-supplied local weights file (never downloaded).
 4. Helpers: a PNG sample grid and the membership-inference AUC of an audit.
 
@@ -212,7 +213,7 @@ def load_evaluator(path: str | os.PathLike[str], expected_sha256: str | None = N
 
 def train_evaluator(train_x: Images, train_y: Images, epochs: int = 3, seed: int = 0,
                     cache_path: str | os.PathLike[str] | None = None, batch_size: int = 128) -> Evaluator:
-    """Train the evaluator CNN once on real ``priv_train`` (Adam 1e-3; 3 epochs, batch 128 by default; our choice) or reuse
+    """Train the evaluator CNN once on real data (Adam 1e-3; 3 epochs, batch 128 by default; our choice) or reuse
     the cache at ``cache_path`` when it was trained from the same data, epochs, seed and batch size.  The file
     is a ``torch.save`` of ``{"state_dict", "meta"}`` written atomically; ``Evaluator.sha256`` is the file's
     hash (record it)."""

@@ -3,12 +3,15 @@
 samples with the sample grid (:func:`evaluate_samples`), and ``metrics.json`` (:func:`common_metrics`,
 :func:`write_metrics`).
 
-The evaluation follows the pipelines' shared protocol: a LeNet-5 probe (LeCun et al., "Gradient-Based Learning
-Applied to Document Recognition", Proc. IEEE 1998) trained on the samples and tested on real ``priv_test``, a
-Fréchet distance in the feature space of an evaluator CNN trained on real ``priv_train`` (the FID of Heusel et
-al., NeurIPS 2017, with our own domain network instead of Inception, so the numbers are not comparable to
-Inception FID) and a black-box membership audit by the distance to the nearest synthetic sample (Chen, Yu, Zhang &
-Fritz, "GAN-Leaks: A Taxonomy of Membership Inference Attacks against Generative Models", CCS 2020).
+The evaluation follows the pipelines' shared protocol on the held-out ``priv_test`` only (its halves
+``eval_fit`` and ``eval_score``, :mod:`sstq_fl.gen.heldout`): a probe (LeNet-5: LeCun et al., "Gradient-Based
+Learning Applied to Document Recognition", Proc. IEEE 1998; or logistic regression, an MLP) trained on the samples
+and tested on ``eval_score``, a Fréchet distance in the feature space of an evaluator CNN trained on ``eval_fit``
+(the FID of Heusel et al., NeurIPS 2017, with our own domain network instead of Inception, so the numbers are not
+comparable to Inception FID), and the references ``probe_ceiling`` and ``fd_floor`` that real data reach under
+the same protocol.  A black-box membership audit by the distance to the nearest synthetic sample (Chen, Yu, Zhang
+& Fritz, "GAN-Leaks: A Taxonomy of Membership Inference Attacks against Generative Models", CCS 2020) reads the
+private members, so it goes to ``private_diagnostics.json``, never to ``metrics.json``.
 """
 
 from __future__ import annotations
@@ -30,7 +33,12 @@ from ..progress import PhaseClock
 from .config import PipelineConfig
 from .runner import deterministic_kernels
 
-RUN_FILES = ("metrics.json", "transcript.jsonl", "samples.png")
+PRIVATE_FILE = "private_diagnostics.json"
+RUN_FILES = ("metrics.json", "transcript.jsonl", "samples.png", PRIVATE_FILE)
+EVALUATOR_FILE = "evaluator-mnist-eval_fit.pt"
+PRIVATE_NOTE = ("PRIVATE: these diagnostics read private priv_train records (the clients' records, or all "
+                "of priv_train); they are not differentially private and must not be published")
+REFERENCE_KEYS = ("downstream_accuracy_seeds", "probe_ceiling", "fd_floor", "evaluator_accuracy")
 DOMAIN_FD_NOTE = "domain-FD, not comparable to Inception FID"
 Plan = Sequence[tuple[PrivacyEvent, int]]
 
@@ -103,24 +111,32 @@ class SampleGrid:
 
 
 def evaluate_samples(x: torch.Tensor, y: torch.Tensor, data: WorkloadData, split: Any, out: Path, grid: SampleGrid,
-                     probe_epochs: int, evaluator_epochs: int, cache_dir: str, seed: int) -> dict[str, Any]:
-    """The offline evaluation of labelled samples ``(x, y)``: the sample grid (``out/samples.png``), the LeNet-5
-    probe's accuracy on real ``priv_test``, domain-FD against a class-balanced real subset of the same size, the
-    membership audit, and ``sample_label_agreement``: the share of samples that the evaluator CNN (trained on real
-    ``priv_train``) assigns to the class they were drawn for (0.1 is chance)."""
-    from .evaluation import domain_fd, downstream_accuracy, save_sample_grid, train_evaluator
+                     cfg: PipelineConfig) -> dict[str, Any]:
+    """The offline evaluation of labelled samples ``(x, y)`` for ``metrics.json``, from the held-out ``priv_test``
+    only (:mod:`sstq_fl.gen.heldout`): the sample grid (``out/samples.png``), the probe's accuracy on
+    ``eval_score`` per probe seed and their mean, domain-FD against a class-balanced real ``eval_score`` subset,
+    ``sample_label_agreement`` (the share of samples that the evaluator CNN, trained on ``eval_fit``, assigns to
+    the class they were drawn for; 0.1 is chance), the evaluator's own accuracy and the references
+    ``probe_ceiling`` and ``fd_floor``.  What reads private records goes to ``out/private_diagnostics.json``
+    (:func:`write_private_diagnostics`), never into the returned dict."""
+    from .evaluation import domain_fd, save_sample_grid, train_evaluator
+    from .heldout import ProbeProtocol, evaluator_accuracy, fd_real, fd_size, heldout_split, references
 
     save_sample_grid(x, y, out / "samples.png", pipeline=grid.pipeline, epsilon=grid.epsilon, detail=grid.detail)
-    acc = downstream_accuracy(x, y, split.test_x, split.test_y, epochs=probe_epochs, seed=seed)
-    ev = train_evaluator(split.train_x, split.train_y, epochs=evaluator_epochs, seed=0,
-                         cache_path=Path(cache_dir) / "evaluator-mnist.pt")
-    real = balanced_subset(split.test_y, len(y), seed)
-    m = len(real)
-    fd = domain_fd(ev, split.test_x[real], split.test_y[real], x[:m], y[:m])
+    held, proto = heldout_split(split.test_x, split.test_y), ProbeProtocol.of(cfg)
+    accs = proto.accuracies(x, y, held.score_x, held.score_y)
+    ev = train_evaluator(held.fit_x, held.fit_y, epochs=cfg.evaluator_epochs, seed=0,
+                         cache_path=Path(cfg.cache_dir) / EVALUATOR_FILE)
+    m = fd_size(len(y), held.fit_y, held.score_y)
+    real = fd_real(held, m)
+    fd = domain_fd(ev, held.score_x[real], held.score_y[real], x[:m], y[:m])
     _, pred = ev.features_and_predictions(x, "samples")
-    return {"downstream_accuracy": acc, "domain_fd": fd["domain_fd"], "domain_fd_detail": fd,
-            "sample_label_agreement": float(np.mean(pred == np.asarray(y))),
-            "membership_audit": membership_audit(data, ev, x, split)}
+    write_private_diagnostics(out, data, split, ev, x, held, proto if cfg.private_ceiling else None)
+    return {"downstream_accuracy": float(np.mean(accs)), "downstream_accuracy_seeds": accs, "domain_fd": fd["domain_fd"],
+            "domain_fd_detail": fd, "sample_label_agreement": float(np.mean(pred == np.asarray(y))),
+            "evaluator_accuracy": evaluator_accuracy(ev, held), **references(held, ev, proto, len(y), cfg.cache_dir),
+            "probe": {**proto.record(), "train_samples": len(y)}, "heldout": held.record(),
+            "evaluator": {"sha256": ev.sha256, "trained_on": "eval_fit", "epochs": cfg.evaluator_epochs}}
 
 
 def balanced_subset(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
@@ -136,17 +152,37 @@ def balanced_subset(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
     return balanced_indices(labels, k * len(present), seed)
 
 
-def membership_audit(data: WorkloadData, ev: Any, samples: torch.Tensor, split: Any, n: int = 1000) -> dict[str, Any]:
+# ----------------------------------------------------------------------------- diagnostics that read private records
+def write_private_diagnostics(out: Path, data: WorkloadData, split: Any, ev: Any, samples: torch.Tensor, held: Any,
+                              ceiling: Any = None) -> dict[str, Any]:
+    """Write ``out/private_diagnostics.json`` (atomically): the membership audit (:func:`membership_audit`) and,
+    with a probe protocol ``ceiling``, the probe trained on all ``priv_train`` for 10 epochs (the papers'
+    protocol) and tested on ``eval_score``.  Both read private records: they are not DP and must not be
+    published, which the file's ``note`` says."""
+    diag: dict[str, Any] = {"note": PRIVATE_NOTE, "membership_audit": membership_audit(data, ev, samples, held)}
+    if ceiling is not None:
+        from .heldout import PAPERS_EPOCHS, ProbeProtocol
+
+        proto = ProbeProtocol(ceiling.probe, "papers", PAPERS_EPOCHS, ceiling.seeds)
+        accs = proto.accuracies(split.train_x, split.train_y, held.score_x, held.score_y)
+        diag["priv_train_ceiling"] = {"accuracy": float(np.mean(accs)), "accuracy_seeds": accs,
+                                      "train_records": len(split.train_y), "probe": proto.record()}
+    atomic_write_json(out / PRIVATE_FILE, finite_json(diag))
+    return diag
+
+
+def membership_audit(data: WorkloadData, ev: Any, samples: torch.Tensor, held: Any, n: int = 1000) -> dict[str, Any]:
     """Black-box membership inference: score each record by its distance to the nearest synthetic sample in the
     evaluator's feature space (closer = "member"); AUC over up to ``n`` records released by the clients against
-    up to ``n`` from ``priv_test``, both class-balanced (so the class mix cannot tell them apart).  ≈ 0.5 means
-    no detectable leakage (an attack only ever gives a lower bound)."""
+    up to ``n`` from ``eval_score`` (held out, and unseen by the evaluator like the members), both class-balanced
+    (so the class mix cannot tell them apart).  ≈ 0.5 means no detectable leakage (an attack only ever gives a
+    lower bound).  It reads the members: a private diagnostic."""
     from .evaluation import membership_auc
 
     xs, ys = zip(*(data.client_records(c) for c in range(data.clients)))
     mx, my = np.concatenate(xs), np.concatenate(ys)
     members = mx[balanced_subset(my, n, data.seed)]
-    nonmembers = split.test_x[balanced_subset(split.test_y, n, data.seed)]
+    nonmembers = held.score_x[balanced_subset(held.score_y, n, data.seed)]
     fs = torch.as_tensor(ev.features_and_predictions(samples)[0])
 
     def score(x: np.ndarray) -> np.ndarray:
@@ -161,9 +197,10 @@ def common_metrics(cfg: PipelineConfig, data: WorkloadData, privacy: dict[str, A
                    dropped: list[Any], top: Sequence[str] = ("downstream_accuracy", "domain_fd",
                                                              "sample_label_agreement")) -> dict[str, Any]:
     """The fields every pipeline's ``metrics.json`` has: the privacy result, the reference kind, the evaluation
-    (``top`` of its entries at the top level, the rest under ``evaluation``), the records and clients, the
+    (``top`` of its entries and the references at the top level, the rest under ``evaluation``), the records and clients, the
     clients left out, the config and the run's metadata."""
-    return {**privacy, "reference": cfg.reference_label(), **{k: evals[k] for k in top},
+    top = tuple(dict.fromkeys((*top, *REFERENCE_KEYS)))
+    return {**privacy, "reference": cfg.reference_label(), **{k: evals[k] for k in top if k in evals},
             "domain_fd_note": DOMAIN_FD_NOTE, "records": data.n_decl, "clients": cfg.clients, "dropped": dropped,
             "evaluation": {k: v for k, v in evals.items() if k not in top},
             "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()}, "meta": run_meta()}

@@ -231,7 +231,7 @@ def _evaluate(cfg: MepfConfig, data: WorkloadData, gen: Any, split: Any, out: Pa
     x, y = sample(gen, cfg.resolved("eval_samples"), seed=cfg.seed + 1, device=cfg.device)
     res = evaluate_samples(x, y, data, split, out, SampleGrid(PIPELINE, 0.0 if cfg.public_only else cfg.epsilon,
                                                               grid_detail(cfg)),
-                           cfg.resolved("probe_epochs"), cfg.evaluator_epochs, cfg.cache_dir, cfg.seed)
+                           cfg)
     if cfg.inception_weights:
         res["inception_fid"] = inception_fid(cfg.inception_weights, split.test_x, x)
     return res

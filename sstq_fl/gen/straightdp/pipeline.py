@@ -364,8 +364,7 @@ def _run(cfg: StraightConfig, out: Path) -> dict[str, Any]:
     x, y = clock("sampling", lambda: generate(cfg, res["model"], res["mixture"], pub, cfg.resolved("eval_samples")))
     grid = SampleGrid(PIPELINE, cfg.epsilon, grid_detail(cfg))
     split = load_private_split(cfg.data_path or None)  # priv_test, for the offline evaluation only
-    evals = clock("evaluation", lambda: evaluate_samples(x, y, data, split, out, grid, cfg.resolved("probe_epochs"),
-                                                         cfg.evaluator_epochs, cfg.cache_dir, cfg.seed))
+    evals = clock("evaluation", lambda: evaluate_samples(x, y, data, split, out, grid, cfg))
     metrics = {**common_metrics(cfg, data, privacy, evals, res["dropped"]), **_metrics(cfg, setup, pub, res)}
     return write_metrics(out, metrics, t0, clock)
 

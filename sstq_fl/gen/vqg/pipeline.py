@@ -392,7 +392,7 @@ def _evaluate(cfg: VqgConfig, data: WorkloadData, x: torch.Tensor, y: torch.Tens
               ) -> dict[str, Any]:
     """The shared offline evaluation (:func:`~sstq_fl.gen.outputs.evaluate_samples`) of the samples."""
     return evaluate_samples(x, y, data, split, out, SampleGrid(PIPELINE, cfg.epsilon, grid_detail(cfg)),
-                            cfg.resolved("probe_epochs"), cfg.evaluator_epochs, cfg.cache_dir, cfg.seed)
+                            cfg)
 
 
 # ----------------------------------------------------------------------------- the run
