@@ -112,17 +112,27 @@ class SampleGrid:
 
 def evaluate_samples(x: torch.Tensor, y: torch.Tensor, data: WorkloadData, split: Any, out: Path, grid: SampleGrid,
                      cfg: PipelineConfig) -> dict[str, Any]:
-    """The offline evaluation of labelled samples ``(x, y)`` for ``metrics.json``, from the held-out ``priv_test``
-    only (:mod:`sstq_fl.gen.heldout`): the sample grid (``out/samples.png``), the probe's accuracy on
-    ``eval_score`` per probe seed and their mean, domain-FD against a class-balanced real ``eval_score`` subset,
-    ``sample_label_agreement`` (the share of samples that the evaluator CNN, trained on ``eval_fit``, assigns to
-    the class they were drawn for; 0.1 is chance), the evaluator's own accuracy and the references
-    ``probe_ceiling`` and ``fd_floor``.  What reads private records goes to ``out/private_diagnostics.json``
-    (:func:`write_private_diagnostics`), never into the returned dict."""
-    from .evaluation import domain_fd, save_sample_grid, train_evaluator
-    from .heldout import ProbeProtocol, evaluator_accuracy, fd_real, fd_size, heldout_split, references
+    """The offline evaluation of labelled samples ``(x, y)`` for ``metrics.json``: the sample grid
+    (``out/samples.png``) and :func:`heldout_evaluation`.  What reads private records goes to
+    ``out/private_diagnostics.json`` (:func:`write_private_diagnostics`), never into the returned dict."""
+    from .evaluation import save_sample_grid
 
     save_sample_grid(x, y, out / "samples.png", pipeline=grid.pipeline, epsilon=grid.epsilon, detail=grid.detail)
+    evals, ev, held, proto = heldout_evaluation(x, y, split, cfg)
+    write_private_diagnostics(out, data, split, ev, x, held, proto if cfg.private_ceiling else None)
+    return evals
+
+
+def heldout_evaluation(x: torch.Tensor, y: torch.Tensor, split: Any, cfg: PipelineConfig) -> tuple[dict[str, Any],
+                                                                                                 Any, Any, Any]:
+    """``(metrics, evaluator, held-out split, probe protocol)`` of samples ``(x, y)``, from the held-out
+    ``priv_test`` only (:mod:`sstq_fl.gen.heldout`): the probe's accuracy on ``eval_score`` per probe seed and their
+    mean, domain-FD against a class-balanced real ``eval_score`` subset, ``sample_label_agreement`` (the share of
+    samples that the evaluator CNN, trained on ``eval_fit``, assigns to the class they were drawn for; 0.1 is
+    chance), the evaluator's own accuracy and the references ``probe_ceiling`` and ``fd_floor``."""
+    from .evaluation import domain_fd, train_evaluator
+    from .heldout import ProbeProtocol, evaluator_accuracy, fd_real, fd_size, heldout_split, references
+
     held, proto = heldout_split(split.test_x, split.test_y), ProbeProtocol.of(cfg)
     accs = proto.accuracies(x, y, held.score_x, held.score_y)
     ev = train_evaluator(held.fit_x, held.fit_y, epochs=cfg.evaluator_epochs, seed=0,
@@ -131,12 +141,13 @@ def evaluate_samples(x: torch.Tensor, y: torch.Tensor, data: WorkloadData, split
     real = fd_real(held, m)
     fd = domain_fd(ev, held.score_x[real], held.score_y[real], x[:m], y[:m])
     _, pred = ev.features_and_predictions(x, "samples")
-    write_private_diagnostics(out, data, split, ev, x, held, proto if cfg.private_ceiling else None)
-    return {"downstream_accuracy": float(np.mean(accs)), "downstream_accuracy_seeds": accs, "domain_fd": fd["domain_fd"],
-            "domain_fd_detail": fd, "sample_label_agreement": float(np.mean(pred == np.asarray(y))),
-            "evaluator_accuracy": evaluator_accuracy(ev, held), **references(held, ev, proto, len(y), cfg.cache_dir),
-            "probe": {**proto.record(), "train_samples": len(y)}, "heldout": held.record(),
-            "evaluator": {"sha256": ev.sha256, "trained_on": "eval_fit", "epochs": cfg.evaluator_epochs}}
+    evals = {"downstream_accuracy": float(np.mean(accs)), "downstream_accuracy_seeds": accs,
+             "domain_fd": fd["domain_fd"], "domain_fd_detail": fd,
+             "sample_label_agreement": float(np.mean(pred == np.asarray(y))),
+             "evaluator_accuracy": evaluator_accuracy(ev, held), **references(held, ev, proto, len(y), cfg.cache_dir),
+             "probe": {**proto.record(), "train_samples": len(y)}, "heldout": held.record(),
+             "evaluator": {"sha256": ev.sha256, "trained_on": "eval_fit", "epochs": cfg.evaluator_epochs}}
+    return evals, ev, held, proto
 
 
 def balanced_subset(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
