@@ -255,11 +255,11 @@ def _sgd_step(run: DPRunner, cfg: StraightConfig, model: Any, setup: Setup, pub:
     conf: dict[str, Any] = {"model": "straightdp-flow", "profile": cfg.profile, "low_b0": cfg.low_b0,
                             "multiplicity": cfg.resolved("multiplicity"), "t_min": t_min, "t_max": t_max,
                             "device": cfg.device, "space": cfg.space}
-    latent = "straightdp.latent_" if cfg.space == "latent" else "dpsgd."  # latent: clients encode, then the same
+    tasks = "straightdp.latent_" if cfg.space == "latent" else "dpsgd."  # latent: the clients encode, then the same
     state = {**state, **pub.encoder_payload}
     if sigma is not None:
-        return run.dpsgd_round("stage2-dpsgd", latent + "clipped_sum", state, conf, setup.q, clip, sigma)
-    sums = run.non_private_sum("stage2-dpsgd", latent + "sampled_clipped_sum", state,
+        return run.dpsgd_round("stage2-dpsgd", tasks + "clipped_sum", state, conf, setup.q, clip, sigma)
+    sums = run.non_private_sum("stage2-dpsgd", tasks + "sampled_clipped_sum", state,
                                {**conf, "q": setup.q, "clip": clip, "step": step}, clip)
     return {k: v / (setup.q * run.n_decl) for k, v in sums.items()}
 
@@ -308,7 +308,8 @@ def run_clients(cfg: StraightConfig, data: WorkloadData, setup: Setup, pub: Publ
         run.ledger.start(full_plan(setup), Budget(cfg.epsilon, cfg.delta) if cfg.private else None)
         run.ledger.notes.update(_notes(cfg))
         run.charge_public("public-calibration", _calibration_note(pub))
-        run.charge_public("public-pretraining", "flow model pretrained on public Fashion-MNIST with byte captions")
+        run.charge_public("public-pretraining", f"flow model pretrained on public Fashion-MNIST {pub.space}s with byte "
+                                                "captions")
         mixture, diag = release_moments(run, cfg, setup, pub) if cfg.uses_moments else (None, {})
         net = model
         if cfg.resolved_port == "distill":
