@@ -7,6 +7,12 @@
 #   guidance         the same split, sampling started at t0 from the released Gaussian
 #                                                                 (--method moments+sgd --port guidance)
 #   public_guidance  the public prior + guidance from the released moments (--method moments --port guidance)
+#   latent_moments   the moment release alone in the latent space of the frozen public autoencoder, decoded
+#                                                                 (--method moments --space latent)
+#   latent_distill   moments + DP-SGD with distillation, all in the latent space
+#                                                                 (--method moments+sgd --port distill --space latent)
+#   distill_tau035   the tau ablation: distill with tau = 0.35 given instead of the public knee rule's
+#                                                                 (--method moments+sgd --port distill --tau 0.35)
 # Runs are named ${TAG}_<row>_eps<E> under benchmarks/results/straightdp; eps = inf runs are the same
 # releases without noise (not DP), drawn as reference lines. EXTRA adds options (e.g. "--tha", or
 # "--profile full --device cuda" on a GPU, with a TAG of its own).
@@ -45,4 +51,7 @@ for e in "${EPSILONS[@]}"; do run "moments_eps$e" --method moments --epsilon "$e
 for e in "${EPSILONS[@]}"; do run "distill_eps$e" --method moments+sgd --port distill --epsilon "$e"; done
 for e in "${EPSILONS[@]}"; do run "guidance_eps$e" --method moments+sgd --port guidance --epsilon "$e"; done
 for e in "${EPSILONS[@]}"; do run "public_guidance_eps$e" --method moments --port guidance --epsilon "$e"; done
+for e in "${EPSILONS[@]}"; do run "latent_moments_eps$e" --method moments --space latent --epsilon "$e"; done
+for e in "${EPSILONS[@]}"; do run "latent_distill_eps$e" --method moments+sgd --port distill --space latent --epsilon "$e"; done
+for e in "${EPSILONS[@]}"; do run "distill_tau035_eps$e" --method moments+sgd --port distill --tau 0.35 --epsilon "$e"; done
 .venv/bin/python benchmarks/straightdp_table.py "$OUT" "$TAG"

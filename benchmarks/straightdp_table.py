@@ -5,7 +5,9 @@ plot ``sweep_<tag>.png``.  Each run is put in a row of the spec's comparison by 
 * ``sgd`` (uniform DP-SGD with the whole ε), ``moments`` (samples from the released Gaussians alone),
   ``distill`` and ``guidance`` (moments + DP-SGD on t ≥ τ, the moments entering by distillation or by
   starting the sampler at t₀ from the released Gaussian) and ``public_guidance`` (the public prior +
-  guidance); ``+tha`` is appended for a time-bucketed clip profile, ``+low_b0`` for the low-B0 backbone.
+  guidance); ``+tha`` is appended for a time-bucketed clip profile, ``+low_b0`` for the low-B0 backbone;
+* ``latent_<row>`` for a run in the latent space of the frozen public autoencoder (``--space latent``), and
+  ``+tau<τ>`` for a run whose τ was given (``--tau``) instead of the public knee rule's (the τ ablation).
 
 Runs of one cell that differ only by seed (``<tag>_<row>_eps<E>_s<seed>``) are one table row and one point:
 the mean over the releases and its 95 % Student-t interval (:mod:`gen_tables`).
@@ -40,12 +42,16 @@ from sstq_fl.plots import points, reference_lines, save, title
 
 KEYS = ("downstream_accuracy", "domain_fd", "sample_label_agreement")
 
-ROWS = ("sgd", "moments", "distill", "guidance", "public_guidance")
+ROWS = ("sgd", "moments", "distill", "guidance", "public_guidance", "latent_moments", "latent_distill",
+        "latent_guidance", "latent_public_guidance", "latent_sgd")
 COMMAND = "bash benchmarks/straightdp_sweep.sh"
 
 
-def row_name(method: str | None, port: str | None, tha: Any = None, low_b0: Any = False) -> str:
-    """The comparison row of a run: sgd / moments / distill / guidance / public_guidance (+tha, +low_b0)."""
+def row_name(method: str | None, port: str | None, tha: Any = None, low_b0: Any = False, space: str | None = None,
+             tau: float | None = None) -> str:
+    """The comparison row of a run: sgd / moments / distill / guidance / public_guidance (+tha, +low_b0), with
+    ``latent_`` in front in the latent space and ``+tau<τ>`` after for a given τ (``tau``: the config's, or
+    ``None`` for the knee rule's)."""
     port = port or "none"
     if method == "sgd":
         name = "sgd"
@@ -55,7 +61,8 @@ def row_name(method: str | None, port: str | None, tha: Any = None, low_b0: Any 
         name = "guidance" if port == "guidance" else "distill"
     else:
         name = f"{method}/{port}"
-    return name + ("+tha" if tha else "") + ("+low_b0" if low_b0 else "")
+    prefix = "latent_" if space == "latent" else ""
+    return prefix + name + ("+tha" if tha else "") + ("+low_b0" if low_b0 else "") + (f"+tau{tau:g}" if tau else "")
 
 
 def _eps(v: Any) -> float:
@@ -67,7 +74,8 @@ def _row(d: Path, m: dict[str, Any]) -> dict[str, Any]:
     cfg = m.get("config") or {}
     method = m.get("method", cfg.get("method"))
     target = _eps(cfg["epsilon"]) if "epsilon" in cfg else _eps(m.get("epsilon"))
-    return {"run": d.name, "row": row_name(method, m.get("port"), m.get("tha"), m.get("low_b0")),
+    row = row_name(method, m.get("port"), m.get("tha"), m.get("low_b0"), m.get("space"), cfg.get("tau"))
+    return {"run": d.name, "row": row,
             "method": method, "port": m.get("port"), "tha": m.get("tha"), "target_epsilon": target,
             "epsilon": _eps(m.get("epsilon")), "delta": m.get("delta"), "relation": m.get("relation"),
             "randomness": m.get("randomness"), "dataset_epsilon_cumulative": m.get("dataset_epsilon_cumulative"),

@@ -14,6 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .autoencoder import LATENT_SHAPE
+from .config import SPACES
+
 SIDE = 28
 PIXELS = SIDE * SIDE
 NOISE_COLS = 2 + PIXELS
@@ -33,7 +36,9 @@ class FlowConfig:
     ``width``/``depth``/``heads``/``patch``: the image stream; ``caption_*``: the caption encoder and stream;
     ``low_b0``/``b0``/``late_blocks``/``spectral_cap``: the low-B₀ variant (B₀, ℓ₀, s); ``p_uncond``: p(null
     caption) in training; ``multiplicity``: M (t, ξ) draws per example; ``t_min``/``t_max``: t ~ U[t_min, t_max];
-    ``classes``: labels 0..classes−1 (null = classes); ``sample_steps``/``cfg_scale``: Euler steps and w."""
+    ``classes``: labels 0..classes−1 (null = classes); ``sample_steps``/``cfg_scale``: Euler steps and w;
+    ``space``: ``pixel`` (records ``[n, 1, 28, 28]`` in [0, 1], the flow on 2x − 1) or ``latent`` (records are the
+    frozen autoencoder's latents ``[n, 2, 4, 4]``, the flow on them as they are; patch 1: 16 tokens)."""
 
     width: int = 64
     depth: int = 2
@@ -55,14 +60,17 @@ class FlowConfig:
     classes: int = 10
     sample_steps: int = 10
     cfg_scale: float = 1.5
+    space: str = "pixel"
 
     def __post_init__(self) -> None:
         for name in _POSITIVE_INTS:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"FlowConfig.{name} must be a positive integer, got {v!r}")
-        if SIDE % self.patch or self.width % self.heads or self.caption_width % self.caption_heads:
-            raise ValueError(f"need patch | 28, heads | width, caption_heads | caption_width; got {self.patch}, "
+        if self.space not in SPACES:
+            raise ValueError(f"FlowConfig.space must be one of {SPACES}, got {self.space!r}")
+        if self.side % self.patch or self.width % self.heads or self.caption_width % self.caption_heads:
+            raise ValueError(f"need patch | {self.side}, heads | width, caption_heads | caption_width; got {self.patch}, "
                              f"{self.width}/{self.heads}, {self.caption_width}/{self.caption_heads}")
         if not (isinstance(self.low_b0, bool) and self.late_blocks <= self.depth):
             raise ValueError(f"need a bool low_b0 and late_blocks <= depth; got {self.low_b0!r}, {self.late_blocks}")
@@ -81,9 +89,29 @@ class FlowConfig:
         return self.classes
 
     @property
+    def shape(self) -> tuple[int, int, int]:
+        """One record as the flow sees it: ``(1, 28, 28)`` (pixel) or ``(2, 4, 4)`` (latent)."""
+        return (1, SIDE, SIDE) if self.space == "pixel" else LATENT_SHAPE
+
+    @property
+    def side(self) -> int:
+        return self.shape[1]
+
+    @property
+    def dim(self) -> int:
+        """Values per record: 784 (pixel) or 32 (latent)."""
+        c, h, w = self.shape
+        return c * h * w
+
+    @property
+    def noise_cols(self) -> int:
+        """Columns of one noise draw: t, the null flag and ξ (:meth:`~.flow.FlowModel.draw_noise`)."""
+        return 2 + self.dim
+
+    @property
     def grid(self) -> int:
-        """Patches per side, 28/p."""
-        return SIDE // self.patch
+        """Patches per side, side/p."""
+        return self.side // self.patch
 
     @classmethod
     def cpu(cls, **overrides: Any) -> FlowConfig:
@@ -97,9 +125,11 @@ class FlowConfig:
 
     @classmethod
     def profile(cls, name: str, **overrides: Any) -> FlowConfig:
-        """``"cpu"`` or ``"full"``."""
+        """``"cpu"`` or ``"full"``; with ``space="latent"`` the patch is 1 (16 latent tokens) unless given."""
         if name not in ("cpu", "full"):
             raise ValueError(f"unknown flow profile {name!r} (cpu or full)")
+        if overrides.get("space") == "latent":
+            overrides = {"patch": 1, **overrides}
         return cls.cpu(**overrides) if name == "cpu" else cls.full(**overrides)
 
 
@@ -169,15 +199,17 @@ def timestep_embedding(t: Tensor, dim: int = FREQ_DIM, max_period: float = 10000
 
 
 def patchify(x: Tensor, patch: int) -> Tensor:
-    """``[n, 1, 28, 28]`` → ``[n, (28/p)², p²]`` row-major patches."""
-    n, g = x.shape[0], SIDE // patch
-    return x.reshape(n, g, patch, g, patch).permute(0, 1, 3, 2, 4).reshape(n, g * g, patch * patch)
+    """``[n, C, S, S]`` → ``[n, (S/p)², C·p²]`` row-major patches (channel-major inside a patch)."""
+    n, c, side = x.shape[0], x.shape[1], x.shape[2]
+    g = side // patch
+    return x.reshape(n, c, g, patch, g, patch).permute(0, 2, 4, 1, 3, 5).reshape(n, g * g, c * patch * patch)
 
 
-def unpatchify(z: Tensor, patch: int) -> Tensor:
-    """Inverse of :func:`patchify`: ``[n, (28/p)², p²]`` → ``[n, 1, 28, 28]``."""
-    n, g = z.shape[0], SIDE // patch
-    return z.reshape(n, g, g, patch, patch).permute(0, 1, 3, 2, 4).reshape(n, 1, SIDE, SIDE)
+def unpatchify(z: Tensor, patch: int, shape: tuple[int, int, int] = (1, SIDE, SIDE)) -> Tensor:
+    """Inverse of :func:`patchify`: ``[n, (S/p)², C·p²]`` → ``[n, C, S, S]`` with ``shape = (C, S, S)``."""
+    n, (c, side, _) = z.shape[0], shape
+    g = side // patch
+    return z.reshape(n, g, g, c, patch, patch).permute(0, 3, 1, 4, 2, 5).reshape(n, c, side, side)
 
 
 def _mlp(dim: int, ratio: int) -> nn.Sequential:

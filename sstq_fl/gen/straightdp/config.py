@@ -17,12 +17,15 @@ from ..config import PROFILES, PipelineConfig
 
 METHODS = ("sgd", "moments", "moments+sgd")
 PORTS = ("none", "distill", "guidance")
+SPACES = ("pixel", "latent")
 PROFILE_DEFAULTS: dict[str, dict[str, float]] = {
     "cpu": {"records": 2000, "pca": 16, "rank": 8, "public_records": 5000, "pretrain_steps": 300,
+            "ae_steps": 2000, "ae_batch": 128, "latent_pretrain_steps": 300,
             "pretrain_batch": 128, "distill_steps": 100, "distill_batch": 128, "sgd_steps": 100, "q": 0.05,
             "multiplicity": 2, "euler_steps": 10, "eval_samples": 1000, "probe_epochs": 2, "sgd_lr": 5e-4,
             "ema": 0.95, "pretrain_lr": 1e-3, "pretrain_ema": 0.99},
     "full": {"records": 0, "pca": 64, "rank": 32, "public_records": 0, "pretrain_steps": 20_000,
+             "ae_steps": 10_000, "ae_batch": 256, "latent_pretrain_steps": 12_000,
              "pretrain_batch": 256, "distill_steps": 3000, "distill_batch": 256, "sgd_steps": 2000, "q": 0.02,
              "multiplicity": 4, "euler_steps": 25, "eval_samples": 10_000, "probe_epochs": 10, "sgd_lr": 5e-5,
              "ema": 0.999, "pretrain_lr": 1e-4, "pretrain_ema": 0.999}}
@@ -59,6 +62,11 @@ class StraightConfig(PipelineConfig):
                                 "chosen by a public proxy from 0, .25, .5, .75, 1)")
     low_b0: bool = option(False, help="low-B0 backbone: stream-norm clamp, late injection, decoupled attention, "
                                       "spectral cap")
+    space: str = option("pixel", choices=SPACES, help="pixel: moments in a public-PCA space of the [-1, 1] pixels, "
+                        "the flow on 28x28 images; latent: everything on the d = 32 latents (2x4x4, 16 tokens) of a "
+                        "frozen conv autoencoder trained on public Fashion-MNIST, f = clip_R(z), samples decoded")
+    ae_steps: int | None = option(None, low=1, unset=0,
+                                  help=_profile_default("training steps of the public autoencoder (--space latent)"))
     clip: float = option(1.0, low=0, strict_low=True, flag="", help="the DP-SGD clip C (THA: the reference clip)")
     tau: float | None = option(None, unset=0.0, help="moments/DP-SGD time split (default: public knee)")
     t0: float | None = option(None, unset=0.0, help="guidance start time (default: public plateau edge)")

@@ -1,4 +1,5 @@
-"""StraightDP's conditional flow model: flow matching with a dual-stream MM-DiT on 28×28 grey images.
+"""StraightDP's conditional flow model: flow matching with a dual-stream MM-DiT on 28×28 grey images, or on the
+2 × 4 × 4 latents of a frozen public autoencoder (:mod:`~sstq_fl.gen.straightdp.autoencoder`; ``space="latent"``).
 
 Flow matching (Lipman, Chen, Ben-Hamu, Nickel & Le, "Flow Matching for Generative Modeling", ICLR 2023) on the
 straight path of rectified flow (Liu, Gong & Liu, "Flow Straight and Fast", ICLR 2023), **t = 0 the noise end**:
@@ -21,7 +22,8 @@ neither clips nor updates it.
 Backbone: MM-DiT (Esser et al., "Scaling Rectified Flow Transformers for High-Resolution Image Synthesis", ICML 2024)
 with DiT's adaLN-Zero (Peebles & Xie, "Scalable Diffusion Models with Transformers", ICCV 2023):
 
-* image stream: patchified tokens (patch p → (28/p)² tokens), linear embedding + learned positions, width D;
+* image stream: patchified tokens (patch p → (28/p)² tokens; latents: patch 1 → 16 tokens of 2 channels), linear
+  embedding + learned positions, width D;
   caption stream: ``context_in(caption tokens)``, width 64 (kept at 64 in the residual stream).
 * **Joint attention with per-stream weights**: each stream has its own adaLN, QKV, output projection and MLP.
   The caption stream's QKV projects 64 → D, i.e. **the caption is projected to the image width inside attention**
@@ -30,7 +32,7 @@ with DiT's adaLN-Zero (Peebles & Xie, "Scalable Diffusion Models with Transforme
   the caption stream of the last block only supplies keys/values (its update would be discarded).
 * adaLN-Zero: c = MLP(sinusoid(1000·t)) + MLP(mean_l e_l) (pooled caption: our choice); per stream and block
   (shift, scale, gate) × 2 = Linear(SiLU(c)), zero-initialised; final layer adaLN (shift, scale) + linear to the
-  p² patch pixels (zero-initialised), unpatchified to ``[n, 1, 28, 28]``.
+  C·p² patch values (zero-initialised), unpatchified to ``[n, 1, 28, 28]`` (latents: ``[n, 2, 4, 4]``).
 
 **Low-B₀ variant** (``low_b0=True``, part of the architecture from the first pretraining step):
 
@@ -61,9 +63,6 @@ from ..tensors import seeded
 from .blocks import (
     BOOLS,
     FREQ_DIM,
-    NOISE_COLS,
-    PIXELS,
-    SIDE,
     AdaLN,
     CaptionEncoder,
     FlowConfig,
@@ -113,7 +112,7 @@ class FlowModel(nn.Module):
         super().__init__()
         self.cfg = cfg = cfg or FlowConfig.cpu()
         w, cw, p = cfg.width, cfg.caption_width, cfg.patch
-        self.patch_embed = nn.Linear(p * p, w)
+        self.patch_embed = nn.Linear(cfg.shape[0] * p * p, w)
         self.pos = nn.Parameter(0.02 * torch.randn(1, cfg.grid ** 2, w))
         self.time_mlp = nn.Sequential(nn.Linear(FREQ_DIM, w), nn.SiLU(), nn.Linear(w, w))
         self.pool_mlp = None if cfg.low_b0 else nn.Sequential(nn.Linear(cw, w), nn.SiLU(), nn.Linear(w, w))
@@ -123,7 +122,7 @@ class FlowModel(nn.Module):
                                     for i in range(cfg.depth))
         self.final_ada = AdaLN(w, w, 2)
         self.final_norm = nn.LayerNorm(w, elementwise_affine=False, eps=1e-6)
-        self.final = zero_init(nn.Linear(w, p * p))
+        self.final = zero_init(nn.Linear(w, cfg.shape[0] * p * p))
         self.captions: CaptionEncoder | None = None if frozen_captions else CaptionEncoder(cfg)
         if frozen_captions:
             self.register_buffer("caption_table", torch.zeros(cfg.classes + 1, cfg.caption_len, cw))
@@ -180,18 +179,19 @@ class FlowModel(nn.Module):
             img, txt = block(img, txt, c)
         img, txt = self._streams(img, txt, states)
         shift, scale = self.final_ada(c)
-        return unpatchify(self.final(modulate(self.final_norm(img), shift, scale)), self.cfg.patch)
+        return unpatchify(self.final(modulate(self.final_norm(img), shift, scale)), self.cfg.patch, self.cfg.shape)
 
     def _check(self, x: Tensor, t: Tensor, labels: Tensor) -> None:
-        n = x.shape[0]
-        if tuple(x.shape[1:]) != (1, SIDE, SIDE) or tuple(t.shape) != (n,) or tuple(labels.shape) != (n,):
-            raise ValueError(f"expected x [n, 1, 28, 28], t [n], labels [n]; got {tuple(x.shape)}, "
+        n, shape = x.shape[0], self.cfg.shape
+        if tuple(x.shape[1:]) != shape or tuple(t.shape) != (n,) or tuple(labels.shape) != (n,):
+            raise ValueError(f"expected x [n, {', '.join(map(str, shape))}], t [n], labels [n]; got {tuple(x.shape)}, "
                              f"{tuple(t.shape)}, {tuple(labels.shape)}")
         if labels.is_floating_point():
             raise ValueError("labels must be integers (null caption = classes)")
 
     def velocity(self, x: Tensor, t: Tensor, labels: Tensor) -> Tensor:
-        """v_θ(x_t, t, caption(labels)): x ``[n, 1, 28, 28]``, t ``[n]``, labels ``[n]`` (``classes`` = null)."""
+        """v_θ(x_t, t, caption(labels)): x ``[n, *cfg.shape]`` (``[n, 1, 28, 28]`` or ``[n, 2, 4, 4]``), t ``[n]``,
+        labels ``[n]`` (``classes`` = null)."""
         self._check(x, t, labels)
         return self._run(x, t, labels.long())
 
@@ -204,28 +204,33 @@ class FlowModel(nn.Module):
         return states
 
     def draw_noise(self, n: int, generator: torch.Generator) -> Tensor:
-        """Each example's M draws ``[n, M, 2 + 784]``: column 0 t ~ U[t_min, t_max], column 1 the null-caption flag
+        """Each example's M draws ``[n, M, 2 + D]`` (D = 784 or 32): column 0 t ~ U[t_min, t_max], column 1 the null-caption flag
         (1 w.p. p_uncond), columns 2: ξ ~ N(0, I); all from ``generator``, moved to the model's device."""
         cfg, dev = self.cfg, generator.device
         t = cfg.t_min + (cfg.t_max - cfg.t_min) * torch.rand(n, cfg.multiplicity, 1, generator=generator, device=dev)
         flag = (torch.rand(n, cfg.multiplicity, 1, generator=generator, device=dev) < cfg.p_uncond).float()
-        xi = torch.randn(n, cfg.multiplicity, PIXELS, generator=generator, device=dev)
+        xi = torch.randn(n, cfg.multiplicity, cfg.dim, generator=generator, device=dev)
         return torch.cat([t, flag, xi], dim=-1).to(self._device())
 
+    def record_to_model(self, x: Tensor) -> Tensor:
+        """A record as stored → the flow's data ``z``: pixels ``2x − 1`` (:func:`to_model_space`); latents unchanged
+        (the client encoded them with the frozen public encoder)."""
+        return to_model_space(x) if self.cfg.space == "pixel" else x
+
     def forward(self, x: Tensor, y: Tensor, noise: Tensor) -> Tensor:
-        """Per-example loss ``[n]``: (1/M)·Σ_m mean_pixels ‖v_θ(x_t, t_m, c_m) − (z − ξ_m)‖², z = 2x − 1 (images ``x`` in
-        [0, 1] as stored, the flow in [−1, 1]: :func:`to_model_space`),
+        """Per-example loss ``[n]``: (1/M)·Σ_m mean_values ‖v_θ(x_t, t_m, c_m) − (z − ξ_m)‖², z =
+        :meth:`record_to_model` of ``x`` (images in [0, 1] → 2x − 1; latents as they are),
         x_t = (1 − t_m)ξ_m + t_m·z, c_m = null caption where flag_m = 1.  **The multiplicity average
         over the M (t, ξ) draws is inside the per-example loss, before any clipping** (average over M
         draws, then clip once)."""
-        n = x.shape[0]
-        if noise.ndim != 3 or noise.shape[0] != n or noise.shape[2] != NOISE_COLS or tuple(y.shape) != (n,):
-            raise ValueError(f"expected y [{n}] and noise [{n}, M, {NOISE_COLS}], got {tuple(y.shape)}, "
+        n, cols, shape, dim = x.shape[0], self.cfg.noise_cols, self.cfg.shape, self.cfg.dim
+        if noise.ndim != 3 or noise.shape[0] != n or noise.shape[2] != cols or tuple(y.shape) != (n,):
+            raise ValueError(f"expected y [{n}] and noise [{n}, M, {cols}], got {tuple(y.shape)}, "
                              f"{tuple(noise.shape)}")
         m = noise.shape[1]
         noise = noise.to(x.dtype)
-        t, xi = noise[..., 0].reshape(n * m), noise[..., 2:].reshape(n * m, 1, SIDE, SIDE)
-        z = to_model_space(x).reshape(n, 1, PIXELS).expand(n, m, PIXELS).reshape(n * m, 1, SIDE, SIDE)
+        t, xi = noise[..., 0].reshape(n * m), noise[..., 2:].reshape(n * m, *shape)
+        z = self.record_to_model(x).reshape(n, 1, dim).expand(n, m, dim).reshape(n * m, *shape)
         yy = y.long().reshape(n, 1).expand(n, m).reshape(n * m)
         labels = torch.where(noise[..., 1].reshape(n * m) > 0.5, torch.full_like(yy, self.cfg.null_label), yy)
         v = self._run(interpolate(xi, z, t), t, labels)
@@ -238,6 +243,8 @@ def build_flow(cfg: FlowConfig | None = None, seed: int = 0, frozen_captions: bo
 
 
 def _coerce(kind: str, name: str, value: Scalar) -> Any:
+    if kind == "str":
+        return str(value)
     if kind == "bool":
         if isinstance(value, str):
             if value.strip().lower() not in BOOLS:

@@ -27,6 +27,13 @@ field, flow), and samples are mapped back to [0, 1] for the evaluation.
    an EMA on the server.  Optionally THA (:mod:`~.calibration`).
 4. **Evaluation** (:func:`~sstq_fl.gen.outputs.evaluate_samples`).
 
+**Space** (``space``): ``pixel`` (above), or ``latent``: every stage on the ``d = 32`` latents of a frozen
+convolutional autoencoder trained on public Fashion-MNIST (:mod:`~sstq_fl.gen.straightdp.autoencoder`; latent
+diffusion, Rombach et al., CVPR 2022): the clients encode their own records with the broadcast encoder, the
+feature is ``f = clip_R(z)`` (``P = I``, no centering, ``R`` the public latents' norm quantile), the moments,
+field, ports and DP-SGD flow matching run on the 32-d latents (the flow on 16 tokens of ``2 × 4 × 4``), ``τ`` and
+``t₀`` come from the public latents, and samples are decoded by the frozen decoder.
+
 Methods: ``sgd`` (uniform DP-SGD, all of ε, ``t ~ U[0, 1]``); ``moments`` (all of ε to Stage 1;
 samples ``z ~ N(μ_y, Σ)``, or with ``port="guidance"`` the *public prior + guidance* row); ``moments+sgd`` with
 ``port`` ``distill`` (default) or ``guidance``.  ``epsilon=inf`` is the non-private reference (the same releases
@@ -63,7 +70,6 @@ from ..outputs import (
 from ..runner import NONPRIVATE_SUMS, ClientPool, DPRunner, run_workload
 from . import privacy_plan as cal
 from .config import StraightConfig
-from .flow import to_model_space, to_pixels
 from .public import FLOOR, PIPELINE, PublicCalibration, pretrained_flow, public_calibration, public_grad_norms
 
 log = logging.getLogger("sstq_fl.gen")
@@ -156,7 +162,7 @@ def release_moments(run: DPRunner, cfg: StraightConfig, setup: Setup, pub: Publi
     the server into the released mixture."""
     from .moments import CLASS_MOMENTS_SHIFT, MomentRelease, postprocess, second_moment_shift
 
-    payload = {"P": pub.basis, "m_pub": pub.mean}
+    payload = {"P": pub.basis, "m_pub": pub.mean, **pub.encoder_payload}
     conf: dict[str, Any] = {"r_f": pub.r_f, "classes": 10}
     b1, b2 = CLASS_MOMENTS_SHIFT, second_moment_shift(pub.r_f)
     if setup.sigma_moments is None:
@@ -199,13 +205,14 @@ def distill_batch(model: Any, analytic: Any, mixture: Any, pub: PublicCalibratio
     x, _ = _fm_pair(z, t, gen)
     labels = _null(y, model.cfg.p_uncond, gen, null).to(dev)
     target = analytic.velocity(x, t, labels)
-    own = model.velocity(x.view(n, 1, 28, 28), t, labels).reshape(n, -1)
+    shape = model.cfg.shape
+    own = model.velocity(x.view(n, *shape), t, labels).reshape(n, -1)
     idx = torch.as_tensor(np_rng.integers(0, len(pub.replay_y), size=n))
-    zp = to_model_space(torch.as_tensor(pub.replay_x[idx], device=dev).reshape(n, -1))
+    zp = model.record_to_model(torch.as_tensor(pub.replay_x[idx], device=dev)).reshape(n, -1)
     tp = (pub.tau + (1 - pub.tau) * torch.rand(n, generator=gen)).to(dev)
     xp, xi = _fm_pair(zp, tp, gen)
     lp = _null(torch.as_tensor(pub.replay_y[idx]), model.cfg.p_uncond, gen, null).to(dev)
-    replay = model.velocity(xp.view(n, 1, 28, 28), tp, lp).reshape(n, -1)
+    replay = model.velocity(xp.view(n, *shape), tp, lp).reshape(n, -1)
     return ((own - target.to(own.dtype)) ** 2).mean() + ((replay - (zp - xi)) ** 2).mean()
 
 
@@ -249,10 +256,12 @@ def _sgd_step(run: DPRunner, cfg: StraightConfig, model: Any, setup: Setup, pub:
     state = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
     conf: dict[str, Any] = {"model": "straightdp-flow", "profile": cfg.profile, "low_b0": cfg.low_b0,
                             "multiplicity": cfg.resolved("multiplicity"), "t_min": t_min, "t_max": t_max,
-                            "device": cfg.device}
+                            "device": cfg.device, "space": cfg.space}
+    tasks = "straightdp.latent_" if cfg.space == "latent" else "dpsgd."  # latent: the clients encode, then the same
+    state = {**state, **pub.encoder_payload}
     if sigma is not None:
-        return run.dpsgd_round("stage2-dpsgd", "dpsgd.clipped_sum", state, conf, setup.q, clip, sigma)
-    sums = run.non_private_sum("stage2-dpsgd", "dpsgd.sampled_clipped_sum", state,
+        return run.dpsgd_round("stage2-dpsgd", tasks + "clipped_sum", state, conf, setup.q, clip, sigma)
+    sums = run.non_private_sum("stage2-dpsgd", tasks + "sampled_clipped_sum", state,
                                {**conf, "q": setup.q, "clip": clip, "step": step}, clip)
     return {k: v / (setup.q * run.n_decl) for k, v in sums.items()}
 
@@ -282,7 +291,15 @@ def private_sgd(run: DPRunner, cfg: StraightConfig, model: Any, setup: Setup, pu
 # ----------------------------------------------------------------------------- the run
 def _notes(cfg: StraightConfig) -> dict[str, str]:
     return {"method": cfg.method, "port": cfg.resolved_port, "tha": str(cfg.tha), "low_b0": str(cfg.low_b0),
+            "space": cfg.space,
             "labels": "class counts and sums released with noise (Stage 1); DP-SGD on (image, label) records"}
+
+
+def _calibration_note(pub: PublicCalibration) -> str:
+    if pub.space == "latent":
+        return (f"frozen conv autoencoder (sha256 {pub.autoencoder_sha256}), R, tau and t0 from public "
+                "Fashion-MNIST latents")
+    return "PCA basis, public mean, R_f, tau and t0 from public Fashion-MNIST"
 
 
 def run_clients(cfg: StraightConfig, data: WorkloadData, setup: Setup, pub: PublicCalibration, model: Any
@@ -292,8 +309,9 @@ def run_clients(cfg: StraightConfig, data: WorkloadData, setup: Setup, pub: Publ
         run = DPRunner(pool, PIPELINE, RELATION, seed=cfg.seed, randomness=cfg.randomness)
         run.ledger.start(full_plan(setup), Budget(cfg.epsilon, cfg.delta) if cfg.private else None)
         run.ledger.notes.update(_notes(cfg))
-        run.charge_public("public-calibration", "PCA basis, public mean, R_f, tau and t0 from public Fashion-MNIST")
-        run.charge_public("public-pretraining", "flow model pretrained on public Fashion-MNIST with byte captions")
+        run.charge_public("public-calibration", _calibration_note(pub))
+        run.charge_public("public-pretraining", f"flow model pretrained on public Fashion-MNIST {pub.space}s with byte "
+                                                "captions")
         mixture, diag = release_moments(run, cfg, setup, pub) if cfg.uses_moments else (None, {})
         net = model
         if cfg.resolved_port == "distill":
@@ -312,7 +330,8 @@ def run_clients(cfg: StraightConfig, data: WorkloadData, setup: Setup, pub: Publ
 def generate(cfg: StraightConfig, model: Any, mixture: Any, pub: PublicCalibration, n: int
              ) -> tuple[torch.Tensor, torch.Tensor]:
     """``n`` class-balanced samples (labels ``i mod 10``): ``z ~ N(μ_y, Σ)`` for moments only; with guidance,
-    ``x_{t₀} ~ N(t₀μ_y, t₀²Σ + (1−t₀)²I)`` integrated by the model from ``t₀`` to 1; else Euler from ``t = 0``."""
+    ``x_{t₀} ~ N(t₀μ_y, t₀²Σ + (1−t₀)²I)`` integrated by the model from ``t₀`` to 1; else Euler from ``t = 0``.
+    Images in [0, 1] (latent space: decoded by the frozen public decoder)."""
     from .field import guidance_start
     from .training import sample
 
@@ -320,14 +339,14 @@ def generate(cfg: StraightConfig, model: Any, mixture: Any, pub: PublicCalibrati
     gen = torch.Generator().manual_seed(cfg.seed + 3)
     if not cfg.uses_flow:
         z = mixture.sample(y.numpy(), np.random.default_rng(cfg.seed + 3))
-        return to_pixels(torch.as_tensor(z, dtype=torch.float32).view(n, 1, 28, 28)).clamp(0, 1), y
+        return pub.to_images(z).clamp(0, 1), y
     steps = cfg.resolved("euler_steps")
     if cfg.resolved_port == "guidance":
-        x0 = guidance_start(mixture, pub.t0, y, gen).float().view(n, 1, 28, 28)
+        x0 = guidance_start(mixture, pub.t0, y, gen).float().view(n, *model.cfg.shape)
         x = sample(model, y, steps, CFG_SCALE, gen, t0=pub.t0, x0=x0)
     else:
         x = sample(model, y, steps, CFG_SCALE, gen)
-    return to_pixels(x.cpu()).clamp(0, 1), y
+    return pub.to_images(x.cpu()).clamp(0, 1), y
 
 
 def run_straightdp(cfg: StraightConfig, out: str | Path, force: bool = False) -> dict[str, Any]:
@@ -356,7 +375,8 @@ def _run(cfg: StraightConfig, out: Path) -> dict[str, Any]:
     public_x, public_y = _public(cfg)
     data = workload_data(cfg)
     pub = clock("public_calibration", lambda: public_calibration(cfg, public_x, public_y))
-    model = clock("public_pretraining", lambda: pretrained_flow(cfg, public_x, public_y)) if cfg.uses_flow else None
+    model = clock("public_pretraining", lambda: pretrained_flow(cfg, pub.replay_x, pub.replay_y)) if cfg.uses_flow \
+        else None
     setup = clock("calibration", lambda: calibrate(cfg, data.n_decl, pub, model))
     book = dataset_ledger(cfg, data, setup.plan, RELATION)  # refuses here, before any private computation
     res = clock("clients", lambda: run_clients(cfg, data, setup, pub, model))
@@ -373,14 +393,16 @@ def grid_detail(cfg: StraightConfig) -> str:
     """What the sample grid's title says beside ε: the row (method, port, THA, backbone), its kind, the relation
     and the shared detail."""
     kind = "DP" if cfg.private else "not DP"
-    return (f"{cfg.method}, port {cfg.resolved_port}{', THA' if cfg.tha else ''}{', low-B0' if cfg.low_b0 else ''}, "
+    return (f"{cfg.method}, port {cfg.resolved_port}{', THA' if cfg.tha else ''}{', low-B0' if cfg.low_b0 else ''}"
+            f"{', latent' if cfg.space == 'latent' else ''}, "
             f"{kind}, add/remove, {cfg.describe()}")
 
 
 def _metrics(cfg: StraightConfig, setup: Setup, pub: PublicCalibration, res: dict[str, Any]) -> dict[str, Any]:
     """StraightDP's own ``metrics.json`` fields: the method, port, the stages' budgets and noise, τ and t₀."""
     tha = asdict(setup.tha) if setup.tha is not None else None
-    return {"method": cfg.method, "port": cfg.resolved_port, "tha": tha, "low_b0": cfg.low_b0,
+    return {"method": cfg.method, "port": cfg.resolved_port, "tha": tha, "low_b0": cfg.low_b0, "space": cfg.space,
+            "autoencoder_sha256": pub.autoencoder_sha256,
             "epsilon_moments": setup.epsilon_moments,
             "epsilon_moments_certified": plan_epsilon(cal.moment_plan(setup.sigma_moments), cfg.delta, RELATION)
             if setup.sigma_moments is not None else None, "sigma_moments": setup.sigma_moments,
@@ -394,7 +416,8 @@ def summary(m: dict[str, Any]) -> str:
     """What ``sstq-fl gen straightdp`` prints about a run: ε, the noise of both stages, τ, accuracy, domain-FD; the
     data set's ledger."""
     eps = eps_text(m["epsilon"])
-    return (f"straightdp {m['method']} (port {m['port']}, {m['reference']}): epsilon {eps} at delta {m['delta']:g} "
+    return (f"straightdp {m['method']} (port {m['port']}, {m.get('space', 'pixel')} space, {m['reference']}): "
+            f"epsilon {eps} at delta {m['delta']:g} "
             f"({m['relation']}, randomness {m['randomness']}), sigma moments {m['sigma_moments']}, sigma sgd "
             f"{m['sigma_sgd']}, tau {m['tau']:.3g}\n"
             f"downstream accuracy {m['downstream_accuracy']:.4f}, label agreement {m['sample_label_agreement']:.3f}, "

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ..tensors import check_images
-from .blocks import SIDE, FlowConfig, check_class_labels
+from .blocks import FlowConfig, check_class_labels
 from .flow import FlowModel, build_flow
 
 # ----------------------------------------------------------------------------------------------- sampling
@@ -39,32 +39,33 @@ def _euler(model: FlowModel, labels: Tensor, x: Tensor, steps: int, cfg_scale: f
     return x
 
 
-def _start_points(n: int, t0: float, x0: Tensor | None, generator: torch.Generator) -> Tensor:
+def _start_points(n: int, t0: float, x0: Tensor | None, generator: torch.Generator,
+                  shape: tuple[int, int, int]) -> Tensor:
     if x0 is None:
         if t0 != 0.0:
             raise ValueError(f"t0 = {t0} > 0 needs a start x0 (noise is the t = 0 end)")
-        return torch.randn(n, 1, SIDE, SIDE, generator=generator, device=generator.device).cpu()
+        return torch.randn(n, *shape, generator=generator, device=generator.device).cpu()
     start = torch.as_tensor(x0).float().cpu()
-    if tuple(start.shape) != (n, 1, SIDE, SIDE) or not bool(torch.isfinite(start).all()):
-        raise ValueError(f"x0: expected finite [{n}, 1, 28, 28], got {tuple(start.shape)}")
+    if tuple(start.shape) != (n, *shape) or not bool(torch.isfinite(start).all()):
+        raise ValueError(f"x0: expected finite [{n}, {', '.join(map(str, shape))}], got {tuple(start.shape)}")
     return start
 
 
 def sample(model: FlowModel, labels: Tensor, steps: int | None = None, cfg_scale: float | None = None,
            generator: torch.Generator | None = None, t0: float = 0.0, x0: Tensor | None = None,
            batch_size: int = 500) -> Tensor:
-    """Images ``[n, 1, 28, 28]`` for ``labels`` ``[n]`` (``classes`` = null: unconditional) by Euler steps of the
-    guided field (:func:`guided_velocity`) from t0 to 1, starting at ``x0`` or, at t0 = 0, ξ ~ N(0, I) from
-    ``generator`` (default seed 0).  ``steps``/``cfg_scale`` default to the model's config (10 or 25, w = 1.5).
-    Runs in eval mode without gradients (mode restored); the result is in the flow's scale [−1, 1]
-    (:func:`to_pixels` maps it back), not clamped."""
+    """Images ``[n, 1, 28, 28]`` (latent model: latents ``[n, 2, 4, 4]``) for ``labels`` ``[n]`` (``classes`` = null:
+    unconditional) by Euler steps of the guided field (:func:`guided_velocity`) from t0 to 1, starting at ``x0``
+    or, at t0 = 0, ξ ~ N(0, I) from ``generator`` (default seed 0).  ``steps``/``cfg_scale`` default to the
+    model's config (10 or 25, w = 1.5).  Runs in eval mode without gradients (mode restored); the result is in the
+    flow's scale [−1, 1] (:func:`to_pixels` maps it back), not clamped."""
     cfg = model.cfg
     steps, w = cfg.sample_steps if steps is None else steps, cfg.cfg_scale if cfg_scale is None else cfg_scale
     if steps < 1 or batch_size < 1 or not 0.0 <= t0 < 1.0 or not math.isfinite(w):
         raise ValueError(f"need steps >= 1, batch_size >= 1, 0 <= t0 < 1, finite cfg_scale; got {steps}, "
                          f"{batch_size}, {t0}, {w}")
     y = check_class_labels(labels, cfg.classes, allow_null=True)
-    start = _start_points(len(y), t0, x0, generator or torch.Generator().manual_seed(0))
+    start = _start_points(len(y), t0, x0, generator or torch.Generator().manual_seed(0), cfg.shape)
     dev, dtype = model._device(), next(model.parameters()).dtype
     was_training = model.training
     model.eval()
@@ -73,7 +74,7 @@ def sample(model: FlowModel, labels: Tensor, steps: int | None = None, cfg_scale
                for yb, xb in zip(y.split(batch_size), start.split(batch_size))]
     finally:
         model.train(was_training)
-    return torch.cat(out) if out else torch.zeros(0, 1, SIDE, SIDE)
+    return torch.cat(out) if out else torch.zeros(0, *cfg.shape)
 
 
 # ----------------------------------------------------------------------------------------------- pretraining
@@ -108,11 +109,22 @@ def _pretrain_step(model: FlowModel, opt: torch.optim.Optimizer, data: Tensor, l
     return float(loss.detach())
 
 
+def _records(x: Tensor, cfg: FlowConfig) -> Tensor:
+    """Public records for pretraining: images checked as such (pixel), or finite latents of the config's shape."""
+    if cfg.space == "pixel":
+        return check_images(x, "public images")
+    t = torch.as_tensor(x, dtype=torch.float32)
+    if t.ndim < 2 or t[0].numel() != cfg.dim or not bool(torch.isfinite(t).all()):
+        raise ValueError(f"public latents: expected finite [n, {cfg.dim}] values, got {tuple(t.shape)}")
+    return t.reshape(t.shape[0], *cfg.shape)
+
+
 def pretrain(x: Tensor, y: Tensor, cfg: FlowConfig | None = None, steps: int = 300, batch: int = 256,
              lr: float = 1e-4, ema: float = 0.999, seed: int = 0, device: str | torch.device = "cpu",
              progress: Callable[[int, int, float], None] | None = None, freeze: bool = True
              ) -> tuple[FlowModel, list[float]]:
-    """Public (non-private) pretraining on images ``x`` in [0, 1] with labels ``y``: AdamW(lr) on the
+    """Public (non-private) pretraining on images ``x`` in [0, 1] (latent model: public latents ``[n, 2, 4, 4]``)
+    with labels ``y``: AdamW(lr) on the
     flow-matching loss, ``steps`` batches of ``batch`` drawn uniformly with replacement; init from ``seed``,
     batches and noise from ``torch.Generator(seed)``.  The EMA uses decay min(ema, (1 + s)/(10 + s)) at step s
     (the usual warm-up, so short runs do not return the initialisation).  ``progress(step, steps, loss)`` after
@@ -120,7 +132,7 @@ def pretrain(x: Tensor, y: Tensor, cfg: FlowConfig | None = None, steps: int = 3
     cfg = cfg or FlowConfig.cpu()
     if steps < 0 or batch < 1 or not lr > 0 or not 0.0 <= ema <= 1.0:
         raise ValueError(f"need steps >= 0, batch >= 1, lr > 0, 0 <= ema <= 1; got {steps}, {batch}, {lr}, {ema}")
-    data, labels = check_images(x, "public images"), check_class_labels(y, cfg.classes)
+    data, labels = _records(x, cfg), check_class_labels(y, cfg.classes)
     if data.shape[0] == 0 or data.shape[0] != labels.shape[0]:
         raise ValueError(f"need as many labels as images (> 0), got {data.shape[0]} and {labels.shape[0]}")
     model = build_flow(cfg, seed).to(torch.device(device)).train()

@@ -228,3 +228,27 @@ def test_calibration_is_deterministic_public_only_and_in_range():
     assert fd.TAU_RANGE[0] <= tau <= fd.TAU_RANGE[1] and t0 in ts
     again = fd.calibrate_times(field, z, y, ts=ts, n_probe=48, seed=7)
     assert (tau, t0) == again[:2] and np.array_equal(curve, again[2])
+
+
+@pytest.mark.parametrize("t", [0.25, 0.6])
+def test_posterior_mean_is_the_regression_of_z_on_x_in_latent_dimension(t):
+    """Monte Carlo in d = 32 (the latent space; r = 8): the analytic E[z | x_t, y] is the least-squares regression
+    of z on x_t, so its residual has mean 0, is uncorrelated with x_t, and its mean squared norm is V̄(t); the null
+    branch's residual is unbiased and uncorrelated with x_t too, and never beats the conditional one."""
+    g = _mixture_lowrank(d=32, r=8, classes=10, seed=4)
+    field, rs, n = fd.AnalyticField(g), np.random.default_rng(5), 100_000
+    y = rs.choice(g.classes, n, p=g.pi)
+    z = g.sample(y, rs)
+    x = (1 - t) * rs.standard_normal(z.shape) + t * z
+    for labels, exact in ((y, True), (np.full(n, g.classes), False)):
+        res = z - field.posterior_mean(torch.tensor(x), t, torch.tensor(labels)).numpy()
+        se = res.std(0) / math.sqrt(n)
+        assert np.all(np.abs(res.mean(0)) < 5 * se)
+        cross = (res - res.mean(0)).T @ (x - x.mean(0)) / n  # [32, 32] cross-covariance, ~0
+        assert np.abs(cross).max() < 6 * (res.std(0)[:, None] * x.std(0)[None, :]).max() / math.sqrt(n)
+        mse = float((res**2).sum(1).mean())
+        if exact:
+            assert mse == pytest.approx(field.posterior_variance_trace(t), rel=0.02)
+            cond = mse
+        else:
+            assert mse >= cond * 0.99

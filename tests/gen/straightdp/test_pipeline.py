@@ -279,3 +279,35 @@ def test_after_a_dp_mepf_run_the_data_sets_ledger_states_both_runs_under_replace
     assert [(e["pipeline"], e["method"]) for e in book["entries"]] == [("dp-mepf", "recorded"), ("straightdp", "exact")]
     assert "(replace_one, add/remove runs restated under replace-one (0 by group privacy)) over 2 run(s)" in \
         capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- latent space
+@needs_data
+@pytest.mark.parametrize("epsilon", [3.0, pytest.param(math.inf, marks=pytest.mark.slow)])
+def test_latent_run_encodes_on_the_clients_certifies_and_replays(tmp_path, monkeypatch, epsilon):
+    seen = []
+    orig = InProcessPool.map
+
+    def spy(self, task, payload, config, seed, round):
+        seen.append((task, sorted(payload), dict(config)))
+        return orig(self, task, payload, config, seed, round)
+
+    monkeypatch.setattr(InProcessPool, "map", spy)
+    m = run_straightdp(_tiny(tmp_path, space="latent", ae_steps=5, epsilon=epsilon), tmp_path / "run")
+    assert m["space"] == "latent" and m["pca_dim"] == 32 and len(m["autoencoder_sha256"]) == 64
+    assert m["epsilon"] is None if epsilon == math.inf else m["epsilon"] <= 3.0
+    moments = [keys for t, keys, _ in seen if t.startswith("straightdp.") and "moment" in t]
+    assert len(moments) == 2 and all(any(k.startswith("ae/") for k in keys) and "P" in keys for keys in moments)
+    task = "straightdp.latent_clipped_sum" if math.isfinite(epsilon) else "straightdp.latent_sampled_clipped_sum"
+    rounds = [c for t, _, c in seen if t == task]
+    assert len(rounds) == 3 and all(c["space"] == "latent" and c["t_min"] == m["tau"] for c in rounds)
+    assert not any(t.startswith("dpsgd.") for t, _, _ in seen)  # clients never train on pixels here
+    assert cli(["privacy", "replay", str(tmp_path / "run" / "transcript.jsonl")]) == 0
+    assert (tmp_path / "run" / "samples.png").is_file()
+
+
+@needs_data
+def test_latent_moments_only_samples_are_decoded_images(tmp_path):
+    m = run_straightdp(_tiny(tmp_path, space="latent", ae_steps=5, method="moments"), tmp_path / "run")
+    assert m["space"] == "latent" and m["sigma_sgd"] is None and m["epsilon"] <= 3.0 and m["r_f"] < 32 ** 0.5
+    assert cli(["privacy", "replay", str(tmp_path / "run" / "transcript.jsonl")]) == 0
