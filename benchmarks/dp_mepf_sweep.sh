@@ -2,7 +2,8 @@
 # DP-MEPF epsilon sweep (generative-pipelines spec §4.3) on this machine:
 # eps in {0.2, 1, 10}, the non-private reference (eps = inf) and the zero-information
 # reference (generator trained on public Fashion-MNIST statistics only); then a table.
-#   PROFILE=cpu (default)  the spec's CPU profile: 2,000 records, 500 generator steps, 1,000 samples
+#   PROFILE=cpu (default)  the spec's CPU profile (500 generator steps, 1,000 samples) on every private record
+#                          (RECORDS=0: all 7,996; RECORDS=2000 is the profile's own size)
 #   TAG=large EXTRA="--records 0 --generator-steps 2000 --eval-samples 10000 --probe-epochs 10"
 #                          the largest CPU run that fits in an hour here (all 7,996 records)
 #   PROFILE=full           the full profile (ResNet-18 Phi, 20k generator steps): a GPU job
@@ -20,7 +21,8 @@ RANDOMNESS=${RANDOMNESS:-secure}
 OUT=benchmarks/results/dp_mepf
 LEDGER=${LEDGER:-$OUT/dataset_ledger.jsonl}
 SEEDS=${SEEDS:-0}
-COMMON=(--profile "$PROFILE" --clients 4 --randomness "$RANDOMNESS" --dataset-ledger "$LEDGER"
+RECORDS=${RECORDS:-0}
+COMMON=(--profile "$PROFILE" --clients 4 --records "$RECORDS" --randomness "$RANDOMNESS" --dataset-ledger "$LEDGER"
         --probe-seeds "${PROBE_SEEDS:-3}")
 for s in $SEEDS; do
   for e in 0.2 1 10 inf; do

@@ -25,12 +25,14 @@ case "$SCALE" in
   gpu)
     DEVICE=cuda; JOB_S=${JOB_S:-70}; RECORDS=0; SAMPLES=10000; PROBE=(--probe-epochs 10)
     MEPF=(--profile full --generator-steps "${GEN_STEPS:-4000}")
-    SDP=(--pca 64 --rank 32 --pretrain-steps 4000 --distill-steps 1000 --sgd-steps 1000 --q 0.02 --multiplicity 4)
+    SDP=(--pretrain-steps 4000 --distill-steps 1000 --sgd-steps 1000 --q 0.02 --multiplicity 4)
+    PIXEL=(--pca 64 --rank 32); LATENT=(--rank 32)
     VQG=(--prior-epochs 20) ;;
   tiny)
     DEVICE=cpu; JOB_S=${JOB_S:-120}; RECORDS=300; SAMPLES=100; PROBE=(--probe-epochs 1)
     MEPF=(--generator-steps 5)
-    SDP=(--pca 8 --rank 4 --public-records 600 --pretrain-steps 3 --distill-steps 2 --sgd-steps 2)
+    SDP=(--public-records 600 --pretrain-steps 3 --distill-steps 2 --sgd-steps 2 --ae-steps 3)
+    PIXEL=(--pca 8 --rank 4); LATENT=(--rank 4)
     VQG=(--steps 2 --prior-epochs 1 --public-records 600) ;;
   *) echo "gpu_full.sh: SCALE must be gpu or tiny, got '$SCALE'" >&2; exit 2 ;;
 esac
@@ -63,9 +65,10 @@ job() {  # job NAME SUBCOMMAND ARGS...: one run under `timeout $JOB_S`, its stat
 }
 for e in $EPSILONS; do
   job "mepf_eps$e" dp-mepf --epsilon "$e" "${MEPF[@]}"
-  job "sdp_moments_eps$e" straightdp --method moments --epsilon "$e" "${SDP[@]}"
-  job "sdp_pixel_eps$e" straightdp --method moments+sgd --port distill --epsilon "$e" "${SDP[@]}"
-  job "sdp_latent_eps$e" straightdp --method moments+sgd --port distill --space latent --epsilon "$e" "${SDP[@]}"
+  job "sdp_moments_eps$e" straightdp --method moments --epsilon "$e" "${SDP[@]}" "${PIXEL[@]}"
+  job "sdp_pixel_eps$e" straightdp --method moments+sgd --port distill --epsilon "$e" "${SDP[@]}" "${PIXEL[@]}"
+  job "sdp_latent_eps$e" straightdp --method moments+sgd --port distill --space latent --epsilon "$e" "${SDP[@]}" \
+    "${LATENT[@]}"
   job "vqg_dpsgd_eps$e" dp-vqg --variant pp --stage2 dpsgd-prior --epsilon "$e" "${VQG[@]}"
 done
 "$PY" benchmarks/gpu_full_table.py "$OUT"

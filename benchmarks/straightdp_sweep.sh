@@ -23,26 +23,32 @@
 # 95 % interval), with PROBE_SEEDS (default 3) probe seeds per release (--probe-seeds).
 # ONLY="name ..." runs just those runs (e.g. ONLY="sgd_eps3 distill_eps3") before the table.
 # SIZES (default: 1,500 public pretraining steps, cached and shared by every run, 300 distillation steps and
-# 300 DP-SGD rounds; the spec's CPU profile has 300/100/100) is the one change from the CPU profile: what fits
-# the whole sweep in about an hour on 2 cores (see the closing note of issue 14).
+# 300 DP-SGD rounds; the spec's CPU profile has 300/100/100) and the data are the changes from the CPU profile:
+# every private record (RECORDS=0: all 7,996) and, for pixel rows, PIXEL="--pca 64 --rank 32" (the full profile's
+# p and r; latent rows release the autoencoder's d = 32 with --rank 32).  One seed of the whole sweep takes
+# about an hour on 2 cores; the moment rows alone (ONLY="moments_eps1 ..."), about a minute a run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TAG=${TAG:-cpu}
 SEEDS=${SEEDS:-0}  # "0 1 2": independent releases of every run, folders <name>_s<seed>
 EXTRA=${EXTRA:-}
 SIZES=${SIZES:---pretrain-steps 1500 --distill-steps 300 --sgd-steps 300}
+RECORDS=${RECORDS:-0}
+PIXEL=${PIXEL:---pca 64 --rank 32}
+LATENT=${LATENT:---rank 32}
 OUT=benchmarks/results/straightdp
 LEDGER=${LEDGER:-$OUT/dataset_ledger.jsonl}
 EPSILONS=(1 3 10 inf)
-COMMON=(--clients 4 --randomness secure --force)
+COMMON=(--clients 4 --records "$RECORDS" --randomness secure --force)
 run() {  # run NAME ARGS...: one pipeline run per seed into $OUT/${TAG}_NAME_s<seed>
-  local name=$1 s; shift
+  local name=$1 s space=$PIXEL; shift
+  [[ " $* " == *" --space latent "* ]] && space=$LATENT
   if [[ -n "${ONLY:-}" && " $ONLY " != *" $name "* ]]; then return; fi
   for s in $SEEDS; do
     local ledger=$LEDGER
     [[ "${PER_RUN_LEDGER:-0}" == 1 ]] && ledger="$OUT/${TAG}_${name}_s$s.dataset_ledger.jsonl"
     # shellcheck disable=SC2086
-    .venv/bin/sstq-fl gen straightdp "$@" "${COMMON[@]}" --dataset-ledger "$ledger" $SIZES $EXTRA \
+    .venv/bin/sstq-fl gen straightdp "$@" "${COMMON[@]}" --dataset-ledger "$ledger" $SIZES $space $EXTRA \
       --seed "$s" --probe-seeds "${PROBE_SEEDS:-3}" --out "$OUT/${TAG}_${name}_s$s"
   done
 }

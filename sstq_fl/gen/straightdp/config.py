@@ -108,8 +108,17 @@ class StraightConfig(PipelineConfig):
                 raise ValueError(f"{name} must lie in (0, 1), got {v}")
         if self.q is not None and not 0 < self.q <= 1:
             raise ValueError(f"q must lie in (0, 1], got {self.q}")
-        if self.resolved("rank") > self.resolved("pca"):
-            raise ValueError(f"rank {self.resolved('rank')} exceeds the PCA dimension {self.resolved('pca')}")
+        self._check_dimensions()
+
+    def _check_dimensions(self) -> None:
+        """``pca`` is pixel space's; the rank is at most the feature dimension (``p``, or the latent ``d``)."""
+        from .autoencoder import LATENT_DIM
+
+        if self.space == "latent" and self.pca is not None:
+            raise ValueError(f"--pca applies to --space pixel (latent features are the autoencoder's d = {LATENT_DIM})")
+        dim, what = (LATENT_DIM, "latent dimension") if self.space == "latent" else (self.resolved("pca"), "PCA dimension")
+        if self.resolved("rank") > dim:
+            raise ValueError(f"rank {self.resolved('rank')} exceeds the {what} {dim}")
 
     @property
     def resolved_port(self) -> str:
