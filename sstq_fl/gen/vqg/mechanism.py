@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -373,6 +373,7 @@ class Stage2Budget:
     eps_y: float  # label RR; 0 when labels are public
     eps0: float  # per-location EM
     certified_epsilon: float  # Stage II alone: mode A basic composition (δ = 0), mode B the ledger at δ
+    scale: float = 1.0  # mode A's fill factor s (:func:`fill_mode_a`); 1 before filling
 
     @property
     def labels_public(self) -> bool:
@@ -392,11 +393,44 @@ class Stage2Budget:
         out: dict[str, Any] = {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in asdict(self).items()}
         out["labels_public"] = self.labels_public
         out["labels_note"] = (PUBLIC_LABELS_NOTE if self.labels_public else "true labels (not DP)" if self.eps_y == math.inf
-                              else f"labels privatized by k-ary randomized response at eps_y = {LABEL_SHARE:g}·eps2")
+                              else f"labels privatized by k-ary randomized response at eps_y = {self.eps_y:.6g}")
         out["dp"] = self.private
         if not self.private:
             out["note"] = NOT_DP
         return out
+
+
+def fill_scale(target: float, delta: float, eps0: float, eps_y: float, hw: int,
+               prefix: Sequence[tuple[PrivacyEvent, int]] = (), rtol: float = 1e-4) -> float:
+    """Mode A's fill: the largest ``s ≥ 1`` (bisection to relative width ``rtol``) at which the joint ledger of
+    ``prefix`` and :func:`stage2_plan` ``(s·ε₀, HW, s·ε_y)`` certifies ``target`` at ``δ``.
+
+    ``s = 1`` is the declared split, ``(target, δ)``-DP by basic composition; the ledger's PLD composes the pure
+    draws (and Stage I's DP-SGD events) more tightly than that sum, so ``s > 1`` spends what basic composition
+    leaves unspent while keeping the declared ratios (``HW·ε₀ : ε_y``, Stage I's calibration unchanged)."""
+    def ok(s: float) -> bool:
+        return _ledger_epsilon([*prefix, *stage2_plan(s * eps0, hw, s * eps_y)], delta) <= target
+
+    if not ok(1.0):
+        return 1.0
+    lo, hi = 1.0, 2.0
+    while ok(hi) and hi < 1e6:
+        lo, hi = hi, 2 * hi
+    while hi - lo > rtol * lo:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
+
+
+def fill_mode_a(budget: Stage2Budget, prefix: Sequence[tuple[PrivacyEvent, int]] = ()) -> Stage2Budget:
+    """A mode-A budget scaled by :func:`fill_scale` so that the whole run (``prefix`` then Stage II) certifies
+    ``budget.epsilon`` at ``budget.delta``; ``certified_epsilon`` becomes Stage II's ledger ε at ``δ``."""
+    if budget.mode != "A" or not budget.private:
+        return budget
+    s = fill_scale(budget.epsilon, budget.delta, budget.eps0, budget.eps_y, budget.hw, prefix)
+    eps0, eps_y = s * budget.eps0, s * budget.eps_y
+    return replace(budget, eps0=eps0, eps_y=eps_y, scale=s,
+                   certified_epsilon=record_level_epsilon(eps0, budget.hw, eps_y, budget.delta, "B"))
 
 
 def calibrate_stage2(epsilon: float, delta: float, hw: int, variant: str = "fp", mode: str = "A",
@@ -445,3 +479,21 @@ def ideal_argmin_probability(eps0: float, k: int) -> float:
     if eps0 == math.inf:
         return 1.0
     return 1.0 / (1.0 + (k - 1) * math.exp(-_check_positive(eps0, "eps0") / 2))
+
+
+def eps0_for_ideal_probability(p: float, k: int) -> float:
+    """The per-location ``ε₀`` at which the best case gives the nearest code probability ``p``: solving
+    ``p = e^{ε₀/2}/(e^{ε₀/2} + K − 1)`` gives ``ε₀ = 2 ln(p(K−1)/(1−p))``; ``p = ½`` needs ``2 ln(K−1)``."""
+    k = _check_classes(k)
+    if not 1 / k < p < 1:
+        raise ValueError(f"need 1/K < p < 1 (uniform is 1/K), got p={p!r} with K={k}")
+    return 2.0 * math.log(p * (k - 1) / (1 - p))
+
+
+def feasibility(k: int, hw: int, delta: float, p: float = 0.5) -> dict[str, float]:
+    """The feasibility arithmetic of the per-location EM at ``K`` codes and ``HW`` locations: the ``ε₀`` a best-case
+    nearest-code probability ``p`` needs (:func:`eps0_for_ideal_probability`), and the record-level ε that implies
+    by basic composition ``HW·ε₀`` and by the ledger's PLD at ``δ`` (labels left out)."""
+    eps0 = eps0_for_ideal_probability(p, k)
+    return {"eps0": eps0, "record_epsilon_basic": hw * eps0,
+            "record_epsilon_pld": record_level_epsilon(eps0, hw, 0.0, delta, "B"), "uniform_probability": 1.0 / k}

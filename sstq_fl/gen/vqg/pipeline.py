@@ -92,10 +92,13 @@ from .mechanism import (
     em_peakedness,
     em_probabilities,
     eps0_mode_b,
+    fill_mode_a,
     ideal_argmin_probability,
     record_level_epsilon,
     split_budget,
 )
+from .prior_dpsgd import CLIP as PRIOR_CLIP
+from .prior_dpsgd import calibrate_prior, prior_plan, public_prior, train_prior_dpsgd
 from .tokenizer import HW, TokenizerConfig, VQTokenizer
 
 log = logging.getLogger("sstq_fl.gen")
@@ -104,15 +107,20 @@ Plan = list[tuple[PrivacyEvent, int]]
 CLIP = 1.0  # C, the per-example clip of Stage I (our choice; the DP-VQG paper gives none)
 LR = 1e-3  # Adam on the noisy gradient
 NUM_CLASSES = 10
-REFERENCES = ("", "argmin")
+REFERENCES = ("", "argmin", "public")
+STAGE2 = ("em", "dpsgd-prior")
 
 
 # the prior's peak learning rate: MaskGIT's 1e-4 is for ~60k steps (120 epochs of 60k records); at the CPU profile's
 # 50-2,000 steps it barely moves the prior off uniform, so the CPU profile uses 1e-3 (our choice)
 PRIOR_LR = {"cpu": 1e-3, "full": 1e-4}
+# prior_steps/prior_batch: the dpsgd-prior variant's DP-SGD rounds and expected batch (our choice; the CPU profile's
+# ~0.3 s per round of 128 per-example MaskGIT gradients on one core keeps a run near 5 minutes)
 PROFILE_DEFAULTS: dict[str, dict[str, float]] = {
-    "cpu": {"records": 2000, "steps": 300, "batch": 64, "prior_epochs": 3, "eval_samples": 1000, "probe_epochs": 2},
-    "full": {"records": 0, "steps": 1000, "batch": 256, "prior_epochs": 120, "eval_samples": 10_000, "probe_epochs": 10}}
+    "cpu": {"records": 2000, "steps": 300, "batch": 64, "prior_epochs": 3, "eval_samples": 1000, "probe_epochs": 2,
+            "prior_steps": 300, "prior_batch": 128},
+    "full": {"records": 0, "steps": 1000, "batch": 256, "prior_epochs": 120, "eval_samples": 10_000, "probe_epochs": 10,
+             "prior_steps": 2000, "prior_batch": 512}}
 
 
 @dataclass(frozen=True)
@@ -136,7 +144,11 @@ class VqgConfig(PipelineConfig):
     labels: str = option("private", choices=LABELS, help="private: labels by k-ary randomized response (0.25 of the "
                          "token budget); public: released unprivatized, an explicitly reported ablation")
     reference: str = option("", choices=REFERENCES, help="argmin: stage I as at --epsilon but argmin tokens and "
-                                                         "true labels in stage II (not DP)")
+                            "true labels in stage II (not DP); public: no private record, the PP tokenizer and the "
+                            "prior trained on public Fashion-MNIST (with --stage2 dpsgd-prior)")
+    stage2: str = option("em", choices=STAGE2, help="em: exponential-mechanism tokens and RR labels, prior as "
+                         "post-processing; dpsgd-prior: clients tokenize their own records (argmin, never sent) and "
+                         "the class-conditional prior is trained by DP-SGD rounds on them")
     steps: int | None = option(None, low=1, unset=0, help="stage I steps: DP-SGD rounds (fp) or public steps (pp) "
                                                           "(default: 300 cpu, 1,000 full)")
     batch: int | None = option(None, low=1, unset=0, help="stage I expected batch, q = batch/records (default: 64 "
@@ -144,6 +156,10 @@ class VqgConfig(PipelineConfig):
     prior_epochs: int | None = option(None, low=1, unset=0, help="MaskGIT prior epochs (default: 3 cpu, 120 full)")
     prior_lr: float | None = option(None, unset=0.0, help="MaskGIT peak learning rate, cosine decay to 5e-6 "
                                                           "(default: 1e-3 cpu, 1e-4 full)")
+    prior_steps: int | None = option(None, low=1, unset=0, help="dpsgd-prior: the prior's DP-SGD rounds (default: "
+                                                                "300 cpu, 2,000 full)")
+    prior_batch: int | None = option(None, low=1, unset=0, help="dpsgd-prior: the prior's expected batch, q = "
+                                                                "prior-batch/records (default: 128 cpu, 512 full)")
     diagnostic_records: int = option(1000, low=1, help="public images for the EM peakedness diagnostic")
 
     CACHE_NAME = "vqg"
@@ -155,6 +171,11 @@ class VqgConfig(PipelineConfig):
         super().__post_init__()
         if self.prior_lr is not None and not (math.isfinite(self.prior_lr) and self.prior_lr >= 5e-6):
             raise ValueError(f"prior-lr must be a finite learning rate >= 5e-6 (the cosine floor), got {self.prior_lr}")
+        if self.stage2 == "dpsgd-prior" and (self.reference == "argmin" or self.labels == "public"):
+            raise ValueError("reference=argmin and labels=public apply to stage2=em only (the DP-SGD prior has no EM "
+                             "tokens and its gradient covers the labels)")
+        if self.reference == "public" and (self.stage2, self.variant) != ("dpsgd-prior", "pp"):
+            raise ValueError("reference=public needs stage2=dpsgd-prior and variant=pp (no private record is read)")
 
     @property
     def prior_peak_lr(self) -> float:
@@ -170,6 +191,8 @@ class VqgConfig(PipelineConfig):
         """``"dp"``, the non-private reference, or the argmin reference (not DP)."""
         if self.reference == "argmin":
             return "argmin reference (not DP: Stage I as at epsilon, argmin tokens and true labels in Stage II)"
+        if self.reference == "public":
+            return "public-only reference (no private record: public tokenizer, prior trained on public Fashion-MNIST)"
         return "dp" if math.isfinite(self.epsilon) else self.NON_PRIVATE_REFERENCE
 
 
@@ -202,13 +225,17 @@ def stage1_plan(cfg: VqgConfig, q: float, sigma: float | None) -> Plan:
 
 
 def stage2_budget(cfg: VqgConfig, prefix: Plan) -> Stage2Budget:
-    """The calibrated Stage II budget (:func:`~sstq_fl.gen.vqg.mechanism.calibrate_stage2`).  FP in mode B:
-    ``ε₀`` re-bisected so that Stage I's events (``prefix``) plus ``HW × ε₀`` plus ``ε_y`` meet ``ε`` at ``δ``
-    on one ledger (if the joint ledger does not certify ε, ε₀ shrinks).  The argmin reference: ``ε₀ = ∞`` and true labels."""
+    """The calibrated Stage II budget (:func:`~sstq_fl.gen.vqg.mechanism.calibrate_stage2`).  Mode A: the declared
+    split, then ``ε₀`` and ``ε_y`` scaled by one factor until the joint ledger (Stage I's events, ``prefix``, first)
+    certifies ``ε`` at ``δ`` (:func:`~sstq_fl.gen.vqg.mechanism.fill_mode_a`).  FP in mode B: ``ε₀`` re-bisected
+    so that Stage I's events plus ``HW × ε₀`` plus ``ε_y`` meet ``ε`` at ``δ`` on one ledger (if the joint ledger
+    does not certify ε, ε₀ shrinks).  The argmin reference: ``ε₀ = ∞`` and true labels."""
     budget = calibrate_stage2(cfg.epsilon, cfg.delta, HW, cfg.variant, cfg.mode, cfg.labels)
     if cfg.reference == "argmin":
         return replace(budget, eps0=math.inf, eps_y=0.0 if cfg.labels == "public" else math.inf,
                        certified_epsilon=math.inf)
+    if cfg.mode == "A":
+        return fill_mode_a(budget, prefix)
     if cfg.variant == "fp" and cfg.mode == "B" and budget.private:
         eps0, _ = eps0_mode_b(cfg.epsilon, budget.eps_y, HW, cfg.delta, prefix=prefix)
         budget = replace(budget, eps0=eps0, certified_epsilon=record_level_epsilon(eps0, HW, budget.eps_y, cfg.delta,
@@ -217,13 +244,25 @@ def stage2_budget(cfg: VqgConfig, prefix: Plan) -> Stage2Budget:
 
 
 def public_steps(cfg: VqgConfig) -> int:
-    """Public-data steps recorded on the ledger: the PP tokenizer, the EM diagnostic on public data, the prior."""
+    """Public-data steps recorded on the ledger: the PP tokenizer, the EM diagnostic on public data, the prior
+    (stage2 em); the PP tokenizer (dpsgd-prior), and the public prior too (the public-only reference)."""
+    if cfg.stage2 == "dpsgd-prior":
+        return (cfg.variant == "pp") + (cfg.reference == "public")
     return 3 if cfg.variant == "pp" else 2
 
 
-def run_plan(cfg: VqgConfig, s1: Plan, budget: Stage2Budget) -> Plan:
+def run_plan(cfg: VqgConfig, s1: Plan, stage2: Plan) -> Plan:
     """The whole run's ``[(event, count)]``, declared on the run's ledger before any private record is read."""
-    return [*s1, (PublicDataEvent(), public_steps(cfg)), *budget.plan()]
+    public = [(PublicDataEvent(), public_steps(cfg))] if public_steps(cfg) else []
+    return [*s1, *public, *stage2]
+
+
+def prior_sigma(cfg: VqgConfig, q: float, s1: Plan) -> float | None:
+    """dpsgd-prior's ``σ``: calibrated so that the joint ledger (Stage I's events ``s1``, then the prior's rounds)
+    certifies ``(ε, δ)``; ``None`` at ``ε = ∞`` (the same rounds without noise)."""
+    if not math.isfinite(cfg.epsilon):
+        return None
+    return calibrate_prior(cfg.epsilon, cfg.delta, q, cfg.resolved("prior_steps"), s1)
 
 
 # ----------------------------------------------------------------------------- Stage I
@@ -292,7 +331,11 @@ def release_tokens_on_clients(run: DPRunner, cfg: VqgConfig, model: VQTokenizer,
                                     eps0=budget.eps0 if budget.private else None, count=count, also=rest)
 
 
-def _labels_note(cfg: VqgConfig, budget: Stage2Budget) -> str:
+def _labels_note(cfg: VqgConfig, budget: Stage2Budget | None) -> str:
+    if cfg.reference == "public":
+        return "no private label read (public Fashion-MNIST labels train the prior)"
+    if budget is None:
+        return "labels are part of each record: inside its clipped DP-SGD gradient (no separate release)"
     if cfg.labels == "public":
         return PUBLIC_LABELS_NOTE
     if budget.eps_y == math.inf:
@@ -300,18 +343,26 @@ def _labels_note(cfg: VqgConfig, budget: Stage2Budget) -> str:
     return f"labels privatized by 10-ary randomized response at eps_y = {budget.eps_y:.6g}"
 
 
-def run_clients(cfg: VqgConfig, data: WorkloadData, plan: Plan, budget: Stage2Budget, q: float, sigma: float | None,
-                public_model: VQTokenizer | None) -> dict[str, Any]:
-    """Stages I (FP) and II on the clients, in-process or on Flower: the runner, Θ and the released rows."""
+def run_clients(cfg: VqgConfig, data: WorkloadData, s: dict[str, Any], public_model: VQTokenizer | None
+                ) -> dict[str, Any]:
+    """Stages I (FP) and II on the clients, in-process or on Flower: the runner, Θ, and the released rows (em) or the
+    prior trained by DP-SGD rounds (dpsgd-prior; the public-only reference runs nothing on the clients)."""
     def pipeline(pool: ClientPool) -> dict[str, Any]:
         run = DPRunner(pool, PIPELINE, RELATION, seed=cfg.seed, randomness=cfg.randomness)
-        run.ledger.start(plan, Budget(cfg.epsilon, cfg.delta) if cfg.private else None)
-        run.ledger.notes.update({"variant": cfg.variant, "mode": cfg.mode, "labels": _labels_note(cfg, budget)})
+        run.ledger.start(s["plan"], Budget(cfg.epsilon, cfg.delta) if cfg.private else None)
+        run.ledger.notes.update({"variant": cfg.variant, "mode": cfg.mode, "stage2": cfg.stage2,
+                                 "labels": _labels_note(cfg, s.get("budget"))})
         if public_model is not None:
             run.charge_public("stage1-tokenizer", "PP-VQG tokenizer trained without noise on public Fashion-MNIST")
-        model = public_model or private_tokenizer(run, cfg, q, sigma)
-        rows = release_tokens_on_clients(run, cfg, model, budget)
-        return {"runner": run, "tokenizer": model, "rows": rows, "dropped": list(pool.dropped)}
+        model = public_model or private_tokenizer(run, cfg, s["q"], s["sigma"])
+        out = {"runner": run, "tokenizer": model, "dropped": pool.dropped}
+        if cfg.stage2 == "em":
+            out["rows"] = release_tokens_on_clients(run, cfg, model, s["budget"])
+        elif cfg.reference != "public":
+            out["prior"] = train_prior_dpsgd(run, model, prior_config(cfg, model.cfg.codebook_size), cfg.profile,
+                                             cfg.device, s["q_prior"], s["sigma_prior"], cfg.resolved("prior_steps"),
+                                             cfg.seed + 2)
+        return {**out, "dropped": list(pool.dropped)}
 
     return run_workload(pipeline, data, cfg.engine, cfg.device)
 
@@ -404,13 +455,22 @@ def run_dp_vqg(cfg: VqgConfig, out: str | Path, force: bool = False) -> dict[str
     return run_in(out, force, lambda folder: _run(cfg, folder))
 
 
-def _setup(cfg: VqgConfig, data: WorkloadData, clock: PhaseClock) -> dict[str, Any]:
-    """Calibration and the plan (nothing private is read but the declared size): ``q``, ``σ``, the Stage II budget."""
-    q = sampling_rate(cfg, data.n_decl)
-    sigma = clock("calibration_stage1", lambda: calibrate_stage1(cfg, q))
+def plan_run(cfg: VqgConfig, n_decl: int, clock: PhaseClock | None = None) -> dict[str, Any]:
+    """Calibration and the plan from the declared size alone (nothing private is read): ``q``, ``σ`` and Stage I's
+    events, then the Stage II budget (em) or the prior's ``q``, ``σ`` and events (dpsgd-prior), and the whole plan."""
+    timed = clock or (lambda _name, fn: fn())
+    q = sampling_rate(cfg, n_decl)
+    sigma = timed("calibration_stage1", lambda: calibrate_stage1(cfg, q))
     s1 = stage1_plan(cfg, q, sigma)
-    budget = clock("calibration_stage2", lambda: stage2_budget(cfg, s1))
-    return {"q": q, "sigma": sigma, "stage1": s1, "budget": budget, "plan": run_plan(cfg, s1, budget)}
+    if cfg.stage2 == "dpsgd-prior":
+        qp = min(1.0, cfg.resolved("prior_batch") / n_decl)
+        sp = None if cfg.reference == "public" else timed("calibration_stage2", lambda: prior_sigma(cfg, qp, s1))
+        s2 = [] if cfg.reference == "public" else prior_plan(qp, sp, cfg.resolved("prior_steps"))
+        return {"q": q, "sigma": sigma, "stage1": s1, "q_prior": qp, "sigma_prior": sp, "stage2": s2,
+                "plan": run_plan(cfg, s1, s2)}
+    budget = timed("calibration_stage2", lambda: stage2_budget(cfg, s1))
+    return {"q": q, "sigma": sigma, "stage1": s1, "budget": budget, "stage2": budget.plan(),
+            "plan": run_plan(cfg, s1, budget.plan())}
 
 
 def _run(cfg: VqgConfig, out: Path) -> dict[str, Any]:
@@ -418,48 +478,89 @@ def _run(cfg: VqgConfig, out: Path) -> dict[str, Any]:
     from ...data.mnist import load_private_split, load_public_fmnist
 
     t0, clock = start_run(cfg, PIPELINE)
-    public_x, _ = load_public_fmnist()
+    public_x, public_y = load_public_fmnist()
     public_x = public_x[:cfg.public_records] if cfg.public_records else public_x
+    public_y = public_y[:len(public_x)]
     split = load_private_split(cfg.data_path or None)
     data = workload_data(cfg)
-    s = _setup(cfg, data, clock)
+    s = plan_run(cfg, data.n_decl, clock)
     book = dataset_ledger(cfg, data, s["plan"], RELATION)  # refuses here, before any private record is read
     pub = clock("public_tokenizer", lambda: public_tokenizer(cfg, public_x)) if cfg.variant == "pp" else None
-    res = clock("clients", lambda: run_clients(cfg, data, s["plan"], s["budget"], s["q"], s["sigma"], pub))
-    run, model, rows = res["runner"], res["tokenizer"], res["rows"]
+    res = clock("clients", lambda: run_clients(cfg, data, s, pub))
+    run, model = res["runner"], res["tokenizer"]
+    if cfg.stage2 == "em":
+        prior, fields = _em_prior(cfg, s, run, model, res["rows"], public_x, clock)
+    else:
+        prior, fields = _dpsgd_prior(cfg, s, run, model, res.get("prior"), public_x, public_y, clock)
+    privacy = run.finish(out, cfg.delta, book)  # transcript and data-set ledger before any sample is written
+    x, y = clock("sampling", lambda: generate(cfg, prior, model, cfg.resolved("eval_samples")))
+    evals = clock("evaluation", lambda: _evaluate(cfg, data, x, y, split, out))
+    metrics = {**common_metrics(cfg, data, privacy, evals, res["dropped"]), **fields}
+    return write_metrics(out, metrics, t0, clock)  # as written: an infinite ε (ε₀, ε_y, ...) is None
+
+
+def _em_prior(cfg: VqgConfig, s: dict[str, Any], run: DPRunner, model: VQTokenizer, rows: dict[str, np.ndarray],
+              public_x: np.ndarray, clock: PhaseClock) -> tuple[Any, dict[str, Any]]:
+    """stage2 em after the release: the EM diagnostics on public data, then the prior on the released rows."""
     diag = clock("diagnostics", lambda: em_diagnostics(model, s["budget"].eps0, public_x, cfg.diagnostic_records,
                                                        cfg.seed))
     run.charge_public("em-diagnostics", "EM peakedness measured on public Fashion-MNIST through the released tokenizer")
     prior, losses = clock("prior", lambda: train_prior_on_release(cfg, rows, model.cfg.codebook_size))
     run.charge_public("stage3-prior", "MaskGIT prior trained on the released tokens and labels only (post-processing)")
-    privacy = run.finish(out, cfg.delta, book)  # transcript and data-set ledger before any sample is written
-    x, y = clock("sampling", lambda: generate(cfg, prior, model, cfg.resolved("eval_samples")))
-    evals = clock("evaluation", lambda: _evaluate(cfg, data, x, y, split, out))
-    metrics = {**common_metrics(cfg, data, privacy, evals, res["dropped"]), **_metrics(cfg, s, diag, losses)}
-    return write_metrics(out, metrics, t0, clock)  # as written: an infinite ε (ε₀, ε_y, ...) is None
+    return prior, _metrics(cfg, s, diag, losses)
+
+
+def _dpsgd_prior(cfg: VqgConfig, s: dict[str, Any], run: DPRunner, model: VQTokenizer, prior: Any,
+                 public_x: np.ndarray, public_y: np.ndarray, clock: PhaseClock) -> tuple[Any, dict[str, Any]]:
+    """stage2 dpsgd-prior: the prior from the clients' rounds, or (public-only reference) trained on public data."""
+    if cfg.reference == "public":
+        pcfg = prior_config(cfg, model.cfg.codebook_size)
+        batch = cfg.resolved("prior_batch")
+        pcfg = replace(pcfg, batch=batch, epochs=max(1, math.ceil(cfg.resolved("prior_steps") * batch / len(public_x))))
+        prior, _ = clock("prior", lambda: public_prior(model, public_x, public_y, pcfg, cfg.seed + 2, cfg.device))
+        run.charge_public("stage3-prior", "MaskGIT prior trained without noise on public Fashion-MNIST tokens and labels")
+    return prior, _prior_metrics(cfg, s)
 
 
 def _metrics(cfg: VqgConfig, s: dict[str, Any], diag: dict[str, Any], losses: list[float]) -> dict[str, Any]:
     """DP-VQG's own ``metrics.json`` fields: the stages' budgets, the EM diagnostics and the labels' status."""
     b: Stage2Budget = s["budget"]
-    return {"variant": cfg.variant, "mode": cfg.mode, "prior_lr": cfg.prior_peak_lr,
+    return {"variant": cfg.variant, "mode": cfg.mode, "stage2": cfg.stage2, "prior_lr": cfg.prior_peak_lr,
             "epsilon_stage1": b.eps1 if math.isfinite(cfg.epsilon) else None,
             "epsilon_stage1_certified": plan_epsilon(s["stage1"], cfg.delta, RELATION), "epsilon_stage2": b.eps2,
             "epsilon_stage2_certified": b.certified_epsilon, "eps0_per_location": b.eps0, "eps_y": b.eps_y,
             "em_nearest_code_prob": diag["em_nearest_code_prob"], "token_entropy_bits": diag["token_entropy_bits"],
             "em_diagnostics": diag, "record_level_epsilon": record_level(b, cfg.delta), "labels": cfg.labels,
+            "mode_a_fill_scale": b.scale,
             "labels_note": _labels_note(cfg, b), "stage2_budget": b.report(), "sigma": s["sigma"], "q": s["q"],
             "clip": CLIP, "steps": cfg.resolved("steps"), "expected_batch": cfg.resolved("batch"),
             "prior_loss_first_last": [float(np.mean(losses[:10])), float(np.mean(losses[-10:]))]}
+
+
+def _prior_metrics(cfg: VqgConfig, s: dict[str, Any]) -> dict[str, Any]:
+    """dpsgd-prior's ``metrics.json`` fields: both stages' budgets and noise, no EM fields (``None``)."""
+    finite = math.isfinite(cfg.epsilon) and cfg.reference != "public"
+    return {"variant": cfg.variant, "mode": cfg.mode, "stage2": cfg.stage2, "prior_lr": cfg.prior_peak_lr,
+            "epsilon_stage1": split_budget(cfg.epsilon, cfg.variant)[0] if finite else None,
+            "epsilon_stage1_certified": plan_epsilon(s["stage1"], cfg.delta, RELATION),
+            "epsilon_stage2": None, "epsilon_stage2_certified": plan_epsilon(s["stage2"], cfg.delta, RELATION),
+            "eps0_per_location": None, "eps_y": None, "em_nearest_code_prob": None, "token_entropy_bits": None,
+            "labels": cfg.labels, "labels_note": _labels_note(cfg, None), "sigma": s["sigma"], "q": s["q"],
+            "clip": CLIP, "steps": cfg.resolved("steps"), "expected_batch": cfg.resolved("batch"),
+            "sigma_prior": s["sigma_prior"], "q_prior": s["q_prior"], "clip_prior": PRIOR_CLIP,
+            "prior_steps": cfg.resolved("prior_steps"), "prior_expected_batch": cfg.resolved("prior_batch")}
 
 
 def summary(m: dict[str, Any]) -> str:
     """What ``sstq-fl gen dp-vqg`` prints about a run: ε and its stages, the EM diagnostics, accuracy, domain-FD."""
     eps = eps_text(m["epsilon"])
     eps0 = eps_text(m["eps0_per_location"])
+    if m.get("stage2") == "dpsgd-prior":
+        stage2 = f"prior by DP-SGD rounds (sigma {eps_text(m['sigma_prior'])}, q {m['q_prior']:.4g})"
+    else:
+        stage2 = (f"eps0 {eps0} per location, EM nearest-code probability {m['em_nearest_code_prob']:.4g} (public "
+                  f"proxy), token entropy {m['token_entropy_bits']:.3f} bits")
     return (f"dp-vqg {m['variant'].upper()} ({m['reference']}): epsilon {eps} at delta {m['delta']:g} ({m['relation']}, "
-            f"mode {m['mode']}, labels {m['labels']}, randomness {m['randomness']}), eps0 {eps0} per location, EM "
-            f"nearest-code probability {m['em_nearest_code_prob']:.4g} (public proxy), token entropy "
-            f"{m['token_entropy_bits']:.3f} bits\n"
+            f"mode {m['mode']}, labels {m['labels']}, randomness {m['randomness']}), {stage2}\n"
             f"downstream accuracy {m['downstream_accuracy']:.4f}, domain-FD {m['domain_fd']:.4g} (not comparable to "
             f"Inception FID), {m['records']} records on {m['clients']} clients, {m['wall_s']:.1f} s")
