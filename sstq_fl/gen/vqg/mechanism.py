@@ -27,7 +27,7 @@ tokens and true labels, recorded as a :class:`~sstq_fl.privacy.events.NonPrivate
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, TypeVar
 
@@ -42,9 +42,11 @@ from ...privacy.events import (
     PrivacyEvent,
     PublicDataEvent,
     PureDpEvent,
+    SelfComposedEvent,
     flat_rr_probabilities,
 )
 from ...privacy.ledger import PrivacyLedger
+from ...privacy.pld import PLD, compose_plds
 
 Array = TypeVar("Array", np.ndarray, torch.Tensor)
 Plan = list[tuple[PrivacyEvent, int]]
@@ -309,6 +311,42 @@ def _ledger_epsilon(plan: Sequence[tuple[PrivacyEvent, int]], delta: float) -> f
         return math.inf
 
 
+def joint_epsilon(prefix: Sequence[tuple[PrivacyEvent, int]], delta: float) -> Callable[[Plan], float]:
+    """``plan ↦`` ε at ``δ`` of ``prefix`` then ``plan``, with the prefix's PLD (e.g. hundreds of DP-SGD rounds)
+    composed **once**: for bisections, whose answer is then checked on a real ledger (:func:`_verified`).
+    ``inf`` where the composition is too large to account."""
+    if not prefix:
+        return lambda plan: _ledger_epsilon(plan, delta)
+    interval = PrivacyLedger(RELATION).discretization
+
+    def composed(plan: Sequence[tuple[PrivacyEvent, int]]) -> PLD | None:
+        return compose_plds((SelfComposedEvent(ev, n).pld(RELATION, interval) for ev, n in plan), interval)
+
+    try:
+        head = composed(prefix)
+    except AccountingLimitError:
+        return lambda plan: _ledger_epsilon([*prefix, *plan], delta)
+
+    def eps(plan: Plan) -> float:
+        try:
+            tail = composed(plan)
+        except AccountingLimitError:
+            return math.inf
+        return math.inf if head is None or tail is None else max(0.0, float(head.compose(tail).get_epsilon_for_delta(delta)))
+
+    return eps
+
+
+def _verified(value: float, target: float, plan_at: Callable[[float], Plan], delta: float, rtol: float) -> float:
+    """``value`` lowered by factors ``1 − rtol`` until the ledger itself certifies ``plan_at(value)`` at ``target``
+    (the search's PLD composes in another order, so it may differ from the ledger's in the last grid step)."""
+    for _ in range(100):
+        if _ledger_epsilon(plan_at(value), delta) <= target:
+            return value
+        value *= 1 - rtol
+    raise ValueError(f"no value near {value:g} is certified at epsilon={target:g}, delta={delta:g}")
+
+
 def record_level_epsilon(eps0: float, hw: int, eps_y: float, delta: float, mode: str) -> float:
     """The honest record-level ε of Stage II at per-location ``ε₀`` (the ε₀ sweep's diagnostic).
 
@@ -338,8 +376,10 @@ def eps0_mode_b(target: float, eps_y: float, hw: int, delta: float,
     if not 0 < delta < 1:
         raise ValueError(f"mode B needs delta in (0, 1), got {delta}")
 
+    joint = joint_epsilon(prefix, delta)
+
     def eps_at(e0: float) -> float:
-        return _ledger_epsilon([*prefix, *stage2_plan(e0, hw, eps_y)], delta)
+        return joint(stage2_plan(e0, hw, eps_y))
 
     start = eps0_mode_a(target, eps_y, hw) if eps_y < target else target / hw
     lo, hi = (start, 2 * start) if eps_at(start) <= target else (0.0, start)
@@ -355,7 +395,8 @@ def eps0_mode_b(target: float, eps_y: float, hw: int, delta: float,
     if lo == 0.0:
         raise ValueError(f"no eps0 > 0 meets epsilon={target:g} at delta={delta:g} with HW={hw}, eps_y={eps_y:g} "
                          f"and the given prefix")
-    return lo, eps_at(lo)
+    lo = _verified(lo, target, lambda e0: [*prefix, *stage2_plan(e0, hw, eps_y)], delta, 1e-6)
+    return lo, _ledger_epsilon([*prefix, *stage2_plan(lo, hw, eps_y)], delta)
 
 
 @dataclass(frozen=True)
@@ -408,10 +449,15 @@ def fill_scale(target: float, delta: float, eps0: float, eps_y: float, hw: int,
     ``s = 1`` is the declared split, ``(target, δ)``-DP by basic composition; the ledger's PLD composes the pure
     draws (and Stage I's DP-SGD events) more tightly than that sum, so ``s > 1`` spends what basic composition
     leaves unspent while keeping the declared ratios (``HW·ε₀ : ε_y``, Stage I's calibration unchanged)."""
-    def ok(s: float) -> bool:
-        return _ledger_epsilon([*prefix, *stage2_plan(s * eps0, hw, s * eps_y)], delta) <= target
+    def plan_at(s: float) -> Plan:
+        return [*prefix, *stage2_plan(s * eps0, hw, s * eps_y)]
 
-    if not ok(1.0):
+    joint = joint_epsilon(prefix, delta)
+
+    def ok(s: float) -> bool:
+        return joint(stage2_plan(s * eps0, hw, s * eps_y)) <= target
+
+    if _ledger_epsilon(plan_at(1.0), delta) > target:
         return 1.0
     lo, hi = 1.0, 2.0
     while ok(hi) and hi < 1e6:
@@ -419,7 +465,7 @@ def fill_scale(target: float, delta: float, eps0: float, eps_y: float, hw: int,
     while hi - lo > rtol * lo:
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return lo
+    return max(1.0, _verified(lo, target, plan_at, delta, rtol))
 
 
 def fill_mode_a(budget: Stage2Budget, prefix: Sequence[tuple[PrivacyEvent, int]] = ()) -> Stage2Budget:

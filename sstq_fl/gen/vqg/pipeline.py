@@ -24,9 +24,24 @@ before any private record is read, and appended to the private data set's ledger
    ``P(k) ∝ exp(ε₀·u_l(k)/(2Δu))``, ``Δu = 4R² = 4``, over all ``K`` codes, and the label by ``k``-ary RR at
    ``ε_y = 0.25·ε₂`` (our choice; or declared public); the server shuffles the rows.  Charged per record as
    ``HW × ExponentialMechanism(ε₀)`` **with its count** plus ``PureDp(ε_y)`` (parallel composition over
-   records).  Mode A: ``ε₀ = (ε₂ − ε_y)/HW`` (pure, basic composition; the total is ``(ε, δ)``).  Mode B:
-   ``ε₀`` bisected so that the **joint** ledger (Stage I's events as the prefix) certifies ``ε`` at ``δ``
+   records).  Mode A: the declared split ``ε₀ = (ε₂ − ε_y)/HW`` (``(ε, δ)`` by basic composition), then ``ε₀`` and
+   ``ε_y`` scaled by one factor ``s ≥ 1`` until the **joint** ledger (Stage I's events first) certifies ``ε`` at
+   ``δ`` (:func:`~sstq_fl.gen.vqg.mechanism.fill_mode_a`: the PLD composes more tightly than the sum, which left
+   budget unspent).  Mode B: ``ε_y`` kept, ``ε₀`` bisected on the joint ledger
    (:func:`~sstq_fl.gen.vqg.mechanism.eps0_mode_b`).
+
+   **The negative result.**  The EM's logits span ``[−ε₀/2, 0]`` whatever ``R`` is, so even the best case (nearest
+   code at distance 0, all others at ``2R``) gives the nearest code ``P = e^{ε₀/2}/(e^{ε₀/2} + K − 1)``: at
+   ``K = 1024``, ``HW = 49`` and ``ε = 10``, Stage II's ``ε₀`` is 0.03–0.24 and ``P`` 0.00099–0.00110 against
+   ``1/K = 0.00098``.  A 50 % hit needs ``ε₀ = 2 ln(K − 1) = 13.86`` per location, a record-level ε of
+   ``49 × 13.86 = 679`` (basic composition and PLD at ``δ = 10⁻⁵`` alike;
+   :func:`~sstq_fl.gen.vqg.mechanism.feasibility`).  The DP-VQG paper's numbers draw each location at the whole
+   ``ε₂`` (no composition over the ``HW`` locations: honestly ``HW·ε₂``) with ``Δu = 4`` while ``R ≠ 1`` (the
+   logit range becomes ``ε₂R²/2``, the honest per-location ε ``ε₂R²``); neither is done here.
+
+   **``stage2="dpsgd-prior"``** (:mod:`~sstq_fl.gen.vqg.prior_dpsgd`) replaces the EM: the clients tokenize their
+   own records (argmin, never sent) and the class-conditional prior is trained by DP-SGD rounds on them,
+   ``prior_steps × PoissonSampled(q, Gaussian(σ))`` with ``σ`` calibrated on the joint ledger.
 
 3. **Stage III, the prior** (Chang, Zhang, Jiang, Liu & Freeman, "MaskGIT", CVPR 2022): trained on the released (shuffled)
    rows only, sampled class-conditionally with classifier-free guidance, decoded by Θ's decoder
@@ -114,13 +129,14 @@ STAGE2 = ("em", "dpsgd-prior")
 # the prior's peak learning rate: MaskGIT's 1e-4 is for ~60k steps (120 epochs of 60k records); at the CPU profile's
 # 50-2,000 steps it barely moves the prior off uniform, so the CPU profile uses 1e-3 (our choice)
 PRIOR_LR = {"cpu": 1e-3, "full": 1e-4}
-# prior_steps/prior_batch: the dpsgd-prior variant's DP-SGD rounds and expected batch (our choice; the CPU profile's
-# ~0.3 s per round of 128 per-example MaskGIT gradients on one core keeps a run near 5 minutes)
+# prior_steps/prior_batch/prior_width: the dpsgd-prior variant's DP-SGD rounds, expected batch and prior d_model (our
+# choice; at the CPU profile a 32-wide prior has ~31k parameters, so the noise N(0, σ²C²I)/(q·N_decl) is ~3x smaller in
+# norm than for the 64-wide one, and its rounds of 128 per-example gradients keep a run near 5 minutes)
 PROFILE_DEFAULTS: dict[str, dict[str, float]] = {
     "cpu": {"records": 2000, "steps": 300, "batch": 64, "prior_epochs": 3, "eval_samples": 1000, "probe_epochs": 2,
-            "prior_steps": 300, "prior_batch": 128},
+            "prior_steps": 400, "prior_batch": 128, "prior_width": 32},
     "full": {"records": 0, "steps": 1000, "batch": 256, "prior_epochs": 120, "eval_samples": 10_000, "probe_epochs": 10,
-             "prior_steps": 2000, "prior_batch": 512}}
+             "prior_steps": 2000, "prior_batch": 512, "prior_width": 384}}
 
 
 @dataclass(frozen=True)
@@ -157,9 +173,11 @@ class VqgConfig(PipelineConfig):
     prior_lr: float | None = option(None, unset=0.0, help="MaskGIT peak learning rate, cosine decay to 5e-6 "
                                                           "(default: 1e-3 cpu, 1e-4 full)")
     prior_steps: int | None = option(None, low=1, unset=0, help="dpsgd-prior: the prior's DP-SGD rounds (default: "
-                                                                "300 cpu, 2,000 full)")
+                                                                "400 cpu, 2,000 full)")
     prior_batch: int | None = option(None, low=1, unset=0, help="dpsgd-prior: the prior's expected batch, q = "
                                                                 "prior-batch/records (default: 128 cpu, 512 full)")
+    prior_width: int | None = option(None, low=1, unset=0, help="dpsgd-prior: the prior's d_model (default: 32 cpu, "
+                                                                "384 full)")
     diagnostic_records: int = option(1000, low=1, help="public images for the EM peakedness diagnostic")
 
     CACHE_NAME = "vqg"
@@ -404,7 +422,13 @@ def prior_config(cfg: VqgConfig, k: int) -> Any:
     from .maskgit import PriorConfig
 
     base = PriorConfig.cpu if cfg.profile == "cpu" else PriorConfig.full
-    return base(vocab_size=k, epochs=cfg.resolved("prior_epochs"), lr=cfg.prior_peak_lr)
+    pcfg = base(vocab_size=k, epochs=cfg.resolved("prior_epochs"), lr=cfg.prior_peak_lr)
+    if cfg.stage2 != "dpsgd-prior":
+        return pcfg
+    width = cfg.resolved("prior_width")  # dpsgd-prior: fewer parameters, less noise in norm
+    if width % pcfg.heads:
+        raise ValueError(f"prior-width must be a multiple of the profile's {pcfg.heads} heads, got {width}")
+    return replace(pcfg, d_model=width)
 
 
 def train_prior_on_release(cfg: VqgConfig, rows: dict[str, np.ndarray], k: int) -> tuple[Any, list[float]]:
@@ -548,7 +572,8 @@ def _prior_metrics(cfg: VqgConfig, s: dict[str, Any]) -> dict[str, Any]:
             "labels": cfg.labels, "labels_note": _labels_note(cfg, None), "sigma": s["sigma"], "q": s["q"],
             "clip": CLIP, "steps": cfg.resolved("steps"), "expected_batch": cfg.resolved("batch"),
             "sigma_prior": s["sigma_prior"], "q_prior": s["q_prior"], "clip_prior": PRIOR_CLIP,
-            "prior_steps": cfg.resolved("prior_steps"), "prior_expected_batch": cfg.resolved("prior_batch")}
+            "prior_steps": cfg.resolved("prior_steps"), "prior_expected_batch": cfg.resolved("prior_batch"),
+            "prior_width": cfg.resolved("prior_width")}
 
 
 def summary(m: dict[str, Any]) -> str:

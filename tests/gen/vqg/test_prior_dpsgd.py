@@ -26,8 +26,8 @@ from sstq_fl.gen.vqg.prior_dpsgd import (
 )
 from sstq_fl.gen.vqg.tokenizer import HW, TokenizerConfig, build_tokenizer
 from sstq_fl.privacy.calibration import plan_epsilon
-from sstq_fl.privacy.errors import Budget
-from sstq_fl.privacy.events import GaussianEvent, PoissonSampledEvent
+from sstq_fl.privacy.errors import Budget, BudgetExceededError
+from sstq_fl.privacy.events import GaussianEvent, PoissonSampledEvent, PublicDataEvent
 from sstq_fl.privacy.ledger import PrivacyLedger
 
 from ..mepf.test_pipeline import needs_data
@@ -111,19 +111,27 @@ def test_a_dpsgd_round_on_the_clients_charges_one_poisson_sampled_gaussian():
 
 # ----------------------------------------------------------------------------- accounting
 @pytest.mark.parametrize("variant", ["pp", "fp"])
-def test_the_dpsgd_prior_plan_certifies_epsilon_jointly_and_nearly_fills_it(variant):
-    cfg = VqgConfig(variant=variant, stage2="dpsgd-prior", epsilon=2.0, steps=5, prior_steps=20, prior_batch=50)
-    s = plan_run(cfg, 1000)
+def test_the_dpsgd_prior_plan_certifies_epsilon_jointly_nearly_fills_it_and_replays(variant, tmp_path):
+    cfg = VqgConfig(variant=variant, stage2="dpsgd-prior", epsilon=1.0, prior_steps=20, prior_batch=100)
+    s = plan_run(cfg, 2000)
     assert s["q_prior"] == pytest.approx(0.05) and s["stage2"] == prior_plan(0.05, s["sigma_prior"], 20)
     eps = plan_epsilon(s["plan"], DELTA, "replace_one")
-    assert 0.99 * 2.0 <= eps <= 2.0
-    assert PrivacyLedger("replace_one").start(s["plan"], Budget(2.0, DELTA)) <= 2.0
+    assert 0.99 * 1.0 <= eps <= 1.0
+    assert PrivacyLedger("replace_one").start(s["plan"], Budget(1.0, DELTA)) <= 1.0
     if variant == "fp":  # Stage I at its 0.8ε calibration, then the prior gets what the joint ledger leaves
-        assert plan_epsilon(s["stage1"], DELTA, "replace_one") <= 1.6
-        assert s["sigma_prior"] > calibrate_prior(2.0, DELTA, 0.05, 20, [])
-    with pytest.raises(Exception):  # noqa: B017 - 1 % less noise is refused by the budget
+        assert plan_epsilon(s["stage1"], DELTA, "replace_one") <= 0.8
+        assert s["sigma_prior"] > calibrate_prior(1.0, DELTA, 0.05, 20, [])
+    with pytest.raises(BudgetExceededError):  # 2 % less noise is refused by the budget
         PrivacyLedger("replace_one").start([*s["stage1"], *prior_plan(0.05, s["sigma_prior"] * 0.98, 20)],
-                                           Budget(2.0, DELTA))
+                                           Budget(1.0, DELTA))
+    ledger = PrivacyLedger("replace_one")  # recorded as the runner records it, then replayed from its transcript
+    ledger.start(s["plan"], Budget(1.0, DELTA))
+    for ev, n in s["plan"]:
+        for _ in range(n):
+            ledger.record(ev, 1, subset="public" if isinstance(ev, PublicDataEvent) else "private")
+    ledger.mark_complete()
+    ledger.write_transcript(tmp_path / "t.jsonl", delta=DELTA)
+    assert cli(["privacy", "replay", str(tmp_path / "t.jsonl")]) == 0
 
 
 def test_stage2_option_and_its_refusals():
@@ -137,7 +145,7 @@ def test_stage2_option_and_its_refusals():
 
 # ----------------------------------------------------------------------------- end to end (real data)
 def _tiny(tmp_path: Path, **kw) -> VqgConfig:
-    base = dict(variant="pp", stage2="dpsgd-prior", epsilon=3.0, clients=2, records=300, steps=3, prior_steps=3,
+    base = dict(variant="pp", stage2="dpsgd-prior", epsilon=1.0, clients=2, records=300, steps=3, prior_steps=3,
                 prior_batch=30, eval_samples=100, probe_epochs=1, evaluator_epochs=1, public_records=2000,
                 cache_dir=str(tmp_path / "cache"), dataset_ledger=str(tmp_path / "ledger.jsonl"),
                 randomness="reproducible")
@@ -147,7 +155,7 @@ def _tiny(tmp_path: Path, **kw) -> VqgConfig:
 @needs_data
 def test_tiny_dpsgd_prior_run_end_to_end_ledger_and_replay(tmp_path):
     m = run_dp_vqg(_tiny(tmp_path), tmp_path / "run")
-    assert m["stage2"] == "dpsgd-prior" and 0.99 * 3.0 <= m["epsilon"] <= 3.0 and m["relation"] == "replace_one"
+    assert m["stage2"] == "dpsgd-prior" and 0.99 <= m["epsilon"] <= 1.0 and m["relation"] == "replace_one"
     assert m["eps0_per_location"] is None and m["sigma_prior"] > 0 and m["q_prior"] == pytest.approx(0.1)
     lines = [json.loads(s) for s in (tmp_path / "run" / "transcript.jsonl").read_text().splitlines()]
     rounds = [x for x in lines if x.get("meta", {}).get("stage") == "stage2-prior"]
