@@ -34,7 +34,7 @@ done
 for e in 1 10 100; do run "eps0_pp_public_eps$e" --variant pp --labels public --epsilon "$e"; done
 # --stage2 dpsgd-prior: the prior trained by DP-SGD rounds on the clients' own argmin tokens (all records: a round's
 # cost is its expected batch, not N), against the public-only reference (no private record read)
-for e in 1 10; do run "pp_dpsgd_eps$e" --variant pp --stage2 dpsgd-prior --epsilon "$e" --records 0; done
+for e in 1 10 inf; do run "pp_dpsgd_eps$e" --variant pp --stage2 dpsgd-prior --epsilon "$e" --records 0; done
 run pp_dpsgd_public --variant pp --stage2 dpsgd-prior --reference public --epsilon inf --records 0
 run fp_dpsgd_eps10 --variant fp --stage2 dpsgd-prior --epsilon 10
 .venv/bin/python benchmarks/dp_vqg_table.py "$OUT" "$TAG"
