@@ -34,7 +34,12 @@ done
 for e in 1 10 100; do run "eps0_pp_public_eps$e" --variant pp --labels public --epsilon "$e"; done
 # --stage2 dpsgd-prior: the prior trained by DP-SGD rounds on the clients' own argmin tokens (all records: a round's
 # cost is its expected batch, not N), against the public-only reference (no private record read)
-for e in 1 10 inf; do run "pp_dpsgd_eps$e" --variant pp --stage2 dpsgd-prior --epsilon "$e" --records 0; done
-run pp_dpsgd_public --variant pp --stage2 dpsgd-prior --reference public --epsilon inf --records 0
+# (the profile's 400 rounds: the *_r400 rows; at 100 rounds: the rows without the suffix)
+for e in 1 10 inf; do
+  run "pp_dpsgd_eps$e" --variant pp --stage2 dpsgd-prior --epsilon "$e" --records 0 --prior-steps 100
+  run "pp_dpsgd_eps${e}_r400" --variant pp --stage2 dpsgd-prior --epsilon "$e" --records 0 --prior-steps 400
+done
+run pp_dpsgd_public --variant pp --stage2 dpsgd-prior --reference public --epsilon inf --records 0 --prior-steps 100
+run pp_dpsgd_public_r400 --variant pp --stage2 dpsgd-prior --reference public --epsilon inf --records 0 --prior-steps 400
 run fp_dpsgd_eps10 --variant fp --stage2 dpsgd-prior --epsilon 10
 .venv/bin/python benchmarks/dp_vqg_table.py "$OUT" "$TAG"

@@ -129,14 +129,14 @@ STAGE2 = ("em", "dpsgd-prior")
 # the prior's peak learning rate: MaskGIT's 1e-4 is for ~60k steps (120 epochs of 60k records); at the CPU profile's
 # 50-2,000 steps it barely moves the prior off uniform, so the CPU profile uses 1e-3 (our choice)
 PRIOR_LR = {"cpu": 1e-3, "full": 1e-4}
-PRIOR_LR_DPSGD = {"cpu": 3e-3, "full": 1e-3}  # dpsgd-prior: AdamW on 100 (cpu) or 2,000 (full) noisy steps
+PRIOR_LR_DPSGD = {"cpu": 3e-3, "full": 1e-3}  # dpsgd-prior: AdamW on 400 (cpu) or 2,000 (full) noisy steps
 # prior_steps/prior_batch/prior_width: the dpsgd-prior variant's DP-SGD rounds, expected batch and prior d_model (our
 # choice; at the CPU profile a 32-wide prior has ~31k parameters, so the noise N(0, σ²C²I)/(q·N_decl) is ~2x smaller in
-# norm than for the 64-wide one; at a fixed number of per-example gradients (~51k, near 5 minutes), 100 rounds of 512
-# carry a third of the per-round noise σ/B of 400 rounds of 128 at ε = 10 on all 7,996 records)
+# norm than for the 64-wide one; at a fixed number of per-example gradients, rounds of 512 carry a third of the
+# per-round noise σ/B of rounds of 128 at ε = 10 on all 7,996 records; 400 rounds take about 3 minutes on one core)
 PROFILE_DEFAULTS: dict[str, dict[str, float]] = {
     "cpu": {"records": 2000, "steps": 300, "batch": 64, "prior_epochs": 3, "eval_samples": 1000, "probe_epochs": 2,
-            "prior_steps": 100, "prior_batch": 512, "prior_width": 32},
+            "prior_steps": 400, "prior_batch": 512, "prior_width": 32},
     "full": {"records": 0, "steps": 1000, "batch": 256, "prior_epochs": 120, "eval_samples": 10_000, "probe_epochs": 10,
              "prior_steps": 2000, "prior_batch": 512, "prior_width": 384}}
 
@@ -175,7 +175,7 @@ class VqgConfig(PipelineConfig):
     prior_lr: float | None = option(None, unset=0.0, help="MaskGIT peak learning rate, cosine decay to 5e-6 "
                                                           "(default: 1e-3 cpu, 1e-4 full; dpsgd-prior 3e-3 cpu, 1e-3 full)")
     prior_steps: int | None = option(None, low=1, unset=0, help="dpsgd-prior: the prior's DP-SGD rounds (default: "
-                                                                "100 cpu, 2,000 full)")
+                                                                "400 cpu, 2,000 full)")
     prior_batch: int | None = option(None, low=1, unset=0, help="dpsgd-prior: the prior's expected batch, q = "
                                                                 "prior-batch/records (default: 512)")
     prior_width: int | None = option(None, low=1, unset=0, help="dpsgd-prior: the prior's d_model (default: 32 cpu, "
@@ -584,7 +584,9 @@ def summary(m: dict[str, Any]) -> str:
     """What ``sstq-fl gen dp-vqg`` prints about a run: ε and its stages, the EM diagnostics, accuracy, domain-FD."""
     eps = eps_text(m["epsilon"])
     eps0 = eps_text(m["eps0_per_location"])
-    if m.get("stage2") == "dpsgd-prior":
+    if m.get("stage2") == "dpsgd-prior" and m["reference"].startswith("public-only"):
+        stage2 = "prior trained without noise on public Fashion-MNIST"
+    elif m.get("stage2") == "dpsgd-prior":
         sigma = "none: no noise" if m["sigma_prior"] is None else f"{m['sigma_prior']:.4g}"
         stage2 = f"prior by DP-SGD rounds (sigma {sigma}, q {m['q_prior']:.4g})"
     else:
