@@ -569,7 +569,8 @@ def _prior_metrics(cfg: VqgConfig, s: dict[str, Any]) -> dict[str, Any]:
     """dpsgd-prior's ``metrics.json`` fields: both stages' budgets and noise, no EM fields (``None``)."""
     finite = math.isfinite(cfg.epsilon) and cfg.reference != "public"
     return {"variant": cfg.variant, "mode": cfg.mode, "stage2": cfg.stage2, "prior_lr": cfg.prior_peak_lr,
-            "epsilon_stage1": split_budget(cfg.epsilon, cfg.variant)[0] if finite else None,
+            "epsilon_stage1": 0.0 if cfg.reference == "public" else split_budget(cfg.epsilon, cfg.variant)[0] if finite
+            else None,
             "epsilon_stage1_certified": plan_epsilon(s["stage1"], cfg.delta, RELATION),
             "epsilon_stage2": None, "epsilon_stage2_certified": plan_epsilon(s["stage2"], cfg.delta, RELATION),
             "eps0_per_location": None, "eps_y": None, "em_nearest_code_prob": None, "token_entropy_bits": None,
