@@ -33,7 +33,7 @@ def _row(d: Path, m: dict[str, Any]) -> dict[str, Any]:
             "epsilon": m["epsilon"], "epsilon_stage1": m["epsilon_stage1"],
             "epsilon_stage2": m["epsilon_stage2"] if em else m["epsilon_stage2_certified"],
             "eps0_per_location": m["eps0_per_location"] if em else "-", "labels": m["labels"],
-            "reference": m["reference"] or "dp",
+            "reference": m["reference"] or "dp", "prior_steps": m.get("prior_steps"),
             "downstream_accuracy": m["downstream_accuracy"], "domain_fd": m["domain_fd"],
             "sample_label_agreement": m.get("sample_label_agreement"), "prior_lr": m.get("prior_lr"),
             "em_nearest_code_prob": m["em_nearest_code_prob"], "token_entropy_bits": m["token_entropy_bits"],
@@ -102,14 +102,15 @@ def plot(rows: list[dict[str, Any]], path: Path, facts: dict[str, Any]) -> Figur
 
 def _dpsgd_lines(ax: Any, rows: list[dict[str, Any]]) -> None:
     """The dpsgd-prior rows: PP against ε, and the public-only reference (no private record) as a line."""
-    dp = sorted((r for r in rows if r["stage2"] == "dpsgd-prior" and r["reference"] == "dp" and r["variant"] == "pp"),
-                key=lambda r: r["target_epsilon"])
-    if dp:
-        ax.plot([r["target_epsilon"] for r in dp], [r["downstream_accuracy"] for r in dp], "s-", color="tab:green",
-                label="PP, DP-SGD prior")
-    for r in rows:
-        if r["stage2"] == "dpsgd-prior" and r["reference"].startswith("public-only"):
-            ax.axhline(r["downstream_accuracy"], color="tab:green", ls=":", label="public-only reference")
+    mine = [r for r in rows if r["stage2"] == "dpsgd-prior" and r["variant"] == "pp"]
+    for steps, colour in zip(sorted({r["prior_steps"] for r in mine}), ("tab:olive", "tab:green", "tab:cyan")):
+        dp = sorted((r for r in mine if r["reference"] == "dp" and r["prior_steps"] == steps),
+                    key=lambda r: r["target_epsilon"])
+        ax.plot([r["target_epsilon"] for r in dp], [r["downstream_accuracy"] for r in dp], "s-", color=colour,
+                label=f"PP, DP-SGD prior, {steps} rounds")
+        for r in mine:
+            if r["prior_steps"] == steps and r["reference"].startswith("public-only"):
+                ax.axhline(r["downstream_accuracy"], color=colour, ls=":", label=f"public-only reference ({steps})")
 
 
 def _em_axes(ax: Any, rows: list[dict[str, Any]]) -> None:
