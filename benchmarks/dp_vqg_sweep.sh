@@ -2,7 +2,8 @@
 # DP-VQG sweep (generative-pipelines spec §2.4, §2.6) on this machine, CPU profile:
 #   FP and PP at eps in {1, 10, inf}, each with the non-private argmin-token reference ("not DP",
 #   stage I as at eps = 10), and an eps0 sweep: PP with public labels at eps in {1, 10, 100}, so the
-#   per-location eps0 = eps/49 runs 0.02 -> 2.04 while the record-level eps of the run is reported.
+#   per-location eps0 = eps/49 runs 0.02 -> 2.04 while the record-level eps of the run is reported;
+#   and the dpsgd-prior variant (PP at eps in {1, 10}, FP at 10) with its public-only reference.
 # PRIOR_EPOCHS (default 100, about 1,700 prior steps at the CPU profile's peak lr 1e-3; the profile's 3 epochs
 # are ~50 steps, which leave the prior near uniform) is the one change from the spec's CPU profile; EXTRA
 # adds options (e.g. "--profile full --device cuda" on a GPU).
@@ -37,4 +38,14 @@ for v in fp pp; do
   run "${v}_argmin" --variant "$v" --epsilon 10 --reference argmin
 done
 for e in 1 10 100; do run "eps0_pp_public_eps$e" --variant pp --labels public --epsilon "$e"; done
+# --stage2 dpsgd-prior: the prior trained by DP-SGD rounds on the clients' own argmin tokens (all records: a round's
+# cost is its expected batch, not N), against the public-only reference (no private record read)
+# (the profile's 400 rounds: the *_r400 rows; at 100 rounds: the rows without the suffix)
+for e in 1 10 inf; do
+  run "pp_dpsgd_eps$e" --variant pp --stage2 dpsgd-prior --epsilon "$e" --records 0 --prior-steps 100
+  run "pp_dpsgd_eps${e}_r400" --variant pp --stage2 dpsgd-prior --epsilon "$e" --records 0 --prior-steps 400
+done
+run pp_dpsgd_public --variant pp --stage2 dpsgd-prior --reference public --epsilon inf --records 0 --prior-steps 100
+run pp_dpsgd_public_r400 --variant pp --stage2 dpsgd-prior --reference public --epsilon inf --records 0 --prior-steps 400
+run fp_dpsgd_eps10 --variant fp --stage2 dpsgd-prior --epsilon 10
 .venv/bin/python benchmarks/dp_vqg_table.py "$OUT" "$TAG"

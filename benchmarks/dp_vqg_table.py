@@ -35,9 +35,12 @@ KEYS = ("downstream_accuracy", "domain_fd", "sample_label_agreement", "em_neares
 
 def _row(d: Path, m: dict[str, Any]) -> dict[str, Any]:
     cfg = m["config"]
-    return {"run": d.name, "variant": m["variant"], "target_epsilon": cfg["epsilon"], "epsilon": m["epsilon"],
-            "epsilon_stage1": m["epsilon_stage1"], "epsilon_stage2": m["epsilon_stage2"],
-            "eps0_per_location": m["eps0_per_location"], "labels": m["labels"], "reference": m["reference"] or "dp",
+    em = m.get("stage2", "em") == "em"  # dpsgd-prior rows: ε₂ is the prior's rounds alone, no ε₀
+    return {"run": d.name, "variant": m["variant"], "stage2": m.get("stage2", "em"), "target_epsilon": cfg["epsilon"],
+            "epsilon": m["epsilon"], "epsilon_stage1": m["epsilon_stage1"],
+            "epsilon_stage2": m["epsilon_stage2"] if em else m["epsilon_stage2_certified"],
+            "eps0_per_location": m["eps0_per_location"] if em else "-", "labels": m["labels"],
+            "reference": m["reference"] or "dp", "prior_steps": m.get("prior_steps"),
             "downstream_accuracy": m["downstream_accuracy"], "domain_fd": m["domain_fd"],
             "sample_label_agreement": m.get("sample_label_agreement"), "prior_lr": m.get("prior_lr"),
             "em_nearest_code_prob": m["em_nearest_code_prob"], "token_entropy_bits": m["token_entropy_bits"],
@@ -54,6 +57,8 @@ def _codebook_size(m: dict[str, Any]) -> int | None:
 
 
 def _fmt(v: Any, spec: str) -> str:
+    if isinstance(v, str):
+        return v
     if v is None:
         return "∞" if spec == "eps" else "-"
     if spec == "eps":
@@ -88,14 +93,15 @@ def plot(rows: list[dict[str, Any]], path: Path, facts: dict[str, Any], calibrat
     ax = fig.subplots(1, 2)
     for v, colour in (("fp", "tab:blue"), ("pp", "tab:orange")):
         dp = sorted((r for r in rows if r["variant"] == v and r["reference"] == "dp" and r["labels"] == "private"
-                     and _finite(r["target_epsilon"])), key=lambda r: r["target_epsilon"])
+                     and r["stage2"] == "em" and _finite(r["target_epsilon"])), key=lambda r: r["target_epsilon"])
         points(ax[0], [r["target_epsilon"] for r in dp], dp, "downstream_accuracy", "o-", color=colour,
                label=f"{v.upper()}-VQG")
         for r in rows:
-            if r["variant"] == v and (r["reference"] != "dp" or not _finite(r["target_epsilon"])):
+            if r["variant"] == v and r["stage2"] == "em" and (r["reference"] != "dp" or not _finite(r["target_epsilon"])):
                 name = "ε = ∞, not DP" if not _finite(r["target_epsilon"]) else "argmin, not DP"
                 ax[0].axhline(r["downstream_accuracy"], color=colour, ls="--" if name.startswith("ε") else ":",
                               label=f"{v.upper()} {name}")
+    _dpsgd_lines(ax[0], rows)
     ax[0].axhline(0.1, color="grey", lw=0.8, label="chance (10 classes)")
     reference_lines(ax[0], calibration, "downstream_accuracy")
     ax[0].set(xscale="log", xlabel="record-level ε (δ = 1e-5, replace-one)",
@@ -104,6 +110,19 @@ def plot(rows: list[dict[str, Any]], path: Path, facts: dict[str, Any], calibrat
     _em_axes(ax[1], rows)
     fig.suptitle(title("DP-VQG sweep", facts, width=130))
     return save(fig, path)
+
+
+def _dpsgd_lines(ax: Any, rows: list[dict[str, Any]]) -> None:
+    """The dpsgd-prior rows: PP against ε, and the public-only reference (no private record) as a line."""
+    mine = [r for r in rows if r["stage2"] == "dpsgd-prior" and r["variant"] == "pp"]
+    for steps, colour in zip(sorted({r["prior_steps"] for r in mine}), ("tab:olive", "tab:green", "tab:cyan")):
+        dp = sorted((r for r in mine if r["reference"] == "dp" and r["prior_steps"] == steps),
+                    key=lambda r: r["target_epsilon"])
+        ax.plot([r["target_epsilon"] for r in dp], [r["downstream_accuracy"] for r in dp], "s-", color=colour,
+                label=f"PP, DP-SGD prior, {steps} rounds")
+        for r in mine:
+            if r["prior_steps"] == steps and r["reference"].startswith("public-only"):
+                ax.axhline(r["downstream_accuracy"], color=colour, ls=":", label=f"public-only reference ({steps})")
 
 
 def _em_axes(ax: Any, rows: list[dict[str, Any]]) -> None:

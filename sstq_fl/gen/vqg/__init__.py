@@ -14,4 +14,4 @@ from .pipeline import PIPELINE, VqgConfig, run_dp_vqg, summary
 
 register_pipeline(Pipeline(PIPELINE, "vqg-", VqgConfig, run_dp_vqg, summary, title="DP-VQG",
                            help="DP-VQG: VQ tokenizer (DP-SGD or public), exponential-mechanism tokens, MaskGIT prior",
-                           cli_values={"reference": {"none": "", "argmin": "argmin"}}))
+                           cli_values={"reference": {"none": "", "argmin": "argmin", "public": "public"}}))

@@ -27,8 +27,8 @@ tokens and true labels, recorded as a :class:`~sstq_fl.privacy.events.NonPrivate
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -42,9 +42,11 @@ from ...privacy.events import (
     PrivacyEvent,
     PublicDataEvent,
     PureDpEvent,
+    SelfComposedEvent,
     flat_rr_probabilities,
 )
 from ...privacy.ledger import PrivacyLedger
+from ...privacy.pld import PLD, compose_plds
 
 Array = TypeVar("Array", np.ndarray, torch.Tensor)
 Plan = list[tuple[PrivacyEvent, int]]
@@ -309,6 +311,42 @@ def _ledger_epsilon(plan: Sequence[tuple[PrivacyEvent, int]], delta: float) -> f
         return math.inf
 
 
+def joint_epsilon(prefix: Sequence[tuple[PrivacyEvent, int]], delta: float) -> Callable[[Plan], float]:
+    """``plan ↦`` ε at ``δ`` of ``prefix`` then ``plan``, with the prefix's PLD (e.g. hundreds of DP-SGD rounds)
+    composed **once**: for bisections, whose answer is then checked on a real ledger (:func:`_verified`).
+    ``inf`` where the composition is too large to account."""
+    if not prefix:
+        return lambda plan: _ledger_epsilon(plan, delta)
+    interval = PrivacyLedger(RELATION).discretization
+
+    def composed(plan: Sequence[tuple[PrivacyEvent, int]]) -> PLD | None:
+        return compose_plds((SelfComposedEvent(ev, n).pld(RELATION, interval) for ev, n in plan), interval)
+
+    try:
+        head = composed(prefix)
+    except AccountingLimitError:
+        return lambda plan: _ledger_epsilon([*prefix, *plan], delta)
+
+    def eps(plan: Plan) -> float:
+        try:
+            tail = composed(plan)
+        except AccountingLimitError:
+            return math.inf
+        return math.inf if head is None or tail is None else max(0.0, float(head.compose(tail).get_epsilon_for_delta(delta)))
+
+    return eps
+
+
+def _verified(value: float, target: float, plan_at: Callable[[float], Plan], delta: float, rtol: float) -> float:
+    """``value`` lowered by factors ``1 − rtol`` until the ledger itself certifies ``plan_at(value)`` at ``target``
+    (the search's PLD composes in another order, so it may differ from the ledger's in the last grid step)."""
+    for _ in range(100):
+        if _ledger_epsilon(plan_at(value), delta) <= target:
+            return value
+        value *= 1 - rtol
+    raise ValueError(f"no value near {value:g} is certified at epsilon={target:g}, delta={delta:g}")
+
+
 def record_level_epsilon(eps0: float, hw: int, eps_y: float, delta: float, mode: str) -> float:
     """The honest record-level ε of Stage II at per-location ``ε₀`` (the ε₀ sweep's diagnostic).
 
@@ -338,8 +376,10 @@ def eps0_mode_b(target: float, eps_y: float, hw: int, delta: float,
     if not 0 < delta < 1:
         raise ValueError(f"mode B needs delta in (0, 1), got {delta}")
 
+    joint = joint_epsilon(prefix, delta)
+
     def eps_at(e0: float) -> float:
-        return _ledger_epsilon([*prefix, *stage2_plan(e0, hw, eps_y)], delta)
+        return joint(stage2_plan(e0, hw, eps_y))
 
     start = eps0_mode_a(target, eps_y, hw) if eps_y < target else target / hw
     lo, hi = (start, 2 * start) if eps_at(start) <= target else (0.0, start)
@@ -355,7 +395,8 @@ def eps0_mode_b(target: float, eps_y: float, hw: int, delta: float,
     if lo == 0.0:
         raise ValueError(f"no eps0 > 0 meets epsilon={target:g} at delta={delta:g} with HW={hw}, eps_y={eps_y:g} "
                          f"and the given prefix")
-    return lo, eps_at(lo)
+    lo = _verified(lo, target, lambda e0: [*prefix, *stage2_plan(e0, hw, eps_y)], delta, 1e-6)
+    return lo, _ledger_epsilon([*prefix, *stage2_plan(lo, hw, eps_y)], delta)
 
 
 @dataclass(frozen=True)
@@ -373,6 +414,7 @@ class Stage2Budget:
     eps_y: float  # label RR; 0 when labels are public
     eps0: float  # per-location EM
     certified_epsilon: float  # Stage II alone: mode A basic composition (δ = 0), mode B the ledger at δ
+    scale: float = 1.0  # mode A's fill factor s (:func:`fill_mode_a`); 1 before filling
 
     @property
     def labels_public(self) -> bool:
@@ -392,11 +434,49 @@ class Stage2Budget:
         out: dict[str, Any] = {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in asdict(self).items()}
         out["labels_public"] = self.labels_public
         out["labels_note"] = (PUBLIC_LABELS_NOTE if self.labels_public else "true labels (not DP)" if self.eps_y == math.inf
-                              else f"labels privatized by k-ary randomized response at eps_y = {LABEL_SHARE:g}·eps2")
+                              else f"labels privatized by k-ary randomized response at eps_y = {self.eps_y:.6g}")
         out["dp"] = self.private
         if not self.private:
             out["note"] = NOT_DP
         return out
+
+
+def fill_scale(target: float, delta: float, eps0: float, eps_y: float, hw: int,
+               prefix: Sequence[tuple[PrivacyEvent, int]] = (), rtol: float = 1e-4) -> float:
+    """Mode A's fill: the largest ``s ≥ 1`` (bisection to relative width ``rtol``) at which the joint ledger of
+    ``prefix`` and :func:`stage2_plan` ``(s·ε₀, HW, s·ε_y)`` certifies ``target`` at ``δ``.
+
+    ``s = 1`` is the declared split, ``(target, δ)``-DP by basic composition; the ledger's PLD composes the pure
+    draws (and Stage I's DP-SGD events) more tightly than that sum, so ``s > 1`` spends what basic composition
+    leaves unspent while keeping the declared ratios (``HW·ε₀ : ε_y``, Stage I's calibration unchanged)."""
+    def plan_at(s: float) -> Plan:
+        return [*prefix, *stage2_plan(s * eps0, hw, s * eps_y)]
+
+    joint = joint_epsilon(prefix, delta)
+
+    def ok(s: float) -> bool:
+        return joint(stage2_plan(s * eps0, hw, s * eps_y)) <= target
+
+    if _ledger_epsilon(plan_at(1.0), delta) > target:
+        return 1.0
+    lo, hi = 1.0, 2.0
+    while ok(hi) and hi < 1e6:
+        lo, hi = hi, 2 * hi
+    while hi - lo > rtol * lo:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return max(1.0, _verified(lo, target, plan_at, delta, rtol))
+
+
+def fill_mode_a(budget: Stage2Budget, prefix: Sequence[tuple[PrivacyEvent, int]] = ()) -> Stage2Budget:
+    """A mode-A budget scaled by :func:`fill_scale` so that the whole run (``prefix`` then Stage II) certifies
+    ``budget.epsilon`` at ``budget.delta``; ``certified_epsilon`` becomes Stage II's ledger ε at ``δ``."""
+    if budget.mode != "A" or not budget.private:
+        return budget
+    s = fill_scale(budget.epsilon, budget.delta, budget.eps0, budget.eps_y, budget.hw, prefix)
+    eps0, eps_y = s * budget.eps0, s * budget.eps_y
+    return replace(budget, eps0=eps0, eps_y=eps_y, scale=s,
+                   certified_epsilon=record_level_epsilon(eps0, budget.hw, eps_y, budget.delta, "B"))
 
 
 def calibrate_stage2(epsilon: float, delta: float, hw: int, variant: str = "fp", mode: str = "A",
@@ -445,3 +525,21 @@ def ideal_argmin_probability(eps0: float, k: int) -> float:
     if eps0 == math.inf:
         return 1.0
     return 1.0 / (1.0 + (k - 1) * math.exp(-_check_positive(eps0, "eps0") / 2))
+
+
+def eps0_for_ideal_probability(p: float, k: int) -> float:
+    """The per-location ``ε₀`` at which the best case gives the nearest code probability ``p``: solving
+    ``p = e^{ε₀/2}/(e^{ε₀/2} + K − 1)`` gives ``ε₀ = 2 ln(p(K−1)/(1−p))``; ``p = ½`` needs ``2 ln(K−1)``."""
+    k = _check_classes(k)
+    if not 1 / k < p < 1:
+        raise ValueError(f"need 1/K < p < 1 (uniform is 1/K), got p={p!r} with K={k}")
+    return 2.0 * math.log(p * (k - 1) / (1 - p))
+
+
+def feasibility(k: int, hw: int, delta: float, p: float = 0.5) -> dict[str, float]:
+    """The feasibility arithmetic of the per-location EM at ``K`` codes and ``HW`` locations: the ``ε₀`` a best-case
+    nearest-code probability ``p`` needs (:func:`eps0_for_ideal_probability`), and the record-level ε that implies
+    by basic composition ``HW·ε₀`` and by the ledger's PLD at ``δ`` (labels left out)."""
+    eps0 = eps0_for_ideal_probability(p, k)
+    return {"eps0": eps0, "record_epsilon_basic": hw * eps0,
+            "record_epsilon_pld": record_level_epsilon(eps0, hw, 0.0, delta, "B"), "uniform_probability": 1.0 / k}

@@ -24,9 +24,24 @@ before any private record is read, and appended to the private data set's ledger
    ``P(k) ∝ exp(ε₀·u_l(k)/(2Δu))``, ``Δu = 4R² = 4``, over all ``K`` codes, and the label by ``k``-ary RR at
    ``ε_y = 0.25·ε₂`` (our choice; or declared public); the server shuffles the rows.  Charged per record as
    ``HW × ExponentialMechanism(ε₀)`` **with its count** plus ``PureDp(ε_y)`` (parallel composition over
-   records).  Mode A: ``ε₀ = (ε₂ − ε_y)/HW`` (pure, basic composition; the total is ``(ε, δ)``).  Mode B:
-   ``ε₀`` bisected so that the **joint** ledger (Stage I's events as the prefix) certifies ``ε`` at ``δ``
+   records).  Mode A: the declared split ``ε₀ = (ε₂ − ε_y)/HW`` (``(ε, δ)`` by basic composition), then ``ε₀`` and
+   ``ε_y`` scaled by one factor ``s ≥ 1`` until the **joint** ledger (Stage I's events first) certifies ``ε`` at
+   ``δ`` (:func:`~sstq_fl.gen.vqg.mechanism.fill_mode_a`: the PLD composes more tightly than the sum, which left
+   budget unspent).  Mode B: ``ε_y`` kept, ``ε₀`` bisected on the joint ledger
    (:func:`~sstq_fl.gen.vqg.mechanism.eps0_mode_b`).
+
+   **The negative result.**  The EM's logits span ``[−ε₀/2, 0]`` whatever ``R`` is, so even the best case (nearest
+   code at distance 0, all others at ``2R``) gives the nearest code ``P = e^{ε₀/2}/(e^{ε₀/2} + K − 1)``: at
+   ``K = 1024``, ``HW = 49`` and ``ε = 10``, Stage II's ``ε₀`` is 0.03–0.24 and ``P`` 0.00099–0.00110 against
+   ``1/K = 0.00098``.  A 50 % hit needs ``ε₀ = 2 ln(K − 1) = 13.86`` per location, a record-level ε of
+   ``49 × 13.86 = 679`` (basic composition and PLD at ``δ = 10⁻⁵`` alike;
+   :func:`~sstq_fl.gen.vqg.mechanism.feasibility`).  The DP-VQG paper's numbers draw each location at the whole
+   ``ε₂`` (no composition over the ``HW`` locations: honestly ``HW·ε₂``) with ``Δu = 4`` while ``R ≠ 1`` (the
+   logit range becomes ``ε₂R²/2``, the honest per-location ε ``ε₂R²``); neither is done here.
+
+   **``stage2="dpsgd-prior"``** (:mod:`~sstq_fl.gen.vqg.prior_dpsgd`) replaces the EM: the clients tokenize their
+   own records (argmin, never sent) and the class-conditional prior is trained by DP-SGD rounds on them,
+   ``prior_steps × PoissonSampled(q, Gaussian(σ))`` with ``σ`` calibrated on the joint ledger.
 
 3. **Stage III, the prior** (Chang, Zhang, Jiang, Liu & Freeman, "MaskGIT", CVPR 2022): trained on the released (shuffled)
    rows only, sampled class-conditionally with classifier-free guidance, decoded by Θ's decoder
@@ -93,10 +108,13 @@ from .mechanism import (
     em_peakedness,
     em_probabilities,
     eps0_mode_b,
+    fill_mode_a,
     ideal_argmin_probability,
     record_level_epsilon,
     split_budget,
 )
+from .prior_dpsgd import CLIP as PRIOR_CLIP
+from .prior_dpsgd import calibrate_prior, prior_plan, public_prior, train_prior_dpsgd
 from .tokenizer import HW, TokenizerConfig, VQTokenizer
 
 log = logging.getLogger("sstq_fl.gen")
@@ -105,15 +123,23 @@ Plan = list[tuple[PrivacyEvent, int]]
 CLIP = 1.0  # C, the per-example clip of Stage I (our choice; the DP-VQG paper gives none)
 LR = 1e-3  # Adam on the noisy gradient
 NUM_CLASSES = 10
-REFERENCES = ("", "argmin")
+REFERENCES = ("", "argmin", "public")
+STAGE2 = ("em", "dpsgd-prior")
 
 
 # the prior's peak learning rate: MaskGIT's 1e-4 is for ~60k steps (120 epochs of 60k records); at the CPU profile's
 # 50-2,000 steps it barely moves the prior off uniform, so the CPU profile uses 1e-3 (our choice)
 PRIOR_LR = {"cpu": 1e-3, "full": 1e-4}
+PRIOR_LR_DPSGD = {"cpu": 3e-3, "full": 1e-3}  # dpsgd-prior: AdamW on 400 (cpu) or 2,000 (full) noisy steps
+# prior_steps/prior_batch/prior_width: the dpsgd-prior variant's DP-SGD rounds, expected batch and prior d_model (our
+# choice; at the CPU profile a 32-wide prior has ~31k parameters, so the noise N(0, σ²C²I)/(q·N_decl) is ~2x smaller in
+# norm than for the 64-wide one; at a fixed number of per-example gradients, rounds of 512 carry a third of the
+# per-round noise σ/B of rounds of 128 at ε = 10 on all 7,996 records; 400 rounds take about 3 minutes on one core)
 PROFILE_DEFAULTS: dict[str, dict[str, float]] = {
-    "cpu": {"records": 2000, "steps": 300, "batch": 64, "prior_epochs": 3, "eval_samples": 1000, "probe_epochs": 2},
-    "full": {"records": 0, "steps": 1000, "batch": 256, "prior_epochs": 120, "eval_samples": 10_000, "probe_epochs": 10}}
+    "cpu": {"records": 2000, "steps": 300, "batch": 64, "prior_epochs": 3, "eval_samples": 1000, "probe_epochs": 2,
+            "prior_steps": 400, "prior_batch": 512, "prior_width": 32},
+    "full": {"records": 0, "steps": 1000, "batch": 256, "prior_epochs": 120, "eval_samples": 10_000, "probe_epochs": 10,
+             "prior_steps": 2000, "prior_batch": 512, "prior_width": 384}}
 
 
 @dataclass(frozen=True)
@@ -137,14 +163,24 @@ class VqgConfig(PipelineConfig):
     labels: str = option("private", choices=LABELS, help="private: labels by k-ary randomized response (0.25 of the "
                          "token budget); public: released unprivatized, an explicitly reported ablation")
     reference: str = option("", choices=REFERENCES, help="argmin: stage I as at --epsilon but argmin tokens and "
-                                                         "true labels in stage II (not DP)")
+                            "true labels in stage II (not DP); public: no private record, the PP tokenizer and the "
+                            "prior trained on public Fashion-MNIST (with --stage2 dpsgd-prior)")
+    stage2: str = option("em", choices=STAGE2, help="em: exponential-mechanism tokens and RR labels, prior as "
+                         "post-processing; dpsgd-prior: clients tokenize their own records (argmin, never sent) and "
+                         "the class-conditional prior is trained by DP-SGD rounds on them")
     steps: int | None = option(None, low=1, unset=0, help="stage I steps: DP-SGD rounds (fp) or public steps (pp) "
                                                           "(default: 300 cpu, 1,000 full)")
     batch: int | None = option(None, low=1, unset=0, help="stage I expected batch, q = batch/records (default: 64 "
                                                           "cpu, 256 full)")
     prior_epochs: int | None = option(None, low=1, unset=0, help="MaskGIT prior epochs (default: 3 cpu, 120 full)")
     prior_lr: float | None = option(None, unset=0.0, help="MaskGIT peak learning rate, cosine decay to 5e-6 "
-                                                          "(default: 1e-3 cpu, 1e-4 full)")
+                                                          "(default: 1e-3 cpu, 1e-4 full; dpsgd-prior 3e-3 cpu, 1e-3 full)")
+    prior_steps: int | None = option(None, low=1, unset=0, help="dpsgd-prior: the prior's DP-SGD rounds (default: "
+                                                                "400 cpu, 2,000 full)")
+    prior_batch: int | None = option(None, low=1, unset=0, help="dpsgd-prior: the prior's expected batch, q = "
+                                                                "prior-batch/records (default: 512)")
+    prior_width: int | None = option(None, low=1, unset=0, help="dpsgd-prior: the prior's d_model (default: 32 cpu, "
+                                                                "384 full)")
     diagnostic_records: int = option(1000, low=1, help="public images for the EM peakedness diagnostic")
 
     CACHE_NAME = "vqg"
@@ -156,11 +192,18 @@ class VqgConfig(PipelineConfig):
         super().__post_init__()
         if self.prior_lr is not None and not (math.isfinite(self.prior_lr) and self.prior_lr >= 5e-6):
             raise ValueError(f"prior-lr must be a finite learning rate >= 5e-6 (the cosine floor), got {self.prior_lr}")
+        if self.stage2 == "dpsgd-prior" and (self.reference == "argmin" or self.labels == "public"):
+            raise ValueError("reference=argmin and labels=public apply to stage2=em only (the DP-SGD prior has no EM "
+                             "tokens and its gradient covers the labels)")
+        if self.reference == "public" and (self.stage2, self.variant) != ("dpsgd-prior", "pp"):
+            raise ValueError("reference=public needs stage2=dpsgd-prior and variant=pp (no private record is read)")
 
     @property
     def prior_peak_lr(self) -> float:
         """The prior's peak learning rate: ``prior_lr``, or the profile's (:data:`PRIOR_LR`)."""
-        return PRIOR_LR[self.profile] if self.prior_lr is None else float(self.prior_lr)
+        if self.prior_lr is not None:
+            return float(self.prior_lr)
+        return (PRIOR_LR_DPSGD if self.stage2 == "dpsgd-prior" else PRIOR_LR)[self.profile]
 
     @property
     def private(self) -> bool:
@@ -171,6 +214,8 @@ class VqgConfig(PipelineConfig):
         """``"dp"``, the non-private reference, or the argmin reference (not DP)."""
         if self.reference == "argmin":
             return "argmin reference (not DP: Stage I as at epsilon, argmin tokens and true labels in Stage II)"
+        if self.reference == "public":
+            return "public-only reference (no private record: public tokenizer, prior trained on public Fashion-MNIST)"
         return "dp" if math.isfinite(self.epsilon) else self.NON_PRIVATE_REFERENCE
 
 
@@ -203,13 +248,17 @@ def stage1_plan(cfg: VqgConfig, q: float, sigma: float | None) -> Plan:
 
 
 def stage2_budget(cfg: VqgConfig, prefix: Plan) -> Stage2Budget:
-    """The calibrated Stage II budget (:func:`~sstq_fl.gen.vqg.mechanism.calibrate_stage2`).  FP in mode B:
-    ``ε₀`` re-bisected so that Stage I's events (``prefix``) plus ``HW × ε₀`` plus ``ε_y`` meet ``ε`` at ``δ``
-    on one ledger (if the joint ledger does not certify ε, ε₀ shrinks).  The argmin reference: ``ε₀ = ∞`` and true labels."""
+    """The calibrated Stage II budget (:func:`~sstq_fl.gen.vqg.mechanism.calibrate_stage2`).  Mode A: the declared
+    split, then ``ε₀`` and ``ε_y`` scaled by one factor until the joint ledger (Stage I's events, ``prefix``, first)
+    certifies ``ε`` at ``δ`` (:func:`~sstq_fl.gen.vqg.mechanism.fill_mode_a`).  FP in mode B: ``ε₀`` re-bisected
+    so that Stage I's events plus ``HW × ε₀`` plus ``ε_y`` meet ``ε`` at ``δ`` on one ledger (if the joint ledger
+    does not certify ε, ε₀ shrinks).  The argmin reference: ``ε₀ = ∞`` and true labels."""
     budget = calibrate_stage2(cfg.epsilon, cfg.delta, HW, cfg.variant, cfg.mode, cfg.labels)
     if cfg.reference == "argmin":
         return replace(budget, eps0=math.inf, eps_y=0.0 if cfg.labels == "public" else math.inf,
                        certified_epsilon=math.inf)
+    if cfg.mode == "A":
+        return fill_mode_a(budget, prefix)
     if cfg.variant == "fp" and cfg.mode == "B" and budget.private:
         eps0, _ = eps0_mode_b(cfg.epsilon, budget.eps_y, HW, cfg.delta, prefix=prefix)
         budget = replace(budget, eps0=eps0, certified_epsilon=record_level_epsilon(eps0, HW, budget.eps_y, cfg.delta,
@@ -218,13 +267,25 @@ def stage2_budget(cfg: VqgConfig, prefix: Plan) -> Stage2Budget:
 
 
 def public_steps(cfg: VqgConfig) -> int:
-    """Public-data steps recorded on the ledger: the PP tokenizer, the EM diagnostic on public data, the prior."""
+    """Public-data steps recorded on the ledger: the PP tokenizer, the EM diagnostic on public data, the prior
+    (stage2 em); the PP tokenizer (dpsgd-prior), and the public prior too (the public-only reference)."""
+    if cfg.stage2 == "dpsgd-prior":
+        return (cfg.variant == "pp") + (cfg.reference == "public")
     return 3 if cfg.variant == "pp" else 2
 
 
-def run_plan(cfg: VqgConfig, s1: Plan, budget: Stage2Budget) -> Plan:
+def run_plan(cfg: VqgConfig, s1: Plan, stage2: Plan) -> Plan:
     """The whole run's ``[(event, count)]``, declared on the run's ledger before any private record is read."""
-    return [*s1, (PublicDataEvent(), public_steps(cfg)), *budget.plan()]
+    public = [(PublicDataEvent(), public_steps(cfg))] if public_steps(cfg) else []
+    return [*s1, *public, *stage2]
+
+
+def prior_sigma(cfg: VqgConfig, q: float, s1: Plan) -> float | None:
+    """dpsgd-prior's ``σ``: calibrated so that the joint ledger (Stage I's events ``s1``, then the prior's rounds)
+    certifies ``(ε, δ)``; ``None`` at ``ε = ∞`` (the same rounds without noise)."""
+    if not math.isfinite(cfg.epsilon):
+        return None
+    return calibrate_prior(cfg.epsilon, cfg.delta, q, cfg.resolved("prior_steps"), s1)
 
 
 # ----------------------------------------------------------------------------- Stage I
@@ -293,7 +354,11 @@ def release_tokens_on_clients(run: DPRunner, cfg: VqgConfig, model: VQTokenizer,
                                     eps0=budget.eps0 if budget.private else None, count=count, also=rest)
 
 
-def _labels_note(cfg: VqgConfig, budget: Stage2Budget) -> str:
+def _labels_note(cfg: VqgConfig, budget: Stage2Budget | None) -> str:
+    if cfg.reference == "public":
+        return "no private label read (public Fashion-MNIST labels train the prior)"
+    if budget is None:
+        return "labels are part of each record: inside its clipped DP-SGD gradient (no separate release)"
     if cfg.labels == "public":
         return PUBLIC_LABELS_NOTE
     if budget.eps_y == math.inf:
@@ -301,18 +366,26 @@ def _labels_note(cfg: VqgConfig, budget: Stage2Budget) -> str:
     return f"labels privatized by 10-ary randomized response at eps_y = {budget.eps_y:.6g}"
 
 
-def run_clients(cfg: VqgConfig, data: WorkloadData, plan: Plan, budget: Stage2Budget, q: float, sigma: float | None,
-                public_model: VQTokenizer | None) -> dict[str, Any]:
-    """Stages I (FP) and II on the clients, in-process or on Flower: the runner, Θ and the released rows."""
+def run_clients(cfg: VqgConfig, data: WorkloadData, s: dict[str, Any], public_model: VQTokenizer | None
+                ) -> dict[str, Any]:
+    """Stages I (FP) and II on the clients, in-process or on Flower: the runner, Θ, and the released rows (em) or the
+    prior trained by DP-SGD rounds (dpsgd-prior; the public-only reference runs nothing on the clients)."""
     def pipeline(pool: ClientPool) -> dict[str, Any]:
         run = DPRunner(pool, PIPELINE, RELATION, seed=cfg.seed, randomness=cfg.randomness)
-        run.ledger.start(plan, Budget(cfg.epsilon, cfg.delta) if cfg.private else None)
-        run.ledger.notes.update({"variant": cfg.variant, "mode": cfg.mode, "labels": _labels_note(cfg, budget)})
+        run.ledger.start(s["plan"], Budget(cfg.epsilon, cfg.delta) if cfg.private else None)
+        run.ledger.notes.update({"variant": cfg.variant, "mode": cfg.mode, "stage2": cfg.stage2,
+                                 "labels": _labels_note(cfg, s.get("budget"))})
         if public_model is not None:
             run.charge_public("stage1-tokenizer", "PP-VQG tokenizer trained without noise on public Fashion-MNIST")
-        model = public_model or private_tokenizer(run, cfg, q, sigma)
-        rows = release_tokens_on_clients(run, cfg, model, budget)
-        return {"runner": run, "tokenizer": model, "rows": rows, "dropped": list(pool.dropped)}
+        model = public_model or private_tokenizer(run, cfg, s["q"], s["sigma"])
+        out = {"runner": run, "tokenizer": model, "dropped": pool.dropped}
+        if cfg.stage2 == "em":
+            out["rows"] = release_tokens_on_clients(run, cfg, model, s["budget"])
+        elif cfg.reference != "public":
+            out["prior"] = train_prior_dpsgd(run, model, prior_config(cfg, model.cfg.codebook_size), cfg.profile,
+                                             cfg.device, s["q_prior"], s["sigma_prior"], cfg.resolved("prior_steps"),
+                                             cfg.seed + 2)
+        return {**out, "dropped": list(pool.dropped)}
 
     return run_workload(pipeline, data, cfg.engine, cfg.device)
 
@@ -354,7 +427,13 @@ def prior_config(cfg: VqgConfig, k: int) -> Any:
     from .maskgit import PriorConfig
 
     base = PriorConfig.cpu if cfg.profile == "cpu" else PriorConfig.full
-    return base(vocab_size=k, epochs=cfg.resolved("prior_epochs"), lr=cfg.prior_peak_lr)
+    pcfg = base(vocab_size=k, epochs=cfg.resolved("prior_epochs"), lr=cfg.prior_peak_lr)
+    if cfg.stage2 != "dpsgd-prior":
+        return pcfg
+    width = cfg.resolved("prior_width")  # dpsgd-prior: fewer parameters, less noise in norm
+    if width % pcfg.heads:
+        raise ValueError(f"prior-width must be a multiple of the profile's {pcfg.heads} heads, got {width}")
+    return replace(pcfg, d_model=width)
 
 
 def train_prior_on_release(cfg: VqgConfig, rows: dict[str, np.ndarray], k: int) -> tuple[Any, list[float]]:
@@ -405,13 +484,22 @@ def run_dp_vqg(cfg: VqgConfig, out: str | Path, force: bool = False) -> dict[str
     return run_in(out, force, lambda folder: _run(cfg, folder))
 
 
-def _setup(cfg: VqgConfig, data: WorkloadData, clock: PhaseClock) -> dict[str, Any]:
-    """Calibration and the plan (nothing private is read but the declared size): ``q``, ``σ``, the Stage II budget."""
-    q = sampling_rate(cfg, data.n_decl)
-    sigma = clock("calibration_stage1", lambda: calibrate_stage1(cfg, q))
+def plan_run(cfg: VqgConfig, n_decl: int, clock: PhaseClock | None = None) -> dict[str, Any]:
+    """Calibration and the plan from the declared size alone (nothing private is read): ``q``, ``σ`` and Stage I's
+    events, then the Stage II budget (em) or the prior's ``q``, ``σ`` and events (dpsgd-prior), and the whole plan."""
+    timed = clock or (lambda _name, fn: fn())
+    q = sampling_rate(cfg, n_decl)
+    sigma = timed("calibration_stage1", lambda: calibrate_stage1(cfg, q))
     s1 = stage1_plan(cfg, q, sigma)
-    budget = clock("calibration_stage2", lambda: stage2_budget(cfg, s1))
-    return {"q": q, "sigma": sigma, "stage1": s1, "budget": budget, "plan": run_plan(cfg, s1, budget)}
+    if cfg.stage2 == "dpsgd-prior":
+        qp = min(1.0, cfg.resolved("prior_batch") / n_decl)
+        sp = None if cfg.reference == "public" else timed("calibration_stage2", lambda: prior_sigma(cfg, qp, s1))
+        s2 = [] if cfg.reference == "public" else prior_plan(qp, sp, cfg.resolved("prior_steps"))
+        return {"q": q, "sigma": sigma, "stage1": s1, "q_prior": qp, "sigma_prior": sp, "stage2": s2,
+                "plan": run_plan(cfg, s1, s2)}
+    budget = timed("calibration_stage2", lambda: stage2_budget(cfg, s1))
+    return {"q": q, "sigma": sigma, "stage1": s1, "budget": budget, "stage2": budget.plan(),
+            "plan": run_plan(cfg, s1, budget.plan())}
 
 
 def _run(cfg: VqgConfig, out: Path) -> dict[str, Any]:
@@ -419,39 +507,79 @@ def _run(cfg: VqgConfig, out: Path) -> dict[str, Any]:
     from ...data.mnist import load_private_split, load_public_fmnist
 
     t0, clock = start_run(cfg, PIPELINE)
-    public_x, _ = load_public_fmnist()
+    public_x, public_y = load_public_fmnist()
     public_x = public_x[:cfg.public_records] if cfg.public_records else public_x
+    public_y = public_y[:len(public_x)]
     split = load_private_split(cfg.data_path or None)
     data = workload_data(cfg)
-    s = _setup(cfg, data, clock)
+    s = plan_run(cfg, data.n_decl, clock)
     book = dataset_ledger(cfg, data, s["plan"], RELATION)  # refuses here, before any private record is read
     pub = clock("public_tokenizer", lambda: public_tokenizer(cfg, public_x)) if cfg.variant == "pp" else None
-    res = clock("clients", lambda: run_clients(cfg, data, s["plan"], s["budget"], s["q"], s["sigma"], pub))
-    run, model, rows = res["runner"], res["tokenizer"], res["rows"]
+    res = clock("clients", lambda: run_clients(cfg, data, s, pub))
+    run, model = res["runner"], res["tokenizer"]
+    if cfg.stage2 == "em":
+        prior, fields = _em_prior(cfg, s, run, model, res["rows"], public_x, clock)
+    else:
+        prior, fields = _dpsgd_prior(cfg, s, run, model, res.get("prior"), public_x, public_y, clock)
+    privacy = run.finish(out, cfg.delta, book)  # transcript and data-set ledger before any sample is written
+    x, y = clock("sampling", lambda: generate(cfg, prior, model, cfg.resolved("eval_samples")))
+    evals = clock("evaluation", lambda: _evaluate(cfg, data, x, y, split, out))
+    metrics = {**common_metrics(cfg, data, privacy, evals, res["dropped"]), **fields}
+    return write_metrics(out, metrics, t0, clock)  # as written: an infinite ε (ε₀, ε_y, ...) is None
+
+
+def _em_prior(cfg: VqgConfig, s: dict[str, Any], run: DPRunner, model: VQTokenizer, rows: dict[str, np.ndarray],
+              public_x: np.ndarray, clock: PhaseClock) -> tuple[Any, dict[str, Any]]:
+    """stage2 em after the release: the EM diagnostics on public data, then the prior on the released rows."""
     diag = clock("diagnostics", lambda: em_diagnostics(model, s["budget"].eps0, public_x, cfg.diagnostic_records,
                                                        cfg.seed))
     run.charge_public("em-diagnostics", "EM peakedness measured on public Fashion-MNIST through the released tokenizer")
     prior, losses = clock("prior", lambda: train_prior_on_release(cfg, rows, model.cfg.codebook_size))
     run.charge_public("stage3-prior", "MaskGIT prior trained on the released tokens and labels only (post-processing)")
-    privacy = run.finish(out, cfg.delta, book)  # transcript and data-set ledger before any sample is written
-    x, y = clock("sampling", lambda: generate(cfg, prior, model, cfg.resolved("eval_samples")))
-    evals = clock("evaluation", lambda: _evaluate(cfg, data, x, y, split, out))
-    metrics = {**common_metrics(cfg, data, privacy, evals, res["dropped"]), **_metrics(cfg, s, diag, losses)}
-    return write_metrics(out, metrics, t0, clock)  # as written: an infinite ε (ε₀, ε_y, ...) is None
+    return prior, _metrics(cfg, s, diag, losses)
+
+
+def _dpsgd_prior(cfg: VqgConfig, s: dict[str, Any], run: DPRunner, model: VQTokenizer, prior: Any,
+                 public_x: np.ndarray, public_y: np.ndarray, clock: PhaseClock) -> tuple[Any, dict[str, Any]]:
+    """stage2 dpsgd-prior: the prior from the clients' rounds, or (public-only reference) trained on public data."""
+    if cfg.reference == "public":
+        pcfg = prior_config(cfg, model.cfg.codebook_size)
+        batch = cfg.resolved("prior_batch")
+        pcfg = replace(pcfg, batch=batch, epochs=max(1, math.ceil(cfg.resolved("prior_steps") * batch / len(public_x))))
+        prior, _ = clock("prior", lambda: public_prior(model, public_x, public_y, pcfg, cfg.seed + 2, cfg.device))
+        run.charge_public("stage3-prior", "MaskGIT prior trained without noise on public Fashion-MNIST tokens and labels")
+    return prior, _prior_metrics(cfg, s)
 
 
 def _metrics(cfg: VqgConfig, s: dict[str, Any], diag: dict[str, Any], losses: list[float]) -> dict[str, Any]:
     """DP-VQG's own ``metrics.json`` fields: the stages' budgets, the EM diagnostics and the labels' status."""
     b: Stage2Budget = s["budget"]
-    return {"variant": cfg.variant, "mode": cfg.mode, "prior_lr": cfg.prior_peak_lr,
+    return {"variant": cfg.variant, "mode": cfg.mode, "stage2": cfg.stage2, "prior_lr": cfg.prior_peak_lr,
             "epsilon_stage1": b.eps1 if math.isfinite(cfg.epsilon) else None,
             "epsilon_stage1_certified": plan_epsilon(s["stage1"], cfg.delta, RELATION), "epsilon_stage2": b.eps2,
             "epsilon_stage2_certified": b.certified_epsilon, "eps0_per_location": b.eps0, "eps_y": b.eps_y,
             "em_nearest_code_prob": diag["em_nearest_code_prob"], "token_entropy_bits": diag["token_entropy_bits"],
             "em_diagnostics": diag, "record_level_epsilon": record_level(b, cfg.delta), "labels": cfg.labels,
+            "mode_a_fill_scale": b.scale,
             "labels_note": _labels_note(cfg, b), "stage2_budget": b.report(), "sigma": s["sigma"], "q": s["q"],
             "clip": CLIP, "steps": cfg.resolved("steps"), "expected_batch": cfg.resolved("batch"),
             "prior_loss_first_last": [float(np.mean(losses[:10])), float(np.mean(losses[-10:]))]}
+
+
+def _prior_metrics(cfg: VqgConfig, s: dict[str, Any]) -> dict[str, Any]:
+    """dpsgd-prior's ``metrics.json`` fields: both stages' budgets and noise, no EM fields (``None``)."""
+    finite = math.isfinite(cfg.epsilon) and cfg.reference != "public"
+    return {"variant": cfg.variant, "mode": cfg.mode, "stage2": cfg.stage2, "prior_lr": cfg.prior_peak_lr,
+            "epsilon_stage1": 0.0 if cfg.reference == "public" else split_budget(cfg.epsilon, cfg.variant)[0] if finite
+            else None,
+            "epsilon_stage1_certified": plan_epsilon(s["stage1"], cfg.delta, RELATION),
+            "epsilon_stage2": None, "epsilon_stage2_certified": plan_epsilon(s["stage2"], cfg.delta, RELATION),
+            "eps0_per_location": None, "eps_y": None, "em_nearest_code_prob": None, "token_entropy_bits": None,
+            "labels": cfg.labels, "labels_note": _labels_note(cfg, None), "sigma": s["sigma"], "q": s["q"],
+            "clip": CLIP, "steps": cfg.resolved("steps"), "expected_batch": cfg.resolved("batch"),
+            "sigma_prior": s["sigma_prior"], "q_prior": s["q_prior"], "clip_prior": PRIOR_CLIP,
+            "prior_steps": cfg.resolved("prior_steps"), "prior_expected_batch": cfg.resolved("prior_batch"),
+            "prior_width": cfg.resolved("prior_width")}
 
 
 def summary(m: dict[str, Any]) -> str:
@@ -459,9 +587,15 @@ def summary(m: dict[str, Any]) -> str:
     data set's ledger."""
     eps = eps_text(m["epsilon"])
     eps0 = eps_text(m["eps0_per_location"])
+    if m.get("stage2") == "dpsgd-prior" and m["reference"].startswith("public-only"):
+        stage2 = "prior trained without noise on public Fashion-MNIST"
+    elif m.get("stage2") == "dpsgd-prior":
+        sigma = "none: no noise" if m["sigma_prior"] is None else f"{m['sigma_prior']:.4g}"
+        stage2 = f"prior by DP-SGD rounds (sigma {sigma}, q {m['q_prior']:.4g})"
+    else:
+        stage2 = (f"eps0 {eps0} per location, EM nearest-code probability {m['em_nearest_code_prob']:.4g} (public "
+                  f"proxy), token entropy {m['token_entropy_bits']:.3f} bits")
     return (f"dp-vqg {m['variant'].upper()} ({m['reference']}): epsilon {eps} at delta {m['delta']:g} ({m['relation']}, "
-            f"mode {m['mode']}, labels {m['labels']}, randomness {m['randomness']}), eps0 {eps0} per location, EM "
-            f"nearest-code probability {m['em_nearest_code_prob']:.4g} (public proxy), token entropy "
-            f"{m['token_entropy_bits']:.3f} bits\n"
+            f"mode {m['mode']}, labels {m['labels']}, randomness {m['randomness']}), {stage2}\n"
             f"downstream accuracy {m['downstream_accuracy']:.4f}, domain-FD {m['domain_fd']:.4g} (not comparable to "
             f"Inception FID), {m['records']} records on {m['clients']} clients, {m['wall_s']:.1f} s\n{dataset_text(m)}")

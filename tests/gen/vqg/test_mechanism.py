@@ -19,8 +19,11 @@ from sstq_fl.gen.vqg.mechanism import (
     em_probabilities,
     em_sample,
     em_utilities,
+    eps0_for_ideal_probability,
     eps0_mode_a,
     eps0_mode_b,
+    feasibility,
+    fill_mode_a,
     gumbel_noise,
     ideal_argmin_probability,
     label_epsilon,
@@ -296,3 +299,51 @@ def test_peakedness_diagnostics():
     b = calibrate_stage2(10.0, DELTA, 49, "fp", "B")
     peak = em_peakedness(em_probabilities(em_logits(tokens, cb, b.eps0, 1.0)), argmin_tokens(tokens, cb, 1.0))
     assert peak["argmin_probability"] < 1.1 / K and peak["token_entropy_bits"] > 0.999 * math.log2(K)
+
+
+# ----------------------------------------------------------------------------- the negative result's arithmetic
+def test_feasibility_numbers_of_the_docs():
+    """The numbers docs/tutorials/generative.md and the pipeline's docstring state, from the mechanism's functions:
+    K = 1024 codes, HW = 49 locations, δ = 1e-5."""
+    K, hw = 1024, 49
+    assert ideal_argmin_probability(0.06, K) == pytest.approx(0.001006, abs=5e-7)  # against 1/K = 0.000977
+    assert 1 / K == pytest.approx(0.000977, abs=5e-7)
+    f = feasibility(K, hw, DELTA)
+    assert f["eps0"] == pytest.approx(2 * math.log(K - 1)) == pytest.approx(13.861, abs=5e-4)
+    assert ideal_argmin_probability(f["eps0"], K) == pytest.approx(0.5)
+    assert f["record_epsilon_basic"] == pytest.approx(679.19, abs=5e-3)
+    assert f["record_epsilon_pld"] == pytest.approx(679.19, abs=5e-3)  # PLD saves nothing at this ε₀
+    assert eps0_for_ideal_probability(0.9, K) == pytest.approx(2 * math.log(9 * 1023))
+    # the Stage II budgets at ε = 10 (Stage II alone): FP mode A, FP mode B, PP mode A, PP mode B
+    got = [calibrate_stage2(10.0, DELTA, hw, v, m).eps0 for v, m in (("fp", "A"), ("fp", "B"), ("pp", "A"), ("pp", "B"))]
+    assert got == pytest.approx([0.0306, 0.058, 0.153, 0.235], abs=5e-4)
+    assert [ideal_argmin_probability(e, K) for e in got] == pytest.approx([0.000992, 0.001005, 0.001054, 0.001098],
+                                                                          abs=5e-7)
+    # the paper's route: the whole ε₂ per draw with Δu = 4 while R ≠ 1 makes the logit range ε₂R²/2, so a 50 % hit
+    # at ε₂ = 2 takes R² = 6.93: the release's honest per-location ε is then ε₂R² = 13.86, 679 per record
+    assert f["eps0"] / 2.0 == pytest.approx(6.93, abs=5e-3)
+    with pytest.raises(ValueError):
+        eps0_for_ideal_probability(1 / K, K)
+
+
+# ----------------------------------------------------------------------------- mode A fills the target
+@pytest.mark.parametrize("variant,epsilon", [("fp", 1.0), ("pp", 1.0), ("pp", 10.0),
+                                             pytest.param("fp", 10.0, marks=pytest.mark.slow)])
+def test_mode_a_fill_certifies_the_target_on_the_joint_ledger(variant, epsilon):
+    """Mode A's declared split certifies less than ε on the joint ledger (PLD composes more tightly than basic
+    composition); the fill scales ε₀ and ε_y by one factor until the joint ledger certifies ≥ 0.99 ε, never above
+    (the CPU profile's Stage I: 300 rounds at q = 64/2,000)."""
+    from sstq_fl.gen.vqg.pipeline import VqgConfig, plan_run
+
+    cfg = VqgConfig(variant=variant, epsilon=epsilon)
+    s = plan_run(cfg, 2000)
+    b = s["budget"]
+    declared = calibrate_stage2(epsilon, DELTA, 49, variant, "A")
+    before = plan_ledger([*s["stage1"], *declared.plan()]).epsilon(DELTA)
+    after = plan_ledger(s["plan"]).epsilon(DELTA)
+    assert before < 0.95 * epsilon and 0.99 * epsilon <= after <= epsilon
+    assert b.scale > 1 and b.eps0 == pytest.approx(b.scale * declared.eps0)
+    assert b.eps_y == pytest.approx(b.scale * declared.eps_y)  # the declared 3 : 1 of tokens and labels is kept
+    assert PrivacyLedger("replace_one").start(s["plan"], Budget(epsilon, DELTA)) <= epsilon
+    assert plan_ledger([*s["stage1"], *stage2_plan(b.eps0 * 1.01, 49, b.eps_y * 1.01)]).epsilon(DELTA) > epsilon
+    assert fill_mode_a(calibrate_stage2(epsilon, DELTA, 49, variant, "B")).scale == 1.0  # mode B is left alone
