@@ -27,13 +27,13 @@ case "$SCALE" in
     MEPF=(--profile full --generator-steps "${GEN_STEPS:-4000}")
     SDP=(--pretrain-steps 4000 --distill-steps 1000 --sgd-steps 1000 --q 0.02 --multiplicity 4)
     PIXEL=(--pca 64 --rank 32); LATENT=(--rank 32)
-    VQG=(--prior-epochs 20) ;;
+    VQG=(--prior-steps 1000) ;;
   tiny)
     DEVICE=cpu; JOB_S=${JOB_S:-120}; RECORDS=300; SAMPLES=100; PROBE=(--probe-epochs 1)
-    MEPF=(--generator-steps 5)
+    MEPF=(--generator-steps 5 --public-records 600)
     SDP=(--public-records 600 --pretrain-steps 3 --distill-steps 2 --sgd-steps 2 --ae-steps 3)
     PIXEL=(--pca 8 --rank 4); LATENT=(--rank 4)
-    VQG=(--steps 2 --prior-epochs 1 --public-records 600) ;;
+    VQG=(--steps 2 --prior-steps 3 --prior-batch 32 --public-records 600) ;;
   *) echo "gpu_full.sh: SCALE must be gpu or tiny, got '$SCALE'" >&2; exit 2 ;;
 esac
 if [[ "$DEVICE" == cuda ]] && ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then

@@ -13,6 +13,8 @@
 #                                                                 (--method moments+sgd --port distill --space latent)
 #   distill_tau035   the tau ablation: distill with tau = 0.35 given instead of the public knee rule's
 #                                                                 (--method moments+sgd --port distill --tau 0.35)
+#   moments_papers, latent_moments_papers   the moment rows at eps = 1 under the papers' probe protocol (10,000
+#                    samples, 10 epochs: --probe-protocol papers --eval-samples 10000)
 # Runs are named ${TAG}_<row>_eps<E> under benchmarks/results/straightdp; eps = inf runs are the same
 # releases without noise (not DP), drawn as reference lines. EXTRA adds options (e.g. "--tha", or
 # "--profile full --device cuda" on a GPU, with a TAG of its own).
@@ -60,4 +62,7 @@ for e in "${EPSILONS[@]}"; do run "public_guidance_eps$e" --method moments --por
 for e in "${EPSILONS[@]}"; do run "latent_moments_eps$e" --method moments --space latent --epsilon "$e"; done
 for e in "${EPSILONS[@]}"; do run "latent_distill_eps$e" --method moments+sgd --port distill --space latent --epsilon "$e"; done
 for e in "${EPSILONS[@]}"; do run "distill_tau035_eps$e" --method moments+sgd --port distill --tau 0.35 --epsilon "$e"; done
+PAPERS=(--probe-protocol papers --eval-samples 10000)
+run "moments_papers_eps1" --method moments --epsilon 1 "${PAPERS[@]}"
+run "latent_moments_papers_eps1" --method moments --space latent --epsilon 1 "${PAPERS[@]}"
 .venv/bin/python benchmarks/straightdp_table.py "$OUT" "$TAG"

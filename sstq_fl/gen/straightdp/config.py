@@ -69,7 +69,8 @@ class StraightConfig(PipelineConfig):
                                   help=_profile_default("training steps of the public autoencoder (--space latent)"))
     clip: float = option(1.0, low=0, strict_low=True, flag="", help="the DP-SGD clip C (THA: the reference clip)")
     tau: float | None = option(None, unset=0.0, help="moments/DP-SGD time split (default: public knee)")
-    t0: float | None = option(None, unset=0.0, help="guidance start time (default: public plateau edge)")
+    t0: float | None = option(None, unset=0.0, help="guidance start time (default: the public plateau edge; after "
+                              "DP-SGD, max(that, tau), where the private gradients begin)")
     public_records: int | None = option(None, low=0, unset=0, help="public Fashion-MNIST images for calibration and "
                                         "pretraining (default: 5000 cpu, all full)")
     pca: int | None = option(None, low=1, high=784, unset=0, help="public-PCA dimension p of the moment features "

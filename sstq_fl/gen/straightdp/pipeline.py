@@ -342,11 +342,22 @@ def generate(cfg: StraightConfig, model: Any, mixture: Any, pub: PublicCalibrati
         return pub.to_images(z).clamp(0, 1), y
     steps = cfg.resolved("euler_steps")
     if cfg.resolved_port == "guidance":
-        x0 = guidance_start(mixture, pub.t0, y, gen).float().view(n, *model.cfg.shape)
-        x = sample(model, y, steps, CFG_SCALE, gen, t0=pub.t0, x0=x0)
+        t0 = guidance_time(cfg, pub)
+        x0 = guidance_start(mixture, t0, y, gen).float().view(n, *model.cfg.shape)
+        x = sample(model, y, steps, CFG_SCALE, gen, t0=t0, x0=x0)
     else:
         x = sample(model, y, steps, CFG_SCALE, gen)
     return pub.to_images(x.cpu()).clamp(0, 1), y
+
+
+def guidance_time(cfg: StraightConfig, pub: PublicCalibration) -> float:
+    """Where guidance hands the released Gaussian over to the model: a given ``--t0``; else, after DP-SGD (whose
+    private gradients all have ``t ≥ τ``), ``max(t₀, τ)``, so the model only integrates times it was trained on
+    privately; else (the public prior) the public plateau edge ``t₀``.  Before ``τ`` the start point is the exact
+    marginal of the released mixture, ``N(tμ_y, t²Σ + (1−t)²I)``, i.e. the closed-form field integrated exactly."""
+    if cfg.t0 is not None or not cfg.uses_sgd:
+        return float(pub.t0)
+    return float(max(pub.t0, pub.tau))
 
 
 def run_straightdp(cfg: StraightConfig, out: str | Path, force: bool = False) -> dict[str, Any]:
@@ -407,6 +418,7 @@ def _metrics(cfg: StraightConfig, setup: Setup, pub: PublicCalibration, res: dic
             "epsilon_moments_certified": plan_epsilon(cal.moment_plan(setup.sigma_moments), cfg.delta, RELATION)
             if setup.sigma_moments is not None else None, "sigma_moments": setup.sigma_moments,
             "sigma_sgd": setup.sigma_sgd, "q": setup.q, "clip": cfg.clip, "tau": pub.tau, "t0": pub.t0,
+            "guidance_t0": guidance_time(cfg, pub) if cfg.resolved_port == "guidance" else None,
             "r_f": pub.r_f, "pca_dim": int(pub.basis.shape[0]), "rank": cfg.resolved("rank"),
             "sgd_steps": cfg.resolved("sgd_steps") if cfg.uses_sgd else 0, "tau_curve": pub.tau_curve,
             "moments_diagnostics": res["moments_diagnostics"]}

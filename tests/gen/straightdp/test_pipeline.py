@@ -110,6 +110,18 @@ def test_whitened_contribution_is_clipped_to_the_declared_bound():
     assert out["counts"][3] < 2  # the clip acts on the joint vector, counts included
 
 
+def test_guidance_after_dp_sgd_hands_over_where_the_private_gradients_begin():
+    """The model integrates only times it was trained on privately (t ≥ τ); the public prior keeps the plateau edge;
+    a given --t0 is kept."""
+    from sstq_fl.gen.straightdp.pipeline import guidance_time
+
+    pub = _public()  # tau 0.35, t0 0.2
+    assert guidance_time(StraightConfig(method="moments+sgd", port="guidance"), pub) == 0.35
+    assert guidance_time(StraightConfig(method="moments", port="guidance"), pub) == 0.2
+    given = PublicCalibration(pub.basis, pub.mean, pub.r_f, 0.35, 0.1, {}, None, pub.replay_x, pub.replay_y)
+    assert guidance_time(StraightConfig(method="moments+sgd", port="guidance", t0=0.1), given) == 0.1
+
+
 # ----------------------------------------------------------------------------- DP-SGD: multiplicity and t range
 def test_multiplicity_is_averaged_before_the_single_clip():
     from sstq_fl.gen.dpsgd import build_model, per_example_clipped_sum
