@@ -2,7 +2,7 @@
 # The generative pipelines at the papers' scale on one CUDA GPU, in one file sized for at most 12 minutes on one
 # NVIDIA H200 (16 CPU cores): every private record (all 7,996 of the MNIST subset), at eps = 1 and 10:
 #   mepf_eps{1,10}            DP-MEPF, full profile (ResNet-18 Phi on public Fashion-MNIST), GEN_STEPS generator steps
-#   sdp_pixel_eps{1,10}       StraightDP moments + DP-SGD (distillation port) in pixel space, p = 64, r = 32
+#   sdp_pixel_eps{1,10}       StraightDP moments + DP-SGD (the default guidance port) in pixel space, p = 64, r = 32
 #   sdp_latent_eps{1,10}      the same in the latent space of the frozen public autoencoder
 #   sdp_moments_eps{1,10}     StraightDP moments alone (p = 64): the release the DP-SGD rows build on
 #   vqg_dpsgd_eps{1,10}       DP-VQG with the MaskGIT prior trained by DP-SGD on the clients (public tokenizer)
@@ -66,8 +66,8 @@ job() {  # job NAME SUBCOMMAND ARGS...: one run under `timeout $JOB_S`, its stat
 for e in $EPSILONS; do
   job "mepf_eps$e" dp-mepf --epsilon "$e" "${MEPF[@]}"
   job "sdp_moments_eps$e" straightdp --method moments --epsilon "$e" "${SDP[@]}" "${PIXEL[@]}"
-  job "sdp_pixel_eps$e" straightdp --method moments+sgd --port distill --epsilon "$e" "${SDP[@]}" "${PIXEL[@]}"
-  job "sdp_latent_eps$e" straightdp --method moments+sgd --port distill --space latent --epsilon "$e" "${SDP[@]}" \
+  job "sdp_pixel_eps$e" straightdp --method moments+sgd --epsilon "$e" "${SDP[@]}" "${PIXEL[@]}"
+  job "sdp_latent_eps$e" straightdp --method moments+sgd --space latent --epsilon "$e" "${SDP[@]}" \
     "${LATENT[@]}"
   job "vqg_dpsgd_eps$e" dp-vqg --variant pp --stage2 dpsgd-prior --epsilon "$e" "${VQG[@]}"
 done

@@ -11,6 +11,8 @@
 #                                                                 (--method moments --space latent)
 #   latent_distill   moments + DP-SGD with distillation, all in the latent space
 #                                                                 (--method moments+sgd --port distill --space latent)
+#   latent_guidance  moments + DP-SGD with guidance, all in the latent space
+#                                                                 (--method moments+sgd --port guidance --space latent)
 #   distill_tau035   the tau ablation: distill with tau = 0.35 given instead of the public knee rule's
 #                                                                 (--method moments+sgd --port distill --tau 0.35)
 #   moments_papers, latent_moments_papers   the moment rows at eps = 1 under the papers' probe protocol (10,000
@@ -61,6 +63,7 @@ for e in "${EPSILONS[@]}"; do run "guidance_eps$e" --method moments+sgd --port g
 for e in "${EPSILONS[@]}"; do run "public_guidance_eps$e" --method moments --port guidance --epsilon "$e"; done
 for e in "${EPSILONS[@]}"; do run "latent_moments_eps$e" --method moments --space latent --epsilon "$e"; done
 for e in "${EPSILONS[@]}"; do run "latent_distill_eps$e" --method moments+sgd --port distill --space latent --epsilon "$e"; done
+for e in "${EPSILONS[@]}"; do run "latent_guidance_eps$e" --method moments+sgd --port guidance --space latent --epsilon "$e"; done
 for e in "${EPSILONS[@]}"; do run "distill_tau035_eps$e" --method moments+sgd --port distill --tau 0.35 --epsilon "$e"; done
 PAPERS=(--probe-protocol papers --eval-samples 10000)
 run "moments_papers_eps1" --method moments --epsilon 1 "${PAPERS[@]}"

@@ -49,9 +49,10 @@ class StraightConfig(PipelineConfig):
     method: str = option("moments+sgd", choices=METHODS, help="sgd: uniform DP-SGD with all of epsilon; moments: the "
                          "moment release alone (samples from the released Gaussians); moments+sgd: 0.235 epsilon to "
                          "the moments, the rest to DP-SGD on t >= tau")
-    port: str = option("", choices=("", *PORTS), help="how the released moments enter: distill (moments+sgd default) "
-                       "or guidance (start sampling at t0 from the released Gaussian; with --method moments: the "
-                       "public prior + guidance row)")
+    port: str = option("", choices=("", *PORTS), help="how the released moments enter: guidance (moments+sgd default: "
+                       "sampling starts from the released Gaussian's marginal at t0, after DP-SGD at tau; with "
+                       "--method moments: the public prior + guidance row) or distill (the model is first trained on "
+                       "the released field for t < tau)")
     epsilon: float = option(3.0, help="record-level epsilon (add/remove) of the whole pipeline, at most 100 (inf: "
                                       "non-private)")
     profile: str = option("cpu", choices=PROFILES, help="cpu: 2,000 records, p=16, r=8, DiT 64/2/2 patch 7, 300 "
@@ -123,8 +124,8 @@ class StraightConfig(PipelineConfig):
 
     @property
     def resolved_port(self) -> str:
-        """The port: the given one, or the method's default (``distill`` for moments+sgd, else ``none``)."""
-        return self.port or ("distill" if self.method == "moments+sgd" else "none")
+        """The port: the given one, or the method's default (``guidance`` for moments+sgd, else ``none``)."""
+        return self.port or ("guidance" if self.method == "moments+sgd" else "none")
 
     @property
     def uses_moments(self) -> bool:

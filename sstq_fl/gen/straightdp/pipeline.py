@@ -18,8 +18,9 @@ field, flow), and samples are mapped back to [0, 1] for the evaluation.
    clients (:mod:`~sstq_fl.gen.straightdp.client_tasks`): whitened counts and per-class sums (add/remove Δ = √5/2,
    noise ``σ₁·√5/2``) and the average-form second moment over ``N_decl`` (noise ``σ₁·R_f²/N_decl``); the server
    post-processes them, in a fixed order, into a Gaussian mixture (:func:`~.moments.postprocess`).
-2. **Ports**: *distillation* trains the model on the analytic field for ``t ∈ [0, τ]`` on the server with
-   an equal public replay batch on ``[τ, 1]``; *guidance* starts sampling at ``t₀`` from the released Gaussian.
+2. **Ports**: *guidance* (the ``moments+sgd`` default) starts sampling at ``t₀`` from the released Gaussian's
+   marginal, after DP-SGD at ``max(t₀, τ)`` (:func:`guidance_time`); *distillation* trains the model on the
+   analytic field for ``t ∈ [0, τ]`` on the server with an equal public replay batch on ``[τ, 1]``.
 3. **Stage 2, DP-SGD** (Abadi et al., CCS 2016): :meth:`~sstq_fl.gen.runner.DPRunner.dpsgd_round`s of the shared
    ``dpsgd.clipped_sum`` on the model ``"straightdp-flow"``: Poisson sampling at ``q`` by each client, the
    per-example flow-matching loss averaged over the noise multiplicity **before** the one clip, ``t ~ U[τ, 1]``

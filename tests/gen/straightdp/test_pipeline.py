@@ -167,7 +167,7 @@ def test_smoke_run_one_poisson_event_per_round_and_t_at_least_tau(tmp_path, monk
 
     monkeypatch.setattr(InProcessPool, "map", spy)
     m = run_straightdp(_tiny(tmp_path), tmp_path / "run")
-    assert m["method"] == "moments+sgd" and m["port"] == "distill" and m["relation"] == "add_or_remove_one"
+    assert m["method"] == "moments+sgd" and m["port"] == "guidance" and m["relation"] == "add_or_remove_one"
     assert m["epsilon"] <= 3.0 and m["epsilon_moments"] == pytest.approx(cal.MOMENT_SHARE * 3.0)
     assert m["epsilon_moments_certified"] <= m["epsilon_moments"]
     rounds = [c for t, c in seen if t == "dpsgd.clipped_sum"]
