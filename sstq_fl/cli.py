@@ -301,8 +301,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"demo: Fashion-MNIST MLP, 100 clients x {args.rounds} rounds, per-message epsilon 3, clip 0.5, lr 0.5, "
           f"engine {args.engine}; encoders {', '.join(DEMO_ENCODERS)} (a few minutes on 2 cores)", flush=True)
     compare(base, DEMO_ENCODERS, args.out, resume=args.resume, force=args.force)
-    print(f"wrote {args.out}/comparison.md (table), {args.out}/comparison.png (loss and accuracy per round, "
-          f"final accuracy against bits per client) and one folder per encoder (metrics.json, transcript, curves)")
+    print(f"wrote {args.out}/comparison.md, comparison.png and one folder per encoder (metrics, transcript, curves)")
     return 0
 
 
