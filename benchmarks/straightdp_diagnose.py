@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sstq_fl.data.mnist import load_private_split, load_public_fmnist
+from sstq_fl.data.mnist import load_private_split
 from sstq_fl.gen.outputs import heldout_evaluation, workload_data
 from sstq_fl.gen.runner import DPRunner, run_workload
 from sstq_fl.gen.straightdp import pipeline as sp
@@ -64,15 +64,9 @@ def _config(a: argparse.Namespace) -> StraightConfig:
                           dataset_ledger=str(a.out.with_suffix(".dataset_ledger.jsonl")))
 
 
-def _public(cfg: StraightConfig) -> tuple[np.ndarray, np.ndarray]:
-    x, y = load_public_fmnist()
-    idx = np.random.default_rng(cfg.seed).permutation(len(y))[:cfg.resolved("public_records")]
-    return x[idx], y[idx]
-
-
 def _stages(cfg: StraightConfig) -> dict[str, Any]:
     """The run's pieces: public calibration, the release's mixture and the public, distilled and final models."""
-    public_x, public_y = _public(cfg)
+    public_x, public_y = sp.public_images(cfg)
     data = workload_data(cfg)
     pub = public_calibration(cfg, public_x, public_y)
     model = pretrained_flow(cfg, public_x, public_y)

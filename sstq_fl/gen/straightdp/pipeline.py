@@ -368,7 +368,8 @@ def run_straightdp(cfg: StraightConfig, out: str | Path, force: bool = False) ->
     return run_in(out, force, lambda folder: _run(cfg, folder))
 
 
-def _public(cfg: StraightConfig) -> tuple[np.ndarray, np.ndarray]:
+def public_images(cfg: StraightConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The run's public Fashion-MNIST images and labels: all of them, or ``public_records`` drawn by ``seed``."""
     from ...data.mnist import load_public_fmnist
 
     x, y = load_public_fmnist()
@@ -384,7 +385,7 @@ def _run(cfg: StraightConfig, out: Path) -> dict[str, Any]:
     from ...data.mnist import load_private_split
 
     t0, clock = start_run(cfg, PIPELINE)
-    public_x, public_y = _public(cfg)
+    public_x, public_y = public_images(cfg)
     data = workload_data(cfg)
     pub = clock("public_calibration", lambda: public_calibration(cfg, public_x, public_y))
     model = clock("public_pretraining", lambda: pretrained_flow(cfg, pub.replay_x, pub.replay_y)) if cfg.uses_flow \
