@@ -16,10 +16,11 @@ from .public import PublicDataEvent
 from .pure import ExponentialMechanismEvent, PureDpEvent
 from .randomized_response import RandomizedResponseEvent, flat_rr_probabilities
 from .sampled import PoissonSampledEvent
+from .shuffled import ShuffledLdpEvent
 
 __all__ = [
     "EVENTS", "MAX_COMPOSED_EVENTS", "MAX_EVENT_DEPTH", "RELATIONS", "ApproxDpEvent", "ComposedEvent",
     "ExponentialMechanismEvent", "GaussianEvent", "LaplaceEvent", "NonPrivateEvent", "PoissonSampledEvent",
-    "PrivacyEvent", "PublicDataEvent", "PureDpEvent", "RandomizedResponseEvent", "SelfComposedEvent",
+    "PrivacyEvent", "PublicDataEvent", "PureDpEvent", "RandomizedResponseEvent", "SelfComposedEvent", "ShuffledLdpEvent",
     "flat_rr_probabilities",
 ]
