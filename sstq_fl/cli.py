@@ -199,26 +199,13 @@ def cmd_kashin_search(args: argparse.Namespace) -> int:
 
 def cmd_privacy_plan(args: argparse.Namespace) -> int:
     """LDP plan: per-message, basic, advanced and PLD totals (large ε answers ``inf`` or is refused)."""
-    from .privacy.ldp import ldp_plan_report
+    from .privacy.ldp import ldp_plan_report, plan_lines
 
-    rep = ldp_plan_report(args.ldp_epsilon, args.rounds, args.delta, args.sampling_rate)
+    rep = ldp_plan_report(args.ldp_epsilon, args.rounds, args.delta, args.sampling_rate, shuffle=args.shuffle)
     if args.json:
         _print_json(rep)
         return 0
-    print(f"per message: epsilon = {rep['per_message']:g} (pure, replace-one)")
-    q = rep["sampling_rate"]
-    who = "full participation" if q >= 1 else f"sampling rate q = {q:g}, for a client that joins all of them (worst case)"
-    print(f"{rep['rounds']} rounds, {who}, at delta = {rep['delta']:g}:")
-    print(f"  basic {rep['basic']:.4g}   advanced {rep['advanced']:.4g}   PLD {rep['pld']:.4g}")
-    if "identified" in rep:
-        idf, amp = rep["identified"], rep["amplified"]
-        print(f"sampling rate q = {args.sampling_rate:g}:")
-        print(f"  [{idf['threat_model']}]")
-        print(f"    PLD over {idf['rounds_expected']} rounds (expected) {idf['pld_expected_rounds']:.4g}; "
-              f"{idf['rounds_p99']} rounds (99th pct) {idf['pld_p99_rounds']:.4g}; all rounds {idf['pld_all_rounds']:.4g}")
-        print(f"  [{amp['threat_model']}]")
-        how = "PLD" if amp.get("accountant", "pld") == "pld" else "exact (pure-eps optimal composition)"
-        print(f"    per round {amp['per_round']:.4g}; {how} total {amp['pld']:.4g}")
+    print("\n".join(plan_lines(rep)))
     return 0
 
 
@@ -496,6 +483,8 @@ def _privacy_parsers(sub: Any) -> None:
     pl.add_argument("--sampling-rate", type=unit_rate, default=1.0,
                     help="probability q that a client joins a round (Poisson participation; 1: every round)")
     pl.add_argument("--delta", type=probability, default=1e-5, help="delta at which the totals are reported")
+    pl.add_argument("--shuffle", type=positive_int, default=None, metavar="N",
+                    help="also report the central epsilon with a trusted shuffler of N messages a round")
     pl.add_argument("--json", action="store_true", help="print the report as JSON")
     pl.set_defaults(fn=cmd_privacy_plan)
     rp = ps.add_parser("replay", help="recompute epsilon from a transcript alone (strict: malformed transcripts "

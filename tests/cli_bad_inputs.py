@@ -36,6 +36,7 @@ NUMBER_OPTIONS: dict[str, tuple[list[str], list[str]]] = {
     "--sampling-rate ": (["privacy", "plan", "--ldp-epsilon", "1", "--rounds", "10"], ["0", "2"]),
     "--delta ": (["privacy", "plan", "--ldp-epsilon", "1", "--rounds", "10"], ["0", "1"]),
     "--rounds ": (["privacy", "plan", "--ldp-epsilon", "1"], ["0", "100000000"]),
+    "--shuffle": (["privacy", "plan", "--ldp-epsilon", "1", "--rounds", "10"], ["0", "1.5"]),
     "--sizes": (["bench", "fwht", "--rows", "2"], ["0", "3", "1099511627776"]),
     "--rows": (["bench", "fwht", "--sizes", "8"], ["0"]),
     "--dim  ": (["bench", "encode-speed", "--clients", "2", "--encoders", "clean"], ["0", "100000000000"]),

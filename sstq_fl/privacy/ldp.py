@@ -21,6 +21,14 @@ two figures are reported, each with the threat model it holds under:
   composition of that pure ε instead, ``accountant: pure-kov``, where the PLD would exceed
   the ledger's size limit, as it does for a very large ε).
 
+With a trusted shuffler (``shuffle = n`` messages a round, one per client, published in random
+order without sender identities) a third figure, ``shuffled``, is the central guarantee against
+the analyst who sees only the shuffled messages: each round is a
+:class:`~sstq_fl.privacy.events.ShuffledLdpEvent` (the stronger-clone dominating pair of Feldman,
+McMillan & Talwar, SODA 2023) and ``T`` rounds compose by PLD, for a client that takes part in every
+round (participation sampling is not combined with it).  The closed form of Feldman, McMillan &
+Talwar (FOCS 2021, Thm. 3.1) for one round is printed beside it where it applies.
+
 Large ε is answered, not crashed on: a figure that exceeds the float range (``e^ε`` in the
 advanced bound for ε ≳ 709) is ``inf``.  At most :data:`~sstq_fl.privacy.errors.MAX_EVENTS`
 rounds are accepted.
@@ -34,16 +42,19 @@ from typing import Any
 from scipy import stats
 
 from .errors import MAX_EVENTS, AccountingLimitError
-from .events import PoissonSampledEvent, PureDpEvent
+from .events import PoissonSampledEvent, PureDpEvent, ShuffledLdpEvent
 from .floats import EXP_SAFE
 from .ledger import PrivacyLedger
 from .pure_composition import amplified_pure_epsilon, pure_composition_epsilon
+from .shuffle import fmt21_closed_form
 
 IDENTIFIED = ("server sees which client sent each message: no amplification from sampling; "
               "composition over the rounds the client actually joined")
 AMPLIFIED = ("observer does not learn whether a client took part in a round (aggregate-only or anonymised/shuffled "
              "messages, an absent client indistinguishable from one encoding a public null input); Poisson "
              "participation with rate q")
+SHUFFLED = ("trusted shuffler: the analyst sees each round's messages in random order without sender identities; "
+            "central guarantee for a client in every round (no participation sampling)")
 
 
 def advanced_composition(epsilon: float, rounds: int, delta: float) -> float:
@@ -63,8 +74,9 @@ def pld_composition(epsilon: float, rounds: int, delta: float, discretization: f
 
 
 def ldp_plan_report(epsilon: float, rounds: int, delta: float, sampling_rate: float = 1.0,
-                    discretization: float = 1e-4) -> dict[str, Any]:
-    """Per-message, basic, advanced and PLD totals (plus labelled sampled variants if ``q < 1``)."""
+                    discretization: float = 1e-4, shuffle: int | None = None) -> dict[str, Any]:
+    """Per-message, basic, advanced and PLD totals (plus labelled sampled variants if ``q < 1``, and
+    the central figure under a shuffler of ``shuffle`` messages a round)."""
     PureDpEvent(epsilon)  # validates epsilon
     if not (isinstance(rounds, int) and not isinstance(rounds, bool) and 1 <= rounds <= MAX_EVENTS):
         raise ValueError(f"rounds must be a positive integer of at most {MAX_EVENTS}, got {rounds!r}")
@@ -93,7 +105,20 @@ def ldp_plan_report(epsilon: float, rounds: int, delta: float, sampling_rate: fl
             "advanced": advanced_composition(per_round, rounds, delta),
             **_amplified_total(epsilon, q, rounds, delta, discretization),
         }
+    if shuffle is not None:
+        out["shuffled"] = shuffled_report(epsilon, rounds, delta, shuffle, discretization)
     return out
+
+
+def shuffled_report(epsilon: float, rounds: int, delta: float, messages: int, discretization: float = 1e-4) -> dict[str, Any]:
+    """Central ε of ``rounds`` rounds of ``messages`` shuffled ε-LDP messages (see the module)."""
+    event = ShuffledLdpEvent(epsilon, messages)
+    one, led = PrivacyLedger("replace_one", discretization), PrivacyLedger("replace_one", discretization)
+    one.record(event)
+    led.record(event, rounds)
+    return {"threat_model": SHUFFLED, "messages": messages, "event": event.to_json(),
+            "per_round": one.epsilon(delta), "pld": led.epsilon(delta),
+            "per_round_fmt21_closed_form": fmt21_closed_form(epsilon, messages, delta)}
 
 
 def _amplified_total(epsilon: float, q: float, rounds: int, delta: float, discretization: float) -> dict[str, Any]:
@@ -106,3 +131,26 @@ def _amplified_total(epsilon: float, q: float, rounds: int, delta: float, discre
     except AccountingLimitError:
         return {"pld": pure_composition_epsilon(amplified_pure_epsilon(epsilon, q), rounds, delta),
                 "accountant": "pure-kov"}
+
+
+def plan_lines(rep: dict[str, Any]) -> list[str]:
+    """The report of :func:`ldp_plan_report` as the lines ``sstq-fl privacy plan`` prints."""
+    q = rep["sampling_rate"]
+    who = "full participation" if q >= 1 else f"sampling rate q = {q:g}, for a client that joins all of them (worst case)"
+    out = [f"per message: epsilon = {rep['per_message']:g} (pure, replace-one)",
+           f"{rep['rounds']} rounds, {who}, at delta = {rep['delta']:g}:",
+           f"  basic {rep['basic']:.4g}   advanced {rep['advanced']:.4g}   PLD {rep['pld']:.4g}"]
+    if "identified" in rep:
+        idf, amp = rep["identified"], rep["amplified"]
+        how = "PLD" if amp.get("accountant", "pld") == "pld" else "exact (pure-eps optimal composition)"
+        out += [f"sampling rate q = {q:g}:", f"  [{idf['threat_model']}]",
+                f"    PLD over {idf['rounds_expected']} rounds (expected) {idf['pld_expected_rounds']:.4g}; "
+                f"{idf['rounds_p99']} rounds (99th pct) {idf['pld_p99_rounds']:.4g}; all rounds {idf['pld_all_rounds']:.4g}",
+                f"  [{amp['threat_model']}]", f"    per round {amp['per_round']:.4g}; {how} total {amp['pld']:.4g}"]
+    if "shuffled" in rep:
+        sh = rep["shuffled"]
+        closed = sh["per_round_fmt21_closed_form"]
+        out += [f"shuffled, {sh['messages']} messages a round (central epsilon):", f"  [{sh['threat_model']}]",
+                f"    per round {sh['per_round']:.4g}" + ("" if closed is None else f" (FMT21 closed form {closed:.4g})")
+                + f"; PLD total {sh['pld']:.4g}"]
+    return out

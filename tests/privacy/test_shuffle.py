@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from sstq_fl.cli import main
 from sstq_fl.privacy.errors import UnsupportedEventError
 from sstq_fl.privacy.events import PrivacyEvent, ShuffledLdpEvent
+from sstq_fl.privacy.ldp import ldp_plan_report
 from sstq_fl.privacy.ledger import PrivacyLedger
 from sstq_fl.privacy.shuffle import fmt21_closed_form, fmt21_pair, pair_pld, variation_ratio_pair
 
@@ -181,3 +183,15 @@ def test_event_refuses_what_it_cannot_claim():
         ShuffledLdpEvent(-1.0, 10)
     with pytest.raises(UnsupportedEventError, match="replace_one"):
         PrivacyLedger("add_or_remove_one", GRID).record(ShuffledLdpEvent(1.0, 100))
+
+
+def test_plan_reports_the_central_epsilon_with_its_assumption(capsys):
+    rep = ldp_plan_report(1.0, 100, 1e-6, shuffle=10**4)
+    sh = rep["shuffled"]
+    assert sh["per_round"] == pytest.approx(0.04326, abs=5e-5)  # the reference code's 0.04321, on our grid
+    assert sh["per_round"] < sh["pld"] < 100 * sh["per_round"] and sh["pld"] < rep["pld"] / 50
+    assert sh["per_round_fmt21_closed_form"] == pytest.approx(0.2332655961237434)
+    assert "trusted shuffler" in sh["threat_model"]
+    assert main(["privacy", "plan", "--ldp-epsilon", "1", "--rounds", "100", "--shuffle", "10000", "--delta", "1e-6"]) == 0
+    out = capsys.readouterr().out
+    assert "10000 messages a round (central epsilon)" in out and f"PLD total {sh['pld']:.4g}" in out
