@@ -1,0 +1,115 @@
+"""The central ε of shuffled LDP messages (``sstq-fl bench shuffle``): per round, over training, and E3.
+
+Three tables, one JSON and one figure:
+
+* ``per_round``: one round of ``n`` shuffled ε₀-LDP messages at ``δ``, three bounds side by side: the
+  stronger-clone pair the ledger uses (:class:`~sstq_fl.privacy.events.ShuffledLdpEvent`), the pair of
+  Feldman, McMillan & Talwar (FOCS 2021, Thm. 3.2) and their closed form (Thm. 3.1);
+* ``rounds``: ``T`` rounds of full participation, the local ε (pure composition: the guarantee against
+  the server) beside the central ε (against the analyst, the shuffler trusted);
+* ``e3`` (with ``--sweep``, an E3 ε sweep's ``final.csv``): each encoder's final accuracy against both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import logging
+from pathlib import Path
+from typing import Any
+
+from ..io import atomic_write_json, run_meta
+from ..privacy.events import PureDpEvent
+from ..privacy.ldp import shuffled_epsilon
+from ..privacy.ledger import PrivacyLedger
+from ..privacy.shuffle import fmt21_closed_form, fmt21_pair, pair_pld
+from ..progress import progress
+
+log = logging.getLogger(__name__)
+GRID = 1e-4
+EPSILONS0 = (0.5, 1.0, 2.0, 3.0, 5.0, 8.0)
+MESSAGES = (100, 300, 1000, 3000, 10_000, 100_000)
+
+
+def central_epsilon(epsilon0: float, messages: int, rounds: int, delta: float) -> float:
+    """Central ε of ``rounds`` rounds of ``messages`` shuffled ``epsilon0``-LDP messages (never above the
+    local ε: the shuffled messages are a post-processing of the identified ones)."""
+    return shuffled_epsilon(epsilon0, messages, rounds, delta, GRID)
+
+
+def local_epsilon(epsilon0: float, rounds: int, delta: float) -> float:
+    """ε against the server of ``rounds`` ``epsilon0``-LDP messages (exact pure composition)."""
+    led = PrivacyLedger("replace_one", GRID)
+    led.record(PureDpEvent(epsilon0), rounds)
+    return led.epsilon(delta)
+
+
+def per_round_rows(delta: float, epsilons0: tuple[float, ...], messages: tuple[int, ...]) -> list[dict[str, Any]]:
+    rows = []
+    with progress(len(epsilons0) * len(messages), "shuffle bounds, one round") as bar:
+        for e0 in epsilons0:
+            for n in messages:
+                fmt = float(pair_pld(fmt21_pair(e0, n), GRID).get_epsilon_for_delta(delta))
+                rows.append({"epsilon0": e0, "messages": n, "stronger_clone": central_epsilon(e0, n, 1, delta),
+                             "fmt21_numerical": fmt, "fmt21_closed_form": fmt21_closed_form(e0, n, delta)})
+                bar.advance()
+    return rows
+
+
+def rounds_rows(delta: float, rounds: int, epsilons0: tuple[float, ...], messages: tuple[int, ...]) -> list[dict[str, Any]]:
+    rows = []
+    for e0 in epsilons0:
+        local = local_epsilon(e0, rounds, delta)
+        rows += [{"epsilon0": e0, "messages": n, "rounds": rounds, "local": local,
+                  "central": central_epsilon(e0, n, rounds, delta)} for n in messages]
+    return rows
+
+
+def e3_rows(final_csv: Path, delta: float, rounds: int, messages: int) -> list[dict[str, Any]]:
+    """Each row of a sweep's ``final.csv`` (encoder, ε, accuracy with its interval) with both ε figures."""
+    with final_csv.open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["metric_name"] == "test_accuracy"]
+    out, cache = [], {}
+    for r in rows:
+        e0 = float(r["epsilon"])
+        if e0 not in cache:
+            cache[e0] = central_epsilon(e0, messages, rounds, delta)
+        out.append({"encoder": r["encoder_spec"], "epsilon0": e0, "accuracy": float(r["metric_mean"]),
+                    "ci_low": float(r["metric_ci_low"]), "ci_high": float(r["metric_ci_high"]), "seeds": int(r["seeds"]),
+                    "local": float(r["epsilon_spent_mean"]), "central": cache[e0], "messages": messages})
+    return out
+
+
+def shuffle_report(out: str, delta: float = 1e-5, rounds: int = 100, sweep: str | None = None,
+                   sweep_messages: int = 100) -> dict[str, Any]:
+    """Compute the tables, write ``out`` (JSON) and ``out`` with ``.png``; returns the result."""
+    res: dict[str, Any] = {"delta": delta, "grid": GRID, "per_round": per_round_rows(delta, EPSILONS0, MESSAGES),
+                           "rounds": rounds_rows(delta, rounds, EPSILONS0, (100, 1000, 10_000))}
+    if sweep:
+        res["e3"] = {"sweep": sweep, "rows": e3_rows(Path(sweep), delta, rounds, sweep_messages)}
+    res["meta"] = run_meta()
+    atomic_write_json(out, res)
+    from .shuffle_plot import plot_shuffle
+
+    plot_shuffle(res, Path(out).with_suffix(".png"))
+    return res
+
+
+def add_parser(bs: Any, table: Any) -> None:
+    """``bench shuffle`` (``table(rows, cols)`` prints a result table)."""
+    from ..argtypes import positive_int, probability
+
+    def cmd(args: argparse.Namespace) -> int:
+        res = shuffle_report(args.out, args.delta, args.rounds, args.sweep, args.sweep_messages)
+        table(res["per_round"], ["epsilon0", "messages", "stronger_clone", "fmt21_numerical", "fmt21_closed_form"])
+        table(res["rounds"], ["epsilon0", "messages", "rounds", "local", "central"])
+        print(f"wrote {args.out} and its .png")
+        return 0
+
+    p = bs.add_parser("shuffle", help="central epsilon of shuffled LDP messages: bounds per round, over training, E3")
+    p.add_argument("--delta", type=probability, default=1e-5, help="delta at which epsilon is reported")
+    p.add_argument("--rounds", type=positive_int, default=100, help="rounds of full participation")
+    p.add_argument("--sweep", default=None, help="an E3 epsilon sweep's final.csv: accuracy against both epsilons")
+    p.add_argument("--sweep-messages", type=positive_int, default=100, help="clients per round of that sweep")
+    p.add_argument("--out", default="results/shuffle.json", help="result JSON (the plot goes next to it)")
+    p.set_defaults(fn=cmd)
