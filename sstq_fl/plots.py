@@ -24,7 +24,7 @@ from matplotlib.ticker import MaxNLocator, NullFormatter
 from .io import atomic_write_bytes
 
 PathLike = str | os.PathLike[str]
-SPEC_FACTS = ("task", "encoder", "epsilon", "clients", "rounds", "engine", "randomness")
+SPEC_FACTS = ("task", "encoder", "epsilon", "clients", "rounds", "engine", "randomness", "trust")
 NAMES = {"epsilon": "ε", "delta": "δ"}
 
 
@@ -84,13 +84,16 @@ def _round_panels(ax: Sequence[Axes], rounds: list[dict[str, Any]], key: str, la
     ax[1].plot(t, finite([x.get(key) for x in rounds]), color=color, label=label)
     eps = finite([x.get("epsilon_spent") for x in rounds])
     ax[2].plot(t, eps, color=color, linestyle=style, label=label if any(map(math.isfinite, eps)) else f"{label} (ε = ∞)")
+    if any("epsilon_central" in x for x in rounds):
+        ax[2].plot(t, finite([x.get("epsilon_central") for x in rounds]), color=color, linestyle=":",
+                   label=f"{label}: central (shuffler trusted)")
 
 
 def _label_round_axes(ax: Sequence[Axes], key: str) -> None:
     """Axis names, integer round ticks and log scales of the three per-round panels."""
     ax[0].set(ylabel="training loss (non-private diagnostic; not published in secure mode)")
     ax[1].set(ylabel=key.replace("_", " "))
-    ax[2].set(ylabel="ε spent (cumulative)")
+    ax[2].set(ylabel="ε spent (cumulative; local, against the server)")
     for a in ax[:3]:
         a.set_xlabel("round")
         integer_ticks(a)

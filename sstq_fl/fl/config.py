@@ -71,6 +71,11 @@ class RunConfig(Options):
         None, unset=0.0, help="lsq: theta_true ~ N(0, s^2 I) (default 1/sqrt(dim), norm about 1; 1 is the paper's E2 "
                               "regime)")
     randomness: str = option("reproducible", help=RANDOMNESS_HELP, choices=("reproducible", "secure"))
+    trust: str = option("server", choices=("server", "shuffler"),
+                        help="whom the clients trust: server (the decoder sees each message with its sender; the run's "
+                             "epsilon is the local one), or shuffler (a trusted shuffler between the clients and the "
+                             "decoder permutes each round's messages and drops their senders; the run also reports the "
+                             "central epsilon against whoever sees only the shuffled messages; vectorized engine)")
     diagnostics: bool = option(False, help="also record the encoders' data-dependent statistics (reproducible mode "
                                            "only; labelled non-private in metrics.json)")
     pooled_diagnostics: bool = option(False, help="randomness=secure: write the diagnostics computed on the pooled "
@@ -101,6 +106,9 @@ class RunConfig(Options):
         if self.client_budget_epsilon and self.engine != "flower":
             raise ValueError("client budget epsilon: client-side ledgers exist on the flower engine only "
                              "(use --engine flower, or the run budget --budget-epsilon)")
+        if self.trust == "shuffler" and self.engine != "vectorized":
+            raise ValueError("trust=shuffler: the shuffle stage runs on the vectorized engine only (the Flower apps "
+                             "decode replies by node); use --engine vectorized")
         check_array(f"one round's minibatches ({self.clients} clients × batch {self.batch})", self.clients * self.batch)
         if not 0 <= self.delta < 1:
             raise ValueError(f"delta must be in [0, 1), got {self.delta}")

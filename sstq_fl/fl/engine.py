@@ -59,6 +59,8 @@ from .checkpoint import finished_run, read_checkpoint, remove_checkpoints
 from .config import RunConfig
 from .partition import client_coins, encoder_seeds, minibatches, participates
 from .partitioners import partition_for
+from .shuffler import TRANSCRIPT as SHUFFLED_TRANSCRIPT
+from .shuffler import Shuffler
 from .tasks import LeastSquaresTask, Task, make_task
 
 log = logging.getLogger("sstq_fl.fl")
@@ -88,7 +90,8 @@ the least-squares distance to θ*."""
 
 _WARNED: set[str] = set()
 
-RUN_FILES = ("metrics.json", "checkpoint.json", "checkpoint_theta.npy", "transcript.jsonl", "curves.png", POOLED_FILE)
+RUN_FILES = ("metrics.json", "checkpoint.json", "checkpoint_theta.npy", "transcript.jsonl", "curves.png", POOLED_FILE,
+             SHUFFLED_TRANSCRIPT)
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -195,6 +198,8 @@ class Trainer:
                                                              if cfg.randomness == "reproducible" else {})})
         self.ledger.start([(self.enc.privacy_event(), cfg.rounds)],
                           Budget(cfg.budget_epsilon, cfg.delta) if cfg.budget_epsilon else None)
+        self.shuffler = Shuffler(self.enc.privacy_event().pure_epsilon(), cfg.seed, cfg.randomness,
+                                 str(self.ledger.run_id)) if cfg.trust == "shuffler" else None
 
     def participants(self, t: int) -> np.ndarray:
         cfg = self.cfg
@@ -214,6 +219,8 @@ class Trainer:
         t = st.round + 1
         sent = self.participants(t)
         blobs, stats = self.client_messages(st.theta, t, sent)
+        if self.shuffler is not None:  # the decoder gets the bytes in random order, no senders
+            blobs = self.shuffler.shuffle(blobs, t)
         return self.server_round(st, t, len(sent), sent, blobs, [], stats)
 
     def server_round(self, st: RoundState, t: int, n_sent: int, ids: np.ndarray, blobs: list[bytes],
@@ -224,7 +231,8 @@ class Trainer:
         rec: dict[str, Any] = {"round": t, "clients": int(n_sent), "dropped": list(dropped)}
         if len(ids):
             got = decode_mean(self.enc, blobs, t, cfg.server_cap, st.theta.dtype)
-            rec["dropped"] += [{"client": int(ids[i]), "reason": why} for i, why in got.rejected]
+            rec["dropped"] += [{"client": int(ids[i]), "reason": why} if self.shuffler is None else
+                               {"shuffled_message": int(i), "reason": why} for i, why in got.rejected]
             rec["bits_per_client"] = self.enc.payload_bits()
             rec["bytes_per_client"] = got.bytes_per_message
             if self.cfg.diagnostics:
@@ -237,6 +245,10 @@ class Trainer:
             rec["bits_per_client"] = 0
         self.evaluate_into(st, rec)
         rec["epsilon_spent"] = self.ledger.epsilon(cfg.delta)
+        if self.shuffler is not None:
+            rec["messages_shuffled"] = len(blobs)
+            self.shuffler.charge(len(blobs), t)
+            rec["epsilon_central"] = self.shuffler.epsilon(cfg.delta)
         return rec
 
     def evaluate_into(self, st: RoundState, rec: dict[str, Any]) -> None:
@@ -281,6 +293,9 @@ class Trainer:
         theta = self.load_theta(out, ck["theta_file"])
         self.ledger = self.resumed_ledger(out / "transcript.jsonl", ck)
         joins = self.rebuilt_joins(ck["round"], sum(e.count for e in self.ledger.entries))
+        if self.shuffler is not None:
+            self.shuffler = Shuffler(self.shuffler.epsilon0, self.cfg.seed, self.cfg.randomness, str(self.ledger.run_id))
+            self.shuffler.rebuild(ck["rounds"])
         return RoundState(ck["round"], theta, ck["rounds"], joins, float(ck["wall_s"]), list(ck.get("pooled_diagnostics", [])))
 
     def load_theta(self, out: Path, name: str) -> torch.Tensor:
@@ -407,6 +422,8 @@ class Trainer:
         if self.cfg.sampling_rate < 1:
             final["epsilon_amplified"] = self.amplified_epsilon()
         final["epsilon_threat_model"] = self.ledger.notes["threat_model"]
+        if self.shuffler is not None:
+            final["epsilon_central"] = self.shuffler.report(out, self.cfg.delta, st.round >= self.cfg.rounds)
         metrics = {"config": asdict(self.cfg), "randomness": self.randomness_note(), "rounds": st.rounds,
                    "final": final, "privacy_transcript": transcript_binding(out / "transcript.jsonl"), "meta": run_meta()}
         if self.diagnostic_fields():
