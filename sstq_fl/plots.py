@@ -86,7 +86,7 @@ def _round_panels(ax: Sequence[Axes], rounds: list[dict[str, Any]], key: str, la
     ax[2].plot(t, eps, color=color, linestyle=style, label=label if any(map(math.isfinite, eps)) else f"{label} (ε = ∞)")
     if any("epsilon_central" in x for x in rounds):
         ax[2].plot(t, finite([x.get("epsilon_central") for x in rounds]), color=color, linestyle=":",
-                   label=f"{label}: central (shuffler trusted)")
+                   label=f"{label}: central (trusted stage: see the title)")
 
 
 def _label_round_axes(ax: Sequence[Axes], key: str) -> None:

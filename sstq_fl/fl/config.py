@@ -71,11 +71,15 @@ class RunConfig(Options):
         None, unset=0.0, help="lsq: theta_true ~ N(0, s^2 I) (default 1/sqrt(dim), norm about 1; 1 is the paper's E2 "
                               "regime)")
     randomness: str = option("reproducible", help=RANDOMNESS_HELP, choices=("reproducible", "secure"))
-    trust: str = option("server", choices=("server", "shuffler"),
-                        help="whom the clients trust: server (the decoder sees each message with its sender; the run's "
-                             "epsilon is the local one), or shuffler (a trusted shuffler between the clients and the "
-                             "decoder permutes each round's messages and drops their senders; the run also reports the "
-                             "central epsilon against whoever sees only the shuffled messages; vectorized engine)")
+    trust: str = option("server", choices=("server", "shuffler", "curator"),
+                        help="whom the clients trust (vectorized engine): server (the decoder sees each message with "
+                             "its sender; the run's epsilon is the local one); shuffler (a trusted shuffler permutes "
+                             "each round's messages and drops their senders; the run also reports the central epsilon "
+                             "against whoever sees only the shuffled messages); curator (the central-DP reference: "
+                             "encoder clean, a trusted curator adds Gaussian noise to the sum of the clipped updates, "
+                             "calibrated to --central-epsilon)")
+    central_epsilon: float = option(0.0, low=0, finite=True,
+                                    help="trust=curator: the run's central epsilon at --delta, over all its rounds")
     diagnostics: bool = option(False, help="also record the encoders' data-dependent statistics (reproducible mode "
                                            "only; labelled non-private in metrics.json)")
     pooled_diagnostics: bool = option(False, help="randomness=secure: write the diagnostics computed on the pooled "
@@ -106,14 +110,23 @@ class RunConfig(Options):
         if self.client_budget_epsilon and self.engine != "flower":
             raise ValueError("client budget epsilon: client-side ledgers exist on the flower engine only "
                              "(use --engine flower, or the run budget --budget-epsilon)")
-        if self.trust == "shuffler" and self.engine != "vectorized":
-            raise ValueError("trust=shuffler: the shuffle stage runs on the vectorized engine only (the Flower apps "
-                             "decode replies by node); use --engine vectorized")
+        self._check_trust()
         check_array(f"one round's minibatches ({self.clients} clients × batch {self.batch})", self.clients * self.batch)
         if not 0 <= self.delta < 1:
             raise ValueError(f"delta must be in [0, 1), got {self.delta}")
         if not 1 <= self.clients_per_node <= self.clients:
             raise ValueError(f"clients per node must be in 1..clients ({self.clients}), got {self.clients_per_node}")
+
+    def _check_trust(self) -> None:
+        """A trusted stage runs on the vectorized engine; the curator takes clean updates and a target epsilon."""
+        if self.trust != "server" and self.engine != "vectorized":
+            raise ValueError(f"trust={self.trust}: the trusted stage runs on the vectorized engine only (the Flower apps "
+                             f"decode replies by node); use --engine vectorized")
+        if (self.trust == "curator") != (self.central_epsilon > 0):
+            raise ValueError("trust=curator needs --central-epsilon > 0, and --central-epsilon needs trust=curator")
+        if self.trust == "curator" and self.encoder.split(":")[0] != "clean":
+            raise ValueError(f"trust=curator: the clients send their clipped updates unencoded (encoder clean), not "
+                             f"{self.encoder!r}")
 
     def task_kwargs(self) -> dict[str, Any]:
         """The task's own parameters (:func:`~sstq_fl.fl.tasks.make_task`)."""

@@ -59,9 +59,9 @@ from .checkpoint import finished_run, read_checkpoint, remove_checkpoints
 from .config import RunConfig
 from .partition import client_coins, encoder_seeds, minibatches, participates
 from .partitioners import partition_for
-from .shuffler import TRANSCRIPT as SHUFFLED_TRANSCRIPT
-from .shuffler import Shuffler
 from .tasks import LeastSquaresTask, Task, make_task
+from .trust import TRANSCRIPT as CENTRAL_TRANSCRIPT
+from .trust import Shuffler, trusted_stage
 
 log = logging.getLogger("sstq_fl.fl")
 
@@ -91,7 +91,7 @@ the least-squares distance to θ*."""
 _WARNED: set[str] = set()
 
 RUN_FILES = ("metrics.json", "checkpoint.json", "checkpoint_theta.npy", "transcript.jsonl", "curves.png", POOLED_FILE,
-             SHUFFLED_TRANSCRIPT)
+             CENTRAL_TRANSCRIPT)
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -198,8 +198,7 @@ class Trainer:
                                                              if cfg.randomness == "reproducible" else {})})
         self.ledger.start([(self.enc.privacy_event(), cfg.rounds)],
                           Budget(cfg.budget_epsilon, cfg.delta) if cfg.budget_epsilon else None)
-        self.shuffler = Shuffler(self.enc.privacy_event().pure_epsilon(), cfg.seed, cfg.randomness,
-                                 str(self.ledger.run_id)) if cfg.trust == "shuffler" else None
+        self.trusted = trusted_stage(cfg, self.enc.privacy_event().pure_epsilon(), str(self.ledger.run_id))
 
     def participants(self, t: int) -> np.ndarray:
         cfg = self.cfg
@@ -219,8 +218,8 @@ class Trainer:
         t = st.round + 1
         sent = self.participants(t)
         blobs, stats = self.client_messages(st.theta, t, sent)
-        if self.shuffler is not None:  # the decoder gets the bytes in random order, no senders
-            blobs = self.shuffler.shuffle(blobs, t)
+        if self.trusted is not None:  # a shuffler: the decoder gets the bytes in random order, no senders
+            blobs = self.trusted.shuffle(blobs, t)
         return self.server_round(st, t, len(sent), sent, blobs, [], stats)
 
     def server_round(self, st: RoundState, t: int, n_sent: int, ids: np.ndarray, blobs: list[bytes],
@@ -231,24 +230,26 @@ class Trainer:
         rec: dict[str, Any] = {"round": t, "clients": int(n_sent), "dropped": list(dropped)}
         if len(ids):
             got = decode_mean(self.enc, blobs, t, cfg.server_cap, st.theta.dtype)
-            rec["dropped"] += [{"client": int(ids[i]), "reason": why} if self.shuffler is None else
-                               {"shuffled_message": int(i), "reason": why} for i, why in got.rejected]
+            shuffled = isinstance(self.trusted, Shuffler)
+            rec["dropped"] += [{"shuffled_message": int(i), "reason": why} if shuffled else
+                               {"client": int(ids[i]), "reason": why} for i, why in got.rejected]
             rec["bits_per_client"] = self.enc.payload_bits()
             rec["bytes_per_client"] = got.bytes_per_message
             if self.cfg.diagnostics:
                 rec["encode_stats"] = stats
-            if got.mean is not None:
-                st.theta = st.theta - cfg.lr * got.mean
+            mean = got.mean if self.trusted is None else self.trusted.noisy(got.mean, got.accepted, t)
+            if mean is not None:
+                st.theta = st.theta - cfg.lr * mean
             st.joins[ids] += 1
             charge_joins(self.ledger, self.enc, st.joins, t)
         else:
             rec["bits_per_client"] = 0
         self.evaluate_into(st, rec)
         rec["epsilon_spent"] = self.ledger.epsilon(cfg.delta)
-        if self.shuffler is not None:
-            rec["messages_shuffled"] = len(blobs)
-            self.shuffler.charge(len(blobs), t)
-            rec["epsilon_central"] = self.shuffler.epsilon(cfg.delta)
+        if self.trusted is not None:
+            rec["messages_central"] = len(blobs)
+            self.trusted.charge(len(blobs), t)
+            rec["epsilon_central"] = self.trusted.epsilon(cfg.delta)
         return rec
 
     def evaluate_into(self, st: RoundState, rec: dict[str, Any]) -> None:
@@ -293,9 +294,10 @@ class Trainer:
         theta = self.load_theta(out, ck["theta_file"])
         self.ledger = self.resumed_ledger(out / "transcript.jsonl", ck)
         joins = self.rebuilt_joins(ck["round"], sum(e.count for e in self.ledger.entries))
-        if self.shuffler is not None:
-            self.shuffler = Shuffler(self.shuffler.epsilon0, self.cfg.seed, self.cfg.randomness, str(self.ledger.run_id))
-            self.shuffler.rebuild(ck["rounds"])
+        if self.trusted is not None:
+            self.trusted = trusted_stage(self.cfg, self.enc.privacy_event().pure_epsilon(), str(self.ledger.run_id))
+            assert self.trusted is not None
+            self.trusted.rebuild(ck["rounds"])
         return RoundState(ck["round"], theta, ck["rounds"], joins, float(ck["wall_s"]), list(ck.get("pooled_diagnostics", [])))
 
     def load_theta(self, out: Path, name: str) -> torch.Tensor:
@@ -422,8 +424,8 @@ class Trainer:
         if self.cfg.sampling_rate < 1:
             final["epsilon_amplified"] = self.amplified_epsilon()
         final["epsilon_threat_model"] = self.ledger.notes["threat_model"]
-        if self.shuffler is not None:
-            final["epsilon_central"] = self.shuffler.report(out, self.cfg.delta, st.round >= self.cfg.rounds)
+        if self.trusted is not None:
+            final["epsilon_central"] = self.trusted.report(out, self.cfg.delta, st.round >= self.cfg.rounds)
         metrics = {"config": asdict(self.cfg), "randomness": self.randomness_note(), "rounds": st.rounds,
                    "final": final, "privacy_transcript": transcript_binding(out / "transcript.jsonl"), "meta": run_meta()}
         if self.diagnostic_fields():

@@ -1,4 +1,5 @@
-"""``trust=shuffler``: the decoder gets the round's bytes in random order, the run reports the central ε."""
+"""``trust=shuffler`` (the decoder gets the round's bytes in random order) and ``trust=curator`` (Gaussian noise on
+the clipped sum): each run reports its central ε beside the local one."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pytest
 from sstq_fl.cli import main
 from sstq_fl.fl import engine
 from sstq_fl.fl.engine import RunConfig, Trainer, run
-from sstq_fl.fl.shuffler import THREAT_MODEL, Shuffler
+from sstq_fl.fl.trust import CURATOR_THREAT, Curator, Shuffler
+from sstq_fl.fl.trust import SHUFFLER_THREAT as THREAT_MODEL
 from sstq_fl.privacy.ldp import shuffled_epsilon
 
 CFG: dict[str, Any] = dict(task="lsq", dim=8, n=400, clients=40, batch=10, clip=1.0, lr=0.5, rounds=4,
@@ -26,9 +28,9 @@ def test_central_epsilon_is_reported_beside_the_local_one(tmp_path):
     assert central["threat_model"] == THREAT_MODEL and "identified" in f["epsilon_threat_model"]
     assert central["epsilon"] == pytest.approx(shuffled_epsilon(2.0, 40, 4, 1e-5))
     assert central["epsilon"] < f["epsilon_total"] - 1  # 40 messages a round: 7.74 against 8
-    assert [r["messages_shuffled"] for r in m["rounds"]] == [40] * 4
+    assert [r["messages_central"] for r in m["rounds"]] == [40] * 4
     assert all(r["epsilon_central"] <= r["epsilon_spent"] for r in m["rounds"])
-    transcript = tmp_path / "s" / "transcript_shuffled.jsonl"
+    transcript = tmp_path / "s" / "transcript_central.jsonl"
     assert main(["privacy", "replay", str(transcript)]) == 0
     assert central["binding"]["epsilon"] == pytest.approx(central["epsilon"])
 
@@ -113,6 +115,40 @@ def test_a_curve_for_each_guarantee(tmp_path):
 
     fig = plot_run(m, tmp_path / "c.png")
     labels = [ln.get_label() for ln in fig.axes[2].get_lines()]
-    assert any("central (shuffler trusted)" in s for s in labels)
+    assert any("central (trusted stage" in s for s in labels)
     assert "trust shuffler" in fig.get_suptitle()
     assert np.isfinite([r["epsilon_central"] for r in m["rounds"]]).all()
+
+
+# ---------------------------------------------------------------------- the curator (central-DP reference)
+
+def test_curator_noise_meets_its_target_and_is_replayable(tmp_path):
+    cfg = {**CFG, "encoder": "clean", "trust": "curator", "central_epsilon": 2.0}
+    m = run(RunConfig(**cfg), tmp_path / "c", progress=False)
+    central = m["final"]["epsilon_central"]
+    assert 1.99 <= central["epsilon"] <= 2.0 and central["threat_model"] == CURATOR_THREAT
+    assert m["final"]["epsilon_total"] is None or m["final"]["epsilon_total"] == float("inf")  # against the curator
+    assert main(["privacy", "replay", str(tmp_path / "c" / "transcript_central.jsonl")]) == 0
+    clean = run(RunConfig(**{**CFG, "encoder": "clean"}), tmp_path / "n", progress=False)
+    assert m["final"]["distance_to_optimum"] != clean["final"]["distance_to_optimum"]
+
+
+@pytest.mark.parametrize("randomness", ["reproducible", "secure"])
+def test_curator_noise_has_the_declared_law(randomness):
+    import torch
+
+    cur = Curator(2.0, 4, 1e-5, clip=0.5, seed=3, randomness=randomness, run_id="x")
+    zero = torch.zeros(20_000, dtype=torch.float64)
+    noise = torch.cat([cur.noisy(zero, 10, t) for t in range(1, 6)]).numpy()
+    std = cur.sigma * 0.5 / 10
+    assert abs(noise.mean()) < 5 * std / np.sqrt(noise.size)
+    assert noise.std() == pytest.approx(std, rel=0.01)
+
+
+def test_curator_refusals():
+    with pytest.raises(ValueError, match="encoder clean"):
+        RunConfig(**{**CFG, "trust": "curator", "central_epsilon": 1.0})
+    with pytest.raises(ValueError, match="central-epsilon"):
+        RunConfig(**{**CFG, "encoder": "clean", "trust": "curator"})
+    with pytest.raises(ValueError, match="central-epsilon"):
+        RunConfig(**{**CFG, "central_epsilon": 1.0})

@@ -1,0 +1,161 @@
+"""Whom the clients trust (``RunConfig.trust``): the server, a shuffler, or a curator.
+
+* ``server`` (the default): the decoder sees each message with its sender; the run's ε is the local
+  one, against the server.
+* ``shuffler``: a shuffle stage between the clients and the decoder permutes the round's wire
+  messages (with the OS CSPRNG in secure mode; from the run seed in reproducible mode, for simulation
+  research) and passes on the bytes alone, so a rejected message is named by its position in the
+  shuffled batch, not by a client.  Its ledger charges each round one
+  :class:`~sstq_fl.privacy.events.ShuffledLdpEvent` over the messages it shuffled: the central
+  guarantee against an analyst who sees only the shuffler's output, for a client that took part in
+  every round, capped by the local ε (the shuffled messages are a post-processing of the identified
+  ones).  A deployment runs the shuffler as a trusted component this package does not ship (a
+  mix-net, a trusted execution environment); the local ε stays the guarantee against whoever runs it.
+* ``curator``: the central-DP reference.  Clients send their clipped updates unencoded (encoder
+  ``clean``) to a trusted curator, who adds ``N(0, σ² C² I)`` to their sum (``C`` the clip norm: the
+  Gaussian mechanism with replace-one sensitivity ``2C``), ``σ`` calibrated so that the run's rounds
+  meet ``central_epsilon`` at ``δ``; the server caps and steps on the noisy mean (post-processing).
+  Its ledger charges one :class:`~sstq_fl.privacy.events.GaussianEvent` a round.  Against the curator
+  there is no guarantee.
+
+The central ledger of either is written with its assumption to ``transcript_central.jsonl`` and to
+``metrics.json`` (``final.epsilon_central``), its running figure to each round's ``epsilon_central``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import rng
+from ..privacy.calibration import calibrate_noise_multiplier
+from ..privacy.events import GaussianEvent, PrivacyEvent, ShuffledLdpEvent
+from ..privacy.ledger import PrivacyLedger
+from ..privacy.pure_composition import pure_composition_epsilon
+
+TRUSTS = ("server", "shuffler", "curator")
+SHUFFLER_THREAT = ("central, shuffler trusted: the analyst sees each round's messages in random order without sender "
+                   "identities; composed over every round, for a client that took part in all of them")
+CURATOR_THREAT = ("central, curator trusted: the clients' clipped updates reach a curator unencoded, who releases their "
+                  "sum plus Gaussian noise; no guarantee against the curator")
+TRANSCRIPT = "transcript_central.jsonl"
+
+
+class TrustedStage:
+    """A trusted party between the clients and the decoder, with the ledger of the guarantee it gives."""
+
+    threat_model = ""
+
+    def __init__(self, seed: int, randomness: str, run_id: str):
+        self.seed, self.randomness = seed, randomness
+        self.ledger = PrivacyLedger("replace_one", notes={"threat_model": self.threat_model, "run_id": run_id})
+        self.rounds = 0
+
+    def shuffle(self, blobs: list[bytes], round: int) -> list[bytes]:
+        """What the decoder receives of the round's messages (default: all of them, in the clients' order)."""
+        return blobs
+
+    def noisy(self, mean: torch.Tensor | None, n: int, round: int) -> torch.Tensor | None:
+        """The decoded mean of ``n`` messages as released (default: unchanged)."""
+        return mean
+
+    def event(self, messages: int) -> PrivacyEvent:
+        raise NotImplementedError
+
+    def charge(self, messages: int, round: int) -> None:
+        """One round in which ``messages`` messages reached the stage (none charges nothing)."""
+        if messages:
+            self.ledger.record(self.event(messages), meta={"round": round})
+        self.rounds = round
+
+    def epsilon(self, delta: float) -> float:
+        with np.errstate(over="ignore"):
+            return self.ledger.epsilon(delta)
+
+    def rebuild(self, rounds: list[dict[str, Any]]) -> None:
+        """The ledger as it stood after ``rounds`` (a resumed run: each round's record names its messages)."""
+        for rec in rounds:
+            self.charge(int(rec.get("messages_central", 0)), int(rec["round"]))
+
+    def report(self, out: Path, delta: float, complete: bool) -> dict[str, Any]:
+        """Write the transcript (marked complete with the run); the ``epsilon_central`` entry of ``metrics.json``
+        (``binding``: the transcript's own figure, which ``epsilon`` may undercut by the shuffler's cap)."""
+        from ..privacy.replay import transcript_binding
+
+        if complete and not self.ledger.complete:
+            self.ledger.mark_complete()
+        self.ledger.write_transcript(out / TRANSCRIPT, delta=delta)
+        return {"epsilon": self.epsilon(delta), "delta": delta, "threat_model": self.threat_model,
+                "transcript": TRANSCRIPT, "binding": transcript_binding(out / TRANSCRIPT)}
+
+
+class Shuffler(TrustedStage):
+    """The shuffle stage for a run of ``epsilon0``-LDP messages."""
+
+    threat_model = SHUFFLER_THREAT
+
+    def __init__(self, epsilon0: float | None, seed: int, randomness: str, run_id: str):
+        if epsilon0 is None:
+            raise ValueError("trust=shuffler needs an encoder whose message is one pure epsilon-LDP release")
+        super().__init__(seed, randomness, run_id)
+        self.epsilon0 = epsilon0
+
+    def permutation(self, n: int, round: int) -> np.ndarray:
+        """The order in which round ``round``'s ``n`` messages reach the decoder."""
+        if self.randomness == "secure":
+            perm = list(range(n))
+            secrets.SystemRandom().shuffle(perm)
+            return np.asarray(perm, dtype=np.int64)
+        return np.random.default_rng([self.seed, round, 0x5348]).permutation(n)
+
+    def shuffle(self, blobs: list[bytes], round: int) -> list[bytes]:
+        return [blobs[i] for i in self.permutation(len(blobs), round)]
+
+    def event(self, messages: int) -> PrivacyEvent:
+        return ShuffledLdpEvent(self.epsilon0, messages)
+
+    def epsilon(self, delta: float) -> float:
+        """The central ε at ``δ``, capped by the local ε of a client in every round so far."""
+        local = pure_composition_epsilon(self.epsilon0, self.rounds, delta) if self.rounds else 0.0
+        return min(super().epsilon(delta), local)
+
+
+class Curator(TrustedStage):
+    """The trusted curator of the central-DP reference: Gaussian noise on the sum of clipped updates."""
+
+    threat_model = CURATOR_THREAT
+
+    def __init__(self, target_epsilon: float, rounds: int, delta: float, clip: float, seed: int, randomness: str,
+                 run_id: str):
+        super().__init__(seed, randomness, run_id)
+        self.clip = clip
+        self.sigma = calibrate_noise_multiplier(target_epsilon, delta, lambda s: [(GaussianEvent(s), rounds)])
+        self.ledger.start([(GaussianEvent(self.sigma), rounds)])
+
+    def event(self, messages: int) -> PrivacyEvent:
+        return GaussianEvent(self.sigma)
+
+    def noisy(self, mean: torch.Tensor | None, n: int, round: int) -> torch.Tensor | None:
+        """``(Σ clip(g_i) + N(0, σ² C² I)) / n``: the noise on the sum, divided like it (secure: OS CSPRNG)."""
+        if mean is None or not n:
+            return mean
+        std = self.sigma * self.clip / n
+        d = mean.numel()
+        if self.randomness == "secure":
+            noise = rng.secure_normal(d, std)
+        else:
+            noise = std * rng.normal(np.array([self.seed], dtype=np.uint64), f"curator-{round}", d)[0]
+        return mean + torch.from_numpy(noise).to(mean.dtype).reshape(mean.shape)
+
+
+def trusted_stage(cfg: Any, epsilon0: float | None, run_id: str) -> TrustedStage | None:
+    """The stage of ``cfg.trust`` (``None`` for ``server``)."""
+    if cfg.trust == "shuffler":
+        return Shuffler(epsilon0, cfg.seed, cfg.randomness, run_id)
+    if cfg.trust == "curator":
+        return Curator(cfg.central_epsilon, cfg.rounds, cfg.delta, cfg.clip, cfg.seed, cfg.randomness, run_id)
+    return None
