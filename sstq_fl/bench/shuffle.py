@@ -65,28 +65,50 @@ def rounds_rows(delta: float, rounds: int, epsilons0: tuple[float, ...], message
     return rows
 
 
-def e3_rows(final_csv: Path, delta: float, rounds: int, messages: int) -> list[dict[str, Any]]:
-    """Each row of a sweep's ``final.csv`` (encoder, ε, accuracy with its interval) with both ε figures."""
+def read_final(final_csv: Path) -> list[dict[str, str]]:
+    """A sweep's ``final.csv`` rows of test accuracy."""
     with final_csv.open(newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r["metric_name"] == "test_accuracy"]
+        return [r for r in csv.DictReader(f) if r["metric_name"] == "test_accuracy"]
+
+
+def accuracy(r: dict[str, str]) -> dict[str, Any]:
+    """Mean accuracy and its 95 % t interval (the mean itself where one seed gives none)."""
+    mean = float(r["metric_mean"])
+    return {"accuracy": mean, "ci_low": float(r["metric_ci_low"] or mean), "ci_high": float(r["metric_ci_high"] or mean),
+            "seeds": int(r["seeds"])}
+
+
+def e3_rows(final_csv: Path, delta: float, rounds: int, messages: int) -> list[dict[str, Any]]:
+    """Each row of a sweep's ``final.csv`` (encoder, ε, accuracy with its interval) with both ε figures: the
+    central one as its runs' shuffler ledgers reported it (a sweep run with ``trust = "shuffler"``), else as
+    planned for ``messages`` shuffled messages a round."""
     out, cache = [], {}
-    for r in rows:
+    for r in read_final(final_csv):
         e0 = float(r["epsilon"])
-        if e0 not in cache:
-            cache[e0] = central_epsilon(e0, messages, rounds, delta)
-        out.append({"encoder": r["encoder_spec"], "epsilon0": e0, "accuracy": float(r["metric_mean"]),
-                    "ci_low": float(r["metric_ci_low"]), "ci_high": float(r["metric_ci_high"]), "seeds": int(r["seeds"]),
-                    "local": float(r["epsilon_spent_mean"]), "central": cache[e0], "messages": messages})
+        if r.get("epsilon_central_mean"):
+            central = float(r["epsilon_central_mean"])
+        else:
+            central = cache[e0] = cache.get(e0) or central_epsilon(e0, messages, rounds, delta)
+        out.append({"encoder": r["encoder_spec"], "epsilon0": e0, **accuracy(r), "local": float(r["epsilon_spent_mean"]),
+                    "central": central, "messages": messages})
     return out
 
 
+def curator_rows(final_csv: Path) -> list[dict[str, Any]]:
+    """The central-DP reference's rows (``trust = "curator"``): accuracy against its central ε."""
+    return [{"encoder": "central Gaussian (curator)", **accuracy(r), "central": float(r["epsilon_central_mean"])}
+            for r in read_final(final_csv)]
+
+
 def shuffle_report(out: str, delta: float = 1e-5, rounds: int = 100, sweep: str | None = None,
-                   sweep_messages: int = 100) -> dict[str, Any]:
+                   sweep_messages: int = 100, reference: str | None = None) -> dict[str, Any]:
     """Compute the tables, write ``out`` (JSON) and ``out`` with ``.png``; returns the result."""
     res: dict[str, Any] = {"delta": delta, "grid": GRID, "per_round": per_round_rows(delta, EPSILONS0, MESSAGES),
                            "rounds": rounds_rows(delta, rounds, EPSILONS0, (100, 1000, 10_000))}
     if sweep:
         res["e3"] = {"sweep": sweep, "rows": e3_rows(Path(sweep), delta, rounds, sweep_messages)}
+        if reference:
+            res["e3"].update(reference=reference, reference_rows=curator_rows(Path(reference)))
     res["meta"] = run_meta()
     atomic_write_json(out, res)
     from .shuffle_plot import plot_shuffle
@@ -100,7 +122,7 @@ def add_parser(bs: Any, table: Any) -> None:
     from ..argtypes import positive_int, probability
 
     def cmd(args: argparse.Namespace) -> int:
-        res = shuffle_report(args.out, args.delta, args.rounds, args.sweep, args.sweep_messages)
+        res = shuffle_report(args.out, args.delta, args.rounds, args.sweep, args.sweep_messages, args.reference)
         table(res["per_round"], ["epsilon0", "messages", "stronger_clone", "fmt21_numerical", "fmt21_closed_form"])
         table(res["rounds"], ["epsilon0", "messages", "rounds", "local", "central"])
         print(f"wrote {args.out} and its .png")
@@ -111,5 +133,6 @@ def add_parser(bs: Any, table: Any) -> None:
     p.add_argument("--rounds", type=positive_int, default=100, help="rounds of full participation")
     p.add_argument("--sweep", default=None, help="an E3 epsilon sweep's final.csv: accuracy against both epsilons")
     p.add_argument("--sweep-messages", type=positive_int, default=100, help="clients per round of that sweep")
+    p.add_argument("--reference", default=None, help="the central-DP reference's final.csv (a trust = \"curator\" sweep)")
     p.add_argument("--out", default="results/shuffle.json", help="result JSON (the plot goes next to it)")
     p.set_defaults(fn=cmd)

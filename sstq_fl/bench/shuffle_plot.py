@@ -45,6 +45,12 @@ def _e3(ax: Axes, e3: dict[str, Any]) -> None:
         ax.errorbar([r["central"] for r in sel], acc, yerr=err, fmt="-o", ms=3, color=f"C{i % 10}", capsize=2,
                     label=enc)
         ax.plot([r["local"] for r in sel], acc, ":", color=f"C{i % 10}", lw=1)
+    ref = sorted(e3.get("reference_rows", []), key=lambda r: r["central"])
+    if ref:
+        acc = [r["accuracy"] for r in ref]
+        ax.errorbar([r["central"] for r in ref], acc, yerr=[[a - r["ci_low"] for a, r in zip(acc, ref)],
+                                                            [r["ci_high"] - a for a, r in zip(acc, ref)]],
+                    fmt="-s", color="k", ms=4, capsize=2, label="central Gaussian (curator), same central ε")
     ax.set(xscale="log", xlabel=f"ε after the run: central, n = {rows[0]['messages']} (—), local (··)",
            ylabel="final test accuracy (95 % t interval over seeds)", title="E3 ε sweep against both guarantees")
     ax.legend(fontsize=6)

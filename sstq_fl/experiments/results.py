@@ -27,11 +27,11 @@ METRICS = METRIC_KEYS
 NON_PRIVATE_FIELDS = {"fields": ["train_loss", "metric where metric_name is distance_to_optimum (θ* is fitted on the "
                                                 "pooled private data)"], "note": NON_PRIVATE_DIAGNOSTICS}
 """The table's columns no privacy guarantee covers (as in each run's ``metrics.json``)."""
-ROUND_VALUES = ("bits_per_client", "train_loss", "epsilon_spent")
+ROUND_VALUES = ("bits_per_client", "train_loss", "epsilon_spent", "epsilon_central")
 BIT_PARAMS = ("b", "b0", "bits")
 """The encoder parameter reported as ``b``: bits per label (SSTQ), the bit cap of SQKR's automatic ``k``, or
 PrivUnit-MRC's index bits, the first a spec sets."""
-SUMMARISED = ("metric", "train_loss", "epsilon_spent", "bits_per_client")
+SUMMARISED = ("metric", "train_loss", "epsilon_spent", "epsilon_central", "bits_per_client")
 
 
 def metric_name(rounds: Sequence[dict[str, Any]]) -> str:

@@ -49,3 +49,17 @@ def test_figure_names_what_made_it(tmp_path, monkeypatch):
     monkeypatch.setattr(shuffle_plot, "save", lambda fig, path: seen.setdefault("title", figure_title(fig)))
     shuffle_plot.plot_shuffle(res, tmp_path / "x.png")
     assert "sstq-fl bench shuffle" in seen["title"] and "shuffler trusted" in seen["title"]
+
+
+def test_a_shuffled_sweep_reports_its_ledgers_figure_and_the_reference_joins(tmp_path):
+    cols = ["encoder_spec", "epsilon", "metric_name", "metric_mean", "metric_ci_low", "metric_ci_high", "seeds",
+            "epsilon_spent_mean", "epsilon_central_mean"]
+    final, ref = tmp_path / "final.csv", tmp_path / "ref.csv"
+    with final.open("w", newline="") as f:
+        csv.writer(f).writerows([cols, ["sqkr:b0=4", "1.0", "test_accuracy", "0.45", "0.4", "0.5", "3", "79.84", "5.754"]])
+    with ref.open("w", newline="") as f:
+        csv.writer(f).writerows([cols, ["clean", "3.0", "test_accuracy", "0.6", "", "", "1", "", "5.75"]])
+    res = shuffle.shuffle_report(str(tmp_path / "s.json"), rounds=5, sweep=str(final), reference=str(ref))
+    assert res["e3"]["rows"][0]["central"] == 5.754  # the runs' ledgers, not the plan
+    r = res["e3"]["reference_rows"][0]
+    assert r["central"] == 5.75 and r["ci_low"] == r["ci_high"] == 0.6 and "curator" in r["encoder"]
