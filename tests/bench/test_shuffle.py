@@ -51,7 +51,9 @@ def test_figure_names_what_made_it(tmp_path, monkeypatch):
     assert "sstq-fl bench shuffle" in seen["title"] and "shuffler trusted" in seen["title"]
 
 
-def test_a_shuffled_sweep_reports_its_ledgers_figure_and_the_reference_joins(tmp_path):
+def test_a_shuffled_sweep_reports_its_ledgers_figure_and_the_reference_joins(tmp_path, monkeypatch):
+    monkeypatch.setattr(shuffle, "EPSILONS0", (1.0,))
+    monkeypatch.setattr(shuffle, "MESSAGES", (100,))
     cols = ["encoder_spec", "epsilon", "metric_name", "metric_mean", "metric_ci_low", "metric_ci_high", "seeds",
             "epsilon_spent_mean", "epsilon_central_mean"]
     final, ref = tmp_path / "final.csv", tmp_path / "ref.csv"
