@@ -27,13 +27,14 @@ FLAGS = ["--task", "lsq", "--dim", "8", "--n", "100", "--clients", "5", "--batch
 CFG = dict(task="lsq", dim=8, n=100, clients=5, batch=10, clip=1.0, lr=0.5, rounds=3, encoder="sqkr")
 
 
-def stopped_after(out: Path, rounds: int = 1, **extra: Any) -> Path:
-    """A run of :data:`CFG` stopped after ``rounds`` rounds (its checkpoint and transcript in ``out``)."""
+def stopped_after(out: Path, after: int = 1, **extra: Any) -> Path:
+    """A run of :data:`CFG` (``extra`` overriding it) stopped after ``after`` rounds (its checkpoint and transcript in
+    ``out``)."""
     tr = Trainer(RunConfig(**{**CFG, **extra}))  # type: ignore[arg-type]
     real = tr.run_round
 
     def stop(st: Any) -> Any:
-        if st.round == rounds:
+        if st.round == after:
             raise KeyboardInterrupt
         return real(st)
 
@@ -92,7 +93,7 @@ def test_a_checkpoint_claiming_more_rounds_than_its_transcript_charged_is_charge
 
 def test_a_resumed_transcript_only_appends_and_its_ledger_is_the_replay(tmp_path):
     ref = run(RunConfig(**CFG), tmp_path / "ref", progress=False)  # type: ignore[arg-type]
-    out = stopped_after(tmp_path / "k", rounds=2)
+    out = stopped_after(tmp_path / "k", after=2)
     prefix = (out / "transcript.jsonl").read_text().splitlines()[:-1]
     got = run(RunConfig(**CFG), out, resume=True, progress=False)  # type: ignore[arg-type]
     lines = (out / "transcript.jsonl").read_text().splitlines()

@@ -16,6 +16,7 @@ from sstq_fl.fl.engine import RunConfig, Trainer, run
 from sstq_fl.fl.trust import CURATOR_THREAT, Curator, Shuffler
 from sstq_fl.fl.trust import SHUFFLER_THREAT as THREAT_MODEL
 from sstq_fl.privacy.ldp import shuffled_epsilon
+from tests.fl.test_resume_transcript import stopped_after
 
 CFG: dict[str, Any] = dict(task="lsq", dim=8, n=400, clients=40, batch=10, clip=1.0, lr=0.5, rounds=4,
                            encoder="sstq-flat:b=4", epsilon=2.0)
@@ -81,17 +82,7 @@ def test_secure_permutations_come_from_the_os_and_reproducible_ones_from_the_see
 
 def test_a_resumed_run_reports_the_same_central_epsilon(tmp_path):
     ref = run(RunConfig(**CFG, trust="shuffler"), tmp_path / "ref", progress=False)
-    tr = Trainer(RunConfig(**CFG, trust="shuffler"))
-    real = tr.run_round
-
-    def stop(st: Any) -> Any:
-        if st.round == 2:
-            raise KeyboardInterrupt
-        return real(st)
-
-    tr.run_round = stop  # type: ignore[method-assign]
-    with pytest.raises(KeyboardInterrupt):
-        tr.train(tmp_path / "k", progress=False)
+    stopped_after(tmp_path / "k", after=2, **CFG, trust="shuffler")
     got = run(RunConfig(**CFG, trust="shuffler"), tmp_path / "k", resume=True, progress=False)
     assert got["final"]["epsilon_central"]["epsilon"] == ref["final"]["epsilon_central"]["epsilon"]
     assert [r["epsilon_central"] for r in got["rounds"]] == [r["epsilon_central"] for r in ref["rounds"]]
