@@ -9,6 +9,8 @@ import torch
 
 from .base import Encoder, Field, Messages, register_encoder
 
+NORM_TOLERANCE = 1e-5  # relative slack on a message's norm (float32 rounding of the clipped vector)
+
 
 @register_encoder("clean")
 class Clean(Encoder):
@@ -36,7 +38,7 @@ class Clean(Encoder):
         from .base import WireError
 
         norms = torch.linalg.vector_norm(msgs.fields["x"].double(), dim=1)
-        if bool((norms > self.radius * (1 + 1e-5)).any()):
+        if bool((norms > self.radius * (1 + NORM_TOLERANCE)).any()):
             raise WireError(f"clean message norm exceeds the clip radius {self.radius}")
 
     def mse(self, x: torch.Tensor) -> torch.Tensor:

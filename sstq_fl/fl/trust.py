@@ -12,9 +12,11 @@
   ones).  A deployment runs the shuffler as a trusted component this package does not ship (a
   mix-net, a trusted execution environment); the local ε stays the guarantee against whoever runs it.
 * ``curator``: the central-DP reference.  Clients send their clipped updates unencoded (encoder
-  ``clean``) to a trusted curator, who adds ``N(0, σ² C² I)`` to their sum (``C`` the clip norm: the
-  Gaussian mechanism with replace-one sensitivity ``2C``), ``σ`` calibrated so that the run's rounds
-  meet ``central_epsilon`` at ``δ``; the server caps and steps on the noisy mean (post-processing).
+  ``clean``) to a trusted curator, who adds ``N(0, σ² C'² I)`` to their sum (``C' = C (1 + 10⁻⁵)``, the
+  largest norm the wire accepts of a clean message clipped at ``C``: the Gaussian mechanism with
+  replace-one sensitivity ``2C'``), ``σ`` calibrated so that the run's rounds meet ``central_epsilon``
+  at ``δ``.  The noise goes on the decoded mean after the server's norm cap, which is a projection and
+  so does not raise the sensitivity ``2C'/n`` of the mean of ``n`` messages.
   Its ledger charges one :class:`~sstq_fl.privacy.events.GaussianEvent` a round.  Against the curator
   there is no guarantee.
 
@@ -32,6 +34,7 @@ import numpy as np
 import torch
 
 from .. import rng
+from ..encoders.clean import NORM_TOLERANCE
 from ..privacy.calibration import calibrate_noise_multiplier
 from ..privacy.events import GaussianEvent, PrivacyEvent, ShuffledLdpEvent
 from ..privacy.ledger import PrivacyLedger
@@ -140,10 +143,10 @@ class Curator(TrustedStage):
         return GaussianEvent(self.sigma)
 
     def noisy(self, mean: torch.Tensor | None, n: int, round: int) -> torch.Tensor | None:
-        """``(Σ clip(g_i) + N(0, σ² C² I)) / n``: the noise on the sum, divided like it (secure: OS CSPRNG)."""
+        """``(Σ clip(g_i) + N(0, σ² C'² I)) / n``: the noise on the sum, divided like it (secure: OS CSPRNG)."""
         if mean is None or not n:
             return mean
-        std = self.sigma * self.clip / n
+        std = self.sigma * self.clip * (1 + NORM_TOLERANCE) / n
         d = mean.numel()
         if self.randomness == "secure":
             noise = rng.secure_normal(d, std)
