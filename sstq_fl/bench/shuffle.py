@@ -82,7 +82,8 @@ def e3_rows(final_csv: Path, delta: float, rounds: int, messages: int) -> list[d
     """Each row of a sweep's ``final.csv`` (encoder, ε, accuracy with its interval) with both ε figures: the
     central one as its runs' shuffler ledgers reported it (a sweep run with ``trust = "shuffler"``), else as
     planned for ``messages`` shuffled messages a round."""
-    out, cache = [], {}
+    out: list[dict[str, Any]] = []
+    cache: dict[float, float] = {}
     for r in read_final(final_csv):
         e0 = float(r["epsilon"])
         if r.get("epsilon_central_mean"):
