@@ -11,6 +11,11 @@ partial-Hadamard transform needs no normalisation pass over ``N``-length rows.
 
 - :class:`HadamardFrame` — randomized partial Hadamard, ``Q = (H_N D)[:, S] / √N``
   (``D`` random signs, ``S`` a random set of ``d`` columns); ``O(N log N)`` per product.
+- :class:`HadamardStackFrame` — ``L = 2`` or ``3`` randomized Hadamard stages with public random
+  permutations between them, ``Q = M[:, S]``, ``M = (H D_L/√N) P_{L−1} ⋯ P_1 (H D_1/√N)``; still
+  ``O(L N log N)`` per product.  It breaks the Walsh structure of the column set (no affine subspace
+  of Walsh indices spans part of its range), the mechanism behind the one-stage frame's large worst
+  level; no dimension-free guarantee is proved for it either (measured in ``frame_stack_results.md``).
 - :class:`HaarFrame` — a dense Haar-random ``N × d`` matrix with orthonormal columns, for
   small ``d``; its Kashin level is provably dimension-free (Lyubarskii & Vershynin, "Uncertainty
   principles and vector quantization", IEEE Trans. Inf. Theory 56(7), 2010: random orthogonal
@@ -23,6 +28,7 @@ Haar frame it carries no dimension-free guarantee (see :mod:`sstq_fl.bench.kashi
 from __future__ import annotations
 
 import math
+import threading
 from abc import ABC, abstractmethod
 from functools import lru_cache
 
@@ -157,6 +163,134 @@ def _hadamard_public(d: int, n_frame: int, seed: int) -> tuple[np.ndarray, np.nd
     return signs.astype(np.float32), cols
 
 
+class HadamardStackFrame(Frame):
+    """Stacked randomized Hadamard frame ``Q = M[:, S]``, ``M = (H D_L/√N) P_{L−1} ⋯ P_1 (H D_1/√N)``.
+
+    ``D_i`` random signs, ``P_i`` random permutations (``(P v)_i = v_{π(i)}``), ``S`` a random set of
+    ``d`` columns, ``L = stages`` (2 for ``kind = "hadamard2"``, 3 for ``"hadamard3"``).  ``M`` is
+    orthogonal, so ``Q`` has orthonormal columns; a product costs ``L`` FWHTs.  Rows no longer have
+    equal norms: :meth:`row_sq_norms` is computed once per ``(stages, d, N, seed)`` (``d``
+    transforms) and cached.
+    """
+
+    kind = "hadamard2"
+    stages = 2
+
+    def __init__(self, d: int, n_frame: int, seed: int = 0, device: torch.device | str = "cpu"):
+        super().__init__(d, n_frame, seed)
+        if n_frame & (n_frame - 1):
+            raise ValueError(f"a Hadamard frame needs N a power of two, got {n_frame}")
+        signs, perms, cols = _stack_public(self.stages, d, n_frame, seed)
+        self.device = torch.device(device)
+        self._signs_np, self._perms_np, self._cols_np = signs, perms, cols
+        self.cols = torch.from_numpy(cols).to(self.device)
+        self.col_signs = torch.from_numpy(signs[0][cols]).to(self.device)
+        inv_sqrt = 1.0 / math.sqrt(n_frame)
+        # later stages' signs carry the 1/√N of the stage before them
+        self.stage_signs = [torch.from_numpy(s.astype(np.float64) * inv_sqrt).to(self.device) for s in signs[1:]]
+        self.perms = [torch.from_numpy(p).to(self.device) for p in perms]
+        self.inv_perms = [torch.from_numpy(np.argsort(p)).to(self.device) for p in perms]
+
+    def to(self, device: torch.device | str) -> HadamardStackFrame:
+        if torch.device(device) == self.device:
+            return self
+        return type(self)(self.d, self.N, self.seed, device)
+
+    def coef(self, r: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        if out is None:
+            out = torch.empty(r.shape[0], self.N, dtype=r.dtype, device=r.device)
+        out.zero_()
+        out.index_copy_(1, self.cols, r * self.col_signs.to(r.dtype))
+        fwht_(out)
+        tmp = _scratch(r.shape[0], self.N, r.dtype, r.device)
+        for perm, sg in zip(self.perms, self.stage_signs, strict=True):
+            torch.index_select(out, 1, perm, out=tmp)
+            torch.mul(tmp, sg.to(r.dtype), out=out)
+            fwht_(out)
+        return out
+
+    def synth_(self, s: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        s = s.contiguous()
+        fwht_(s)
+        tmp = _scratch(s.shape[0], self.N, s.dtype, s.device)
+        for inv, sg in zip(reversed(self.inv_perms), reversed(self.stage_signs), strict=True):
+            s.mul_(sg.to(s.dtype))
+            torch.index_select(s, 1, inv, out=tmp)
+            s.copy_(tmp)
+            fwht_(s)
+        if out is None:
+            out = torch.empty(s.shape[0], self.d, dtype=s.dtype, device=s.device)
+        torch.index_select(s, 1, self.cols, out=out)
+        return out.mul_(self.col_signs.to(s.dtype) / self.N)
+
+    def rows(self, idx: torch.Tensor) -> torch.Tensor:
+        """``Q[idx]`` exactly (float64): ``Q_j = Qᵀ e_j``, one synthesis per distinct index."""
+        flat = idx.reshape(-1).to(torch.int64).cpu()
+        uniq, inv = torch.unique(flat, return_inverse=True)
+        res = torch.empty(uniq.numel(), self.d, dtype=torch.float64)
+        frame = self.to("cpu")
+        for a in range(0, uniq.numel(), _CHUNK_ELEMS // self.N or 1):
+            j = uniq[a : a + (_CHUNK_ELEMS // self.N or 1)]
+            e = torch.zeros(j.numel(), self.N, dtype=torch.float64)
+            e[torch.arange(j.numel()), j] = math.sqrt(self.N)
+            res[a : a + j.numel()] = frame.synth_(e)
+        return res[inv].reshape(*idx.shape, self.d).to(idx.device)
+
+    def row_sq_norms(self) -> torch.Tensor:
+        return _stack_row_sq_norms(type(self), self.d, self.N, self.seed).clone()
+
+
+class HadamardStack3Frame(HadamardStackFrame):
+    """Three-stage :class:`HadamardStackFrame` (``kind = "hadamard3"``)."""
+
+    kind = "hadamard3"
+    stages = 3
+
+
+_CHUNK_ELEMS = 1 << 21
+"""Rows per chunk when transforming identities: ``[chunk, N]`` float64 blocks of 16 MiB."""
+_SCRATCH = threading.local()
+
+
+def _scratch(n: int, width: int, dtype: torch.dtype, dev: torch.device) -> torch.Tensor:
+    """A per-thread ``[n, width]`` buffer (grown on demand) for the permutation steps."""
+    cache: dict[tuple[object, ...], torch.Tensor] = _SCRATCH.__dict__.setdefault("c", {})
+    key = (width, dtype, dev)
+    have = cache.get(key)
+    if have is None or have.shape[0] < n:
+        if len(cache) > 4:
+            cache.clear()
+        have = cache[key] = torch.empty(n, width, dtype=dtype, device=dev)
+    return have[:n]
+
+
+@lru_cache(maxsize=16)
+def _stack_public(stages: int, d: int, n_frame: int, seed: int) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+    seeds = np.array([seed], dtype=np.uint64)
+    tag = f"frame-stack{stages}"
+    signs = [np.where(rng.raw_bits(seeds, f"{tag}-signs{i}", n_frame)[0] >> np.uint64(63), -1.0, 1.0)
+             for i in range(stages)]
+    perms = [np.argsort(rng.raw_bits(seeds, f"{tag}-perm{i}", n_frame)[0], kind="stable").astype(np.int64)
+             for i in range(stages - 1)]
+    keys = rng.raw_bits(seeds, f"{tag}-columns", n_frame)[0]
+    cols = np.sort(np.argsort(keys, kind="stable")[:d]).astype(np.int64)
+    return [s.astype(np.float32) for s in signs], perms, cols
+
+
+@lru_cache(maxsize=16)
+def _stack_row_sq_norms(cls: type[HadamardStackFrame], d: int, n_frame: int, seed: int) -> torch.Tensor:
+    """``‖Q_j‖² = Σ_k Q_{jk}²`` from the columns ``Q e_k`` (``d`` analyses, float64, in chunks)."""
+    frame = cls(d, n_frame, seed)
+    acc = torch.zeros(n_frame, dtype=torch.float64)
+    step = max(1, _CHUNK_ELEMS // n_frame)
+    for a in range(0, d, step):
+        k = torch.arange(a, min(d, a + step))
+        e = torch.zeros(k.numel(), d, dtype=torch.float64)
+        e[torch.arange(k.numel()), k] = 1.0
+        acc += (frame.coef(e) ** 2).sum(0)
+    return acc / n_frame
+
+
 class HaarFrame(Frame):
     """Dense Haar-random frame: ``Q`` = the ``Q`` factor of an ``N × d`` Gaussian matrix."""
 
@@ -195,7 +329,8 @@ class HaarFrame(Frame):
         return (self.q64**2).sum(1)
 
 
-FRAME_KINDS = {"hadamard": HadamardFrame, "haar": HaarFrame}
+FRAME_KINDS = {"hadamard": HadamardFrame, "hadamard2": HadamardStackFrame, "hadamard3": HadamardStack3Frame,
+               "haar": HaarFrame}
 
 
 def make_frame(kind: str, d: int, rho: float = DEFAULT_RHO, seed: int = 0, device: torch.device | str = "cpu") -> Frame:
