@@ -1,6 +1,6 @@
 """One-stage vs stacked randomized Hadamard frames: worst Kashin levels, sparse and flat inputs, cost.
 
-Run: ``PYTHONPATH=. python benchmarks/frame_stack.py [--quick]``; writes ``frame_stack_results.json``.
+Run: ``PYTHONPATH=. python benchmarks/frame_stack.py [--quick]``; writes ``benchmarks/results/frame_stack/frame_stack.json``.
 All levels in units ``||x|| / sqrt(N)`` (scaled coefficients), as in :mod:`sstq_fl.bench.kashin`.
 """
 
@@ -133,7 +133,7 @@ def timing(d: int, rows: int, reps: int) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="frame_stack_results.json")
+    ap.add_argument("--out", default="benchmarks/results/frame_stack/frame_stack.json")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--part", choices=["small", "large", "timing", "all"], default="all")
     ap.add_argument("--seeds", type=int, nargs="*", help="frame seeds for --part large (merged into --out)")

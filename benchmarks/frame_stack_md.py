@@ -1,8 +1,8 @@
-"""Markdown summary of ``frame_stack_results.json`` (``benchmarks/frame_stack.py``) -> ``frame_stack_results.md``."""
+"""Markdown summary of ``benchmarks/results/frame_stack/frame_stack.json`` -> ``frame_stack.md`` beside it."""
 
 import json
 
-r = json.load(open("frame_stack_results.json"))
+r = json.load(open("benchmarks/results/frame_stack/frame_stack.json"))
 L = ["# One-stage vs stacked randomized Hadamard frames (`benchmarks/frame_stack.py`)\n"]
 L.append(
     "Levels in units ||x||/sqrt(N); public level of the default `linf` Kashin method 1.9. d = 100: N = 256 (redundancy 2.56), "
@@ -82,7 +82,7 @@ L.append(
     f"\nOne-off `row_sq_norms()` of `hadamard2` at this size (d analyses, cached per (d, N, seed)): "
     f"{t['hadamard2_row_sq_norms_build_seconds']:.0f} s.\n"
 )
-open("frame_stack_results.md", "w").write("\n".join(L) + "\n")
+open("benchmarks/results/frame_stack/frame_stack.md", "w").write("\n".join(L) + "\n")
 NOTES = """
 ## Notes
 
@@ -96,4 +96,4 @@ NOTES = """
   in float64 or float32. On the one-stage frame the old flats need 2.83-4.00 and are clipped.
 - No provable bound: the numbers are lower bounds on K* from a local search; K* of the stacked frames is not bounded above here.
 """
-open("frame_stack_results.md", "a").write(NOTES)
+open("benchmarks/results/frame_stack/frame_stack.md", "a").write(NOTES)

@@ -15,7 +15,7 @@ partial-Hadamard transform needs no normalisation pass over ``N``-length rows.
   permutations between them, ``Q = M[:, S]``, ``M = (H D_L/√N) P_{L−1} ⋯ P_1 (H D_1/√N)``; still
   ``O(L N log N)`` per product.  It breaks the Walsh structure of the column set (no affine subspace
   of Walsh indices spans part of its range), the mechanism behind the one-stage frame's large worst
-  level; no dimension-free guarantee is proved for it either (measured in ``frame_stack_results.md``).
+  level; no dimension-free guarantee is proved for it either (measured in ``benchmarks/results/frame_stack/frame_stack.md``).
 - :class:`HaarFrame` — a dense Haar-random ``N × d`` matrix with orthonormal columns, for
   small ``d``; its Kashin level is provably dimension-free (Lyubarskii & Vershynin, "Uncertainty
   principles and vector quantization", IEEE Trans. Inf. Theory 56(7), 2010: random orthogonal
@@ -329,8 +329,8 @@ class HaarFrame(Frame):
         return (self.q64**2).sum(1)
 
 
-FRAME_KINDS = {"hadamard": HadamardFrame, "hadamard2": HadamardStackFrame, "hadamard3": HadamardStack3Frame,
-               "haar": HaarFrame}
+FRAME_KINDS: dict[str, type[HadamardFrame] | type[HadamardStackFrame] | type[HaarFrame]] = {
+    "hadamard": HadamardFrame, "hadamard2": HadamardStackFrame, "hadamard3": HadamardStack3Frame, "haar": HaarFrame}
 
 
 def make_frame(kind: str, d: int, rho: float = DEFAULT_RHO, seed: int = 0, device: torch.device | str = "cpu") -> Frame:
