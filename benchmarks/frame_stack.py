@@ -21,6 +21,7 @@ from sstq_fl.bench.kashin import certified_level, flat_vector, natural_inputs, s
 from sstq_fl.encoders.maths.frames import HadamardFrame, frame_size, make_frame
 from sstq_fl.encoders.maths.kashin import LINF_LEVEL, KashinConfig, kashin
 from sstq_fl.encoders.maths.linf_min import linf_min
+from sstq_fl.io import atomic_write_json, run_meta
 
 KINDS = ["hadamard", "hadamard2", "hadamard3", "haar"]  # haar: dense reference (no fast transform)
 FAST = KINDS[:3]
@@ -158,9 +159,8 @@ def main() -> None:
         res["d2000"] = new
     if a.part in ("timing", "all"):
         res["timing"] = timing(25450, 4, 5 if q else 21)
-    res["meta"] = {"torch": torch.__version__, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
-    with open(a.out, "w") as f:
-        json.dump(res, f, indent=1)
+    res["meta"] = run_meta()
+    atomic_write_json(a.out, res)
 
 
 if __name__ == "__main__":
