@@ -127,10 +127,7 @@ class HadamardFrame(Frame):
     def synth_(self, s: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         s = s.contiguous()
         fwht_(s)
-        if out is None:
-            out = torch.empty(s.shape[0], self.d, dtype=s.dtype, device=s.device)
-        torch.index_select(s, 1, self.cols, out=out)
-        return out.mul_(self.col_signs.to(s.dtype) / self.N)
+        return _signed_columns(s, self.cols, self.col_signs, self.N, out)
 
     def rows(self, idx: torch.Tensor) -> torch.Tensor:
         # H[j, c] = (-1)^popcount(j & c); Q[j, k] = H[j, S_k] D_{S_k} / √N
@@ -141,6 +138,15 @@ class HadamardFrame(Frame):
 
     def row_sq_norms(self) -> torch.Tensor:
         return torch.full((self.N,), self.d / self.N, dtype=torch.float64)
+
+
+def _signed_columns(s: torch.Tensor, cols: torch.Tensor, col_signs: torch.Tensor, n_frame: int,
+                    out: torch.Tensor | None) -> torch.Tensor:
+    """The last step of a Hadamard synthesis: ``s[:, S] · D_S / N`` into ``out`` (``[n, d]``, made if ``None``)."""
+    if out is None:
+        out = torch.empty(s.shape[0], cols.numel(), dtype=s.dtype, device=s.device)
+    torch.index_select(s, 1, cols, out=out)
+    return out.mul_(col_signs.to(s.dtype) / n_frame)
 
 
 def _parity(v: torch.Tensor) -> torch.Tensor:
@@ -218,10 +224,7 @@ class HadamardStackFrame(Frame):
             torch.index_select(s, 1, inv, out=tmp)
             s.copy_(tmp)
             fwht_(s)
-        if out is None:
-            out = torch.empty(s.shape[0], self.d, dtype=s.dtype, device=s.device)
-        torch.index_select(s, 1, self.cols, out=out)
-        return out.mul_(self.col_signs.to(s.dtype) / self.N)
+        return _signed_columns(s, self.cols, self.col_signs, self.N, out)
 
     def rows(self, idx: torch.Tensor) -> torch.Tensor:
         """``Q[idx]`` exactly (float64): ``Q_j = Qᵀ e_j``, one synthesis per distinct index."""
