@@ -13,6 +13,7 @@ from sstq_fl.privacy.events import (
     PureDpEvent,
     RandomizedResponseEvent,
     SelfComposedEvent,
+    ShuffledLdpEvent,
 )
 
 ALL = [
@@ -20,7 +21,7 @@ ALL = [
     RandomizedResponseEvent.flat(3.0, 16), GaussianEvent(1.1), LaplaceEvent(2.0),
     PoissonSampledEvent(0.01, GaussianEvent(0.8)), SelfComposedEvent(PureDpEvent(0.1), 10),
     ComposedEvent((GaussianEvent(1.0), PoissonSampledEvent(0.5, PureDpEvent(1.0)))), NonPrivateEvent(), PublicDataEvent("x"),
-    ApproxDpEvent(1.0, 1e-6), ApproxDpEvent(0.0, 1e-3, "add_or_remove_one"),
+    ApproxDpEvent(1.0, 1e-6), ApproxDpEvent(0.0, 1e-3, "add_or_remove_one"), ShuffledLdpEvent(2.0, 300),
 ]
 
 
@@ -58,7 +59,7 @@ def test_unknown_kind_refused():
 
 
 BUILT_IN_KINDS = ["approx_dp", "composed", "exponential_mechanism", "gaussian", "laplace", "non_private",
-                  "poisson_sampled", "public", "pure_dp", "randomized_response", "self_composed"]
+                  "poisson_sampled", "public", "pure_dp", "randomized_response", "self_composed", "shuffled_ldp"]
 
 
 @pytest.fixture
