@@ -27,6 +27,7 @@ The central ledger of either is written with its assumption to ``transcript_cent
 from __future__ import annotations
 
 import secrets
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ CURATOR_THREAT = ("central, curator trusted: the clients' clipped updates reach 
 TRANSCRIPT = "transcript_central.jsonl"
 
 
-class TrustedStage:
+class TrustedStage(ABC):
     """A trusted party between the clients and the decoder, with the ledger of the guarantee it gives."""
 
     threat_model = ""
@@ -66,8 +67,9 @@ class TrustedStage:
         """The decoded mean of ``n`` messages as released (default: unchanged)."""
         return mean
 
+    @abstractmethod
     def event(self, messages: int) -> PrivacyEvent:
-        raise NotImplementedError
+        """The privacy event of one round in which ``messages`` messages reached the stage."""
 
     def charge(self, messages: int, round: int) -> None:
         """One round in which ``messages`` messages reached the stage (none charges nothing)."""
