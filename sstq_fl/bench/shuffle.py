@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ..io import atomic_write_json, run_meta
-from ..privacy.events import PureDpEvent
 from ..privacy.ldp import shuffled_epsilon
-from ..privacy.ledger import PrivacyLedger
+from ..privacy.pure_composition import pure_composition_epsilon
 from ..privacy.shuffle import fmt21_closed_form, fmt21_pair, pair_pld
 from ..progress import progress
 
@@ -35,13 +34,6 @@ def central_epsilon(epsilon0: float, messages: int, rounds: int, delta: float) -
     """Central ε of ``rounds`` rounds of ``messages`` shuffled ``epsilon0``-LDP messages (never above the
     local ε: the shuffled messages are a post-processing of the identified ones)."""
     return shuffled_epsilon(epsilon0, messages, rounds, delta, GRID)
-
-
-def local_epsilon(epsilon0: float, rounds: int, delta: float) -> float:
-    """ε against the server of ``rounds`` ``epsilon0``-LDP messages (exact pure composition)."""
-    led = PrivacyLedger("replace_one", GRID)
-    led.record(PureDpEvent(epsilon0), rounds)
-    return led.epsilon(delta)
 
 
 def per_round_rows(delta: float, epsilons0: tuple[float, ...], messages: tuple[int, ...]) -> list[dict[str, Any]]:
@@ -59,7 +51,7 @@ def per_round_rows(delta: float, epsilons0: tuple[float, ...], messages: tuple[i
 def rounds_rows(delta: float, rounds: int, epsilons0: tuple[float, ...], messages: tuple[int, ...]) -> list[dict[str, Any]]:
     rows = []
     for e0 in epsilons0:
-        local = local_epsilon(e0, rounds, delta)
+        local = pure_composition_epsilon(e0, rounds, delta)  # against the server
         rows += [{"epsilon0": e0, "messages": n, "rounds": rounds, "local": local,
                   "central": central_epsilon(e0, n, rounds, delta)} for n in messages]
     return rows
@@ -83,13 +75,10 @@ def e3_rows(final_csv: Path, delta: float, rounds: int, messages: int) -> list[d
     central one as its runs' shuffler ledgers reported it (a sweep run with ``trust = "shuffler"``), else as
     planned for ``messages`` shuffled messages a round."""
     out: list[dict[str, Any]] = []
-    cache: dict[float, float] = {}
     for r in read_final(final_csv):
         e0 = float(r["epsilon"])
-        if r.get("epsilon_central_mean"):
-            central = float(r["epsilon_central_mean"])
-        else:
-            central = cache[e0] = cache.get(e0) or central_epsilon(e0, messages, rounds, delta)
+        central = (float(r["epsilon_central_mean"]) if r.get("epsilon_central_mean")
+                   else central_epsilon(e0, messages, rounds, delta))
         out.append({"encoder": r["encoder_spec"], "epsilon0": e0, **accuracy(r), "local": float(r["epsilon_spent_mean"]),
                     "central": central, "messages": messages})
     return out

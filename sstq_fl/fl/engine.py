@@ -61,7 +61,7 @@ from .partition import client_coins, encoder_seeds, minibatches, participates
 from .partitioners import partition_for
 from .tasks import LeastSquaresTask, Task, make_task
 from .trust import TRANSCRIPT as CENTRAL_TRANSCRIPT
-from .trust import Shuffler, trusted_stage
+from .trust import trusted_stage
 
 log = logging.getLogger("sstq_fl.fl")
 
@@ -230,7 +230,7 @@ class Trainer:
         rec: dict[str, Any] = {"round": t, "clients": int(n_sent), "dropped": list(dropped)}
         if len(ids):
             got = decode_mean(self.enc, blobs, t, cfg.server_cap, st.theta.dtype)
-            shuffled = isinstance(self.trusted, Shuffler)
+            shuffled = self.trusted is not None and self.trusted.hides_senders
             rec["dropped"] += [{"shuffled_message": int(i), "reason": why} if shuffled else
                                {"client": int(ids[i]), "reason": why} for i, why in got.rejected]
             rec["bits_per_client"] = self.enc.payload_bits()

@@ -38,8 +38,8 @@ from .. import rng
 from ..encoders.clean import NORM_TOLERANCE
 from ..privacy.calibration import calibrate_noise_multiplier
 from ..privacy.events import GaussianEvent, PrivacyEvent, ShuffledLdpEvent
+from ..privacy.ldp import capped_central_epsilon
 from ..privacy.ledger import PrivacyLedger
-from ..privacy.pure_composition import pure_composition_epsilon
 
 TRUSTS = ("server", "shuffler", "curator")
 SHUFFLER_THREAT = ("central, shuffler trusted: the analyst sees each round's messages in random order without sender "
@@ -53,6 +53,7 @@ class TrustedStage(ABC):
     """A trusted party between the clients and the decoder, with the ledger of the guarantee it gives."""
 
     threat_model = ""
+    hides_senders = False  # whether the decoder learns which client sent which message
 
     def __init__(self, seed: int, randomness: str, run_id: str):
         self.seed, self.randomness = seed, randomness
@@ -102,6 +103,7 @@ class Shuffler(TrustedStage):
     """The shuffle stage for a run of ``epsilon0``-LDP messages."""
 
     threat_model = SHUFFLER_THREAT
+    hides_senders = True
 
     def __init__(self, epsilon0: float | None, seed: int, randomness: str, run_id: str):
         if epsilon0 is None:
@@ -125,8 +127,7 @@ class Shuffler(TrustedStage):
 
     def epsilon(self, delta: float) -> float:
         """The central ε at ``δ``, capped by the local ε of a client in every round so far."""
-        local = pure_composition_epsilon(self.epsilon0, self.rounds, delta) if self.rounds else 0.0
-        return min(super().epsilon(delta), local)
+        return capped_central_epsilon(self.ledger, self.epsilon0, self.rounds, delta)
 
 
 class Curator(TrustedStage):

@@ -118,8 +118,15 @@ def shuffled_epsilon(epsilon: float, messages: int, rounds: int, delta: float, d
     overflows to ``inf`` near ε ≈ 700, where the local figure is the answer)."""
     led = PrivacyLedger("replace_one", discretization)
     led.record(ShuffledLdpEvent(epsilon, messages), rounds)
+    return capped_central_epsilon(led, epsilon, rounds, delta)
+
+
+def capped_central_epsilon(ledger: PrivacyLedger, epsilon: float, rounds: int, delta: float) -> float:
+    """``ledger``'s ε at ``δ`` (its shuffled rounds), capped by the local ε of ``rounds`` ε-LDP messages."""
+    if not rounds:
+        return 0.0
     with np.errstate(over="ignore"):
-        central = led.epsilon(delta)
+        central = ledger.epsilon(delta)
     return min(central, pure_composition_epsilon(epsilon, rounds, delta))
 
 
