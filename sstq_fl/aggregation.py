@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from . import wire
+from .stages import stage
 from .encoders import Encoder
 from .privacy.ledger import PrivacyLedger
 
@@ -52,9 +53,11 @@ def decode_mean(enc: Encoder, blobs: Sequence[bytes], round: int, cap: float | N
     ones with :meth:`Encoder.aggregate` in ``dtype`` and cap the mean's norm at ``cap``."""
     if not len(blobs):
         return DecodedRound(None)
-    got, rejected = wire.unpack_lenient(enc, blobs, round=round)
+    with stage("unpack"):
+        got, rejected = wire.unpack_lenient(enc, blobs, round=round)
     size = float(np.mean([len(b) for b in blobs]))
-    mean = cap_norm(enc.aggregate(got).to(dtype), cap) if got.n else None
+    with stage("aggregate"):
+        mean = cap_norm(enc.aggregate(got).to(dtype), cap) if got.n else None
     return DecodedRound(mean, rejected, got.n, size)
 
 

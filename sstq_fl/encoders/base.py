@@ -28,6 +28,7 @@ from .. import rng
 from ..privacy.events import NonPrivateEvent, PrivacyEvent, PureDpEvent
 from ..registry import PluginWarning as PluginWarning
 from ..registry import Registry
+from ..stages import stage
 from . import formula
 
 ENTRY_POINT_GROUP = "sstq_fl.encoders"
@@ -175,8 +176,10 @@ class Encoder(ABC):
         depend on the input (same messages); default on for secure keys (:func:`sstq_fl.rng.is_keys`),
         off for reproducible seeds.  Encoders without such loops ignore it.
         """
-        x = self.preprocess(x)
-        return self._encode(x, rng.as_seeds(seeds, x.shape[0]), coins)
+        with stage("clip"):
+            x = self.preprocess(x)
+        with stage("encode"):
+            return self._encode(x, rng.as_seeds(seeds, x.shape[0]), coins)
 
     def preprocess(self, x: torch.Tensor) -> torch.Tensor:
         """Validate the input and project it onto the public ball of radius ``R``."""
@@ -208,8 +211,10 @@ class Encoder(ABC):
     def aggregate(self, msgs: Messages, coins: Any = None) -> torch.Tensor:
         """Mean of the decoded messages."""
         acc = self.accumulator()
-        acc.add(msgs, coins)
-        return acc.result()
+        with stage("decode"):
+            acc.add(msgs, coins)
+        with stage("aggregate"):
+            return acc.result()
 
 
 class Accumulator:

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from .. import rng
+from ..stages import stage
 from .base import Encoder, Messages, Param
 from .maths.frames import Frame, make_frame
 from .maths.kashin import LINF_LEVEL, METHODS, KashinConfig, kashin
@@ -75,9 +76,11 @@ class FramedEncoder(Encoder):
     def encode(self, x: torch.Tensor, seeds: Any, coins: Any = None, constant_time: bool | None = None) -> Messages:
         """:meth:`Encoder.encode`; with ``constant_time`` (default: for secure keys) the Kashin step runs its
         public iteration cap on every row (:func:`~sstq_fl.encoders.maths.kashin.kashin`, ``fixed``)."""
-        x = self.preprocess(x)
+        with stage("clip"):
+            x = self.preprocess(x)
         s = rng.as_seeds(seeds, x.shape[0])
-        return self._encode(x, s, coins, rng.is_keys(s) if constant_time is None else constant_time)
+        with stage("encode"):
+            return self._encode(x, s, coins, rng.is_keys(s) if constant_time is None else constant_time)
 
     @abstractmethod
     def _encode(self, x: torch.Tensor, seeds: np.ndarray, coins: Any, fixed: bool = False) -> Messages: ...
@@ -85,7 +88,8 @@ class FramedEncoder(Encoder):
     def coefficients(self, x: torch.Tensor, idx: torch.Tensor, fixed: bool = False) -> tuple[torch.Tensor, dict[str, float]]:
         """Kashin coefficients of ``x`` at ``idx`` in scaled units, clipped to ``[-B, B]`` (``fixed``: on the
         public iteration schedule, in input-independent time)."""
-        res = kashin(self.frame, x, self.kashin_cfg, idx, fixed)
+        with stage("kashin"):
+            res = kashin(self.frame, x, self.kashin_cfg, idx, fixed)
         s = res.coeffs.double()
         over = s.abs() > self.bound
         stats = {"clipped": float(over.sum()), "kashin_passes_mean": float(res.passes.double().mean()),

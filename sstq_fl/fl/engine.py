@@ -55,6 +55,7 @@ from ..privacy.ldp import ldp_plan_report
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.replay import transcript_binding
 from ..rng import REPRODUCIBLE_WARNING
+from ..stages import stage
 from .checkpoint import finished_run, read_checkpoint, remove_checkpoints
 from .config import RunConfig
 from .partition import client_coins, encoder_seeds, minibatches, participates
@@ -149,10 +150,13 @@ class ClientData:
         in secure mode, else from ``(seed, t, client)``) and how many were non-finite (replaced by
         the public null input ``0``)."""
         cfg, d = self.cfg, self.task.data
-        idx = minibatches([self.shards[c] for c in ids], cfg.batch, cfg.seed, t, ids, keys=keys)
-        grads = self.task.client_grads(theta, d.x_train[idx], d.y_train[idx]).detach()
-        bad = ~torch.isfinite(grads).all(1)
-        grads[bad] = 0.0
+        with stage("gather"):
+            idx = minibatches([self.shards[c] for c in ids], cfg.batch, cfg.seed, t, ids, keys=keys)
+            xb, yb = d.x_train[idx], d.y_train[idx]
+        with stage("gradients"):
+            grads = self.task.client_grads(theta, xb, yb).detach()
+            bad = ~torch.isfinite(grads).all(1)
+            grads[bad] = 0.0
         return grads, int(bad.sum())
 
     def messages(self, enc: Encoder, theta: torch.Tensor, t: int, ids: np.ndarray) -> tuple[list[bytes], dict[str, float]]:
@@ -170,7 +174,8 @@ class ClientData:
         grads, bad = self.gradients(theta, t, ids, keys)
         msgs = enc.encode(grads, encoder_seeds(cfg.seed, t, ids) if keys is None else keys)
         stats = {**msgs.stats, "nonfinite_gradients": float(bad)} if cfg.diagnostics else {}
-        return wire.pack(enc, msgs, round=t), stats
+        with stage("wire"):
+            return wire.pack(enc, msgs, round=t), stats
 
 
 class Trainer:
@@ -239,13 +244,17 @@ class Trainer:
                 rec["encode_stats"] = stats
             mean = got.mean if self.trusted is None else self.trusted.noisy(got.mean, got.accepted, t)
             if mean is not None:
-                st.theta = st.theta - cfg.lr * mean
+                with stage("aggregate"):
+                    st.theta = st.theta - cfg.lr * mean
             st.joins[ids] += 1
-            charge_joins(self.ledger, self.enc, st.joins, t)
+            with stage("ledger"):
+                charge_joins(self.ledger, self.enc, st.joins, t)
         else:
             rec["bits_per_client"] = 0
-        self.evaluate_into(st, rec)
-        rec["epsilon_spent"] = self.ledger.epsilon(cfg.delta)
+        with stage("evaluate"):
+            self.evaluate_into(st, rec)
+        with stage("ledger"):
+            rec["epsilon_spent"] = self.ledger.epsilon(cfg.delta)
         if self.trusted is not None:
             rec["messages_central"] = len(blobs)
             self.trusted.charge(len(blobs), t)

@@ -40,6 +40,9 @@ from ...checks import check_array
 from .fwht import fwht_
 
 DEFAULT_RHO = 2.5
+CACHE_BYTES = 1 << 21
+"""Bytes of one ``[rows, N]`` buffer of a chunk of Kashin rows on a Hadamard frame (:meth:`Frame.row_chunk`):
+an iteration touches three, which then stay in a core's share of a last-level cache."""
 
 
 def frame_size(d: int, rho: float = DEFAULT_RHO) -> int:
@@ -89,6 +92,29 @@ class Frame(ABC):
     def max_row_norm(self) -> float:
         return float(self.row_sq_norms().max().sqrt())
 
+    def row_chunk(self, dtype: torch.dtype) -> int | None:
+        """Rows the Kashin iterations take at a time (``None``: all rows at once).  Every operation of a
+        structured frame is row-wise, so chunking changes only where the working set lives (in cache)."""
+        return None
+
+    def gram_(self, e: torch.Tensor, wr: torch.Tensor) -> torch.Tensor:
+        """In place, ``e ← Q Qᵀ e`` (``[n, N]``; the projection onto the frame's range); ``wr``
+        (``[≥ n, d]``) is a workspace."""
+        return self.coef(self.synth_(e, wr[: e.shape[0]]), e)
+
+    def target(self, u: torch.Tensor) -> torch.Tensor:
+        """The data of the affine set ``{s : Qᵀ s = √N u}`` in the form :meth:`affine_` takes (here ``u`` itself)."""
+        return u
+
+    def affine_(self, w: torch.Tensor, target: torch.Tensor, ws: torch.Tensor, wr: torch.Tensor) -> torch.Tensor:
+        """In place, the projection of ``w`` (``[n, N]``) onto ``{s : Qᵀ s = √N u}``, ``target`` =
+        :meth:`target` of ``u``: ``w + √N Q (u − Qᵀ w/√N)`` (exact because ``QᵀQ = I``).  ``ws`` (``[≥ n, N]``)
+        and ``wr`` (``[≥ n, d]``) are workspaces."""
+        n = w.shape[0]
+        r = self.synth_(ws[:n].copy_(w), wr[:n])
+        torch.sub(target, r, out=r)
+        return w.add_(self.coef(r, ws[:n]))
+
     def describe(self) -> dict[str, object]:
         return {"kind": self.kind, "d": self.d, "N": self.N, "seed": self.seed}
 
@@ -111,6 +137,7 @@ class HadamardFrame(Frame):
         self.col_signs = torch.from_numpy(signs[cols]).to(self.device)
         self._signs64 = torch.from_numpy(signs[cols].astype(np.float64))
         self._cols_np = cols
+        self._masks: dict[tuple[torch.dtype, float], torch.Tensor] = {}
 
     def to(self, device: torch.device | str) -> HadamardFrame:
         if torch.device(device) == self.device:
@@ -121,13 +148,45 @@ class HadamardFrame(Frame):
         if out is None:
             out = torch.empty(r.shape[0], self.N, dtype=r.dtype, device=r.device)
         out.zero_()
-        out.index_copy_(1, self.cols, r * self.col_signs.to(r.dtype))
+        out.scatter_(1, self.cols.expand(r.shape[0], -1), r * self.col_signs.to(r.dtype))  # faster than index_copy_
         return fwht_(out)
 
     def synth_(self, s: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         s = s.contiguous()
         fwht_(s)
         return _signed_columns(s, self.cols, self.col_signs, self.N, out)
+
+    def row_chunk(self, dtype: torch.dtype) -> int | None:
+        """Rows whose ``[rows, N]`` buffer is :data:`CACHE_BYTES`: the few buffers of an iteration stay in cache."""
+        return max(1, CACHE_BYTES // (self.N * torch.empty((), dtype=dtype).element_size()))
+
+    def gram_(self, e: torch.Tensor, wr: torch.Tensor) -> torch.Tensor:
+        """``Q Qᵀ e = H (1_S ⊙ H e) / N``: the column signs cancel, and selecting ``S`` then scattering it back
+        is a product with ``1_S / N`` (exact: ``N`` is a power of two).  The same values as the generic
+        synthesis-then-analysis, in two FWHTs and one pass."""
+        fwht_(e)
+        e.mul_(self._mask(e.dtype, 1.0 / self.N))
+        return fwht_(e)
+
+    def target(self, u: torch.Tensor) -> torch.Tensor:
+        """``u`` signed and scattered to the columns ``S`` (``[n, N]``): ``√N Q u`` before its FWHT."""
+        t = torch.zeros(u.shape[0], self.N, dtype=u.dtype, device=u.device)
+        return t.scatter_(1, self.cols.expand(u.shape[0], -1), u * self.col_signs.to(u.dtype))
+
+    def affine_(self, w: torch.Tensor, target: torch.Tensor, ws: torch.Tensor, wr: torch.Tensor) -> torch.Tensor:
+        """``w + H (target − 1_S ⊙ H w / N)``: the generic projection's values (signs are ±1 and ``N`` a power
+        of two, so every product is exact and the one subtraction rounds as before), in two FWHTs and two passes."""
+        t = fwht_(ws[: w.shape[0]].copy_(w))
+        torch.addcmul(target, t, self._mask(w.dtype, -1.0 / self.N), out=t)
+        return w.add_(fwht_(t))
+
+    def _mask(self, dtype: torch.dtype, value: float) -> torch.Tensor:
+        """``value · 1_S`` (``[N]``, cached per dtype and value)."""
+        key = (dtype, value)
+        if key not in self._masks:
+            m = torch.zeros(self.N, dtype=dtype, device=self.device)
+            self._masks[key] = m.index_fill_(0, self.cols, value)
+        return self._masks[key]
 
     def rows(self, idx: torch.Tensor) -> torch.Tensor:
         # H[j, c] = (-1)^popcount(j & c); Q[j, k] = H[j, S_k] D_{S_k} / √N

@@ -73,7 +73,7 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -137,6 +137,11 @@ class KashinConfig:
         return self.level >= LINF_LEVEL * (1.0 - 1e-9)
 
 
+def astuple_shallow(res: KashinResult) -> tuple[torch.Tensor, ...]:
+    """A result's tensors in field order (``dataclasses.astuple`` would deep-copy them)."""
+    return tuple(getattr(res, f.name) for f in fields(res))
+
+
 @dataclass
 class KashinResult:
     """Scaled coefficients ``s = √N a`` (``[n, N]``, or ``[n, k]`` at requested indices)."""
@@ -161,6 +166,11 @@ def kashin(frame: Frame, x: torch.Tensor, cfg: KashinConfig, idx: torch.Tensor |
     """
     if x.dim() != 2 or x.shape[1] != frame.d:
         raise ValueError(f"x must be [clients, {frame.d}], got {tuple(x.shape)}")
+    chunk = frame.row_chunk(x.dtype)
+    if chunk is not None and x.shape[0] > chunk:
+        parts = [kashin(frame, x[a:a + chunk], cfg, None if idx is None else idx[a:a + chunk], fixed)
+                 for a in range(0, x.shape[0], chunk)]
+        return KashinResult(*(torch.cat(f) for f in zip(*(astuple_shallow(r) for r in parts), strict=True)))
     if fixed:
         return _kashin_fixed(frame, x, cfg, idx)
     if cfg.method == "linf":
@@ -315,16 +325,6 @@ LINF_DR_RATIO = 0.97
 """The Douglas–Rachford phase aims at the box ``‖s‖_∞ ≤ 0.97 K`` (inside the public ``K``)."""
 
 
-def _project(frame: Frame, u: torch.Tensor, w: torch.Tensor, ws: torch.Tensor, wr: torch.Tensor) -> torch.Tensor:
-    """In place, the projection of ``w`` onto the affine set ``{s : Qᵀ s = √N u}``:
-    ``w + √N Q (u − Qᵀ w/√N)`` (exact because ``QᵀQ = I``; the result reconstructs ``u`` to
-    float precision).  ``ws`` (``[n, N]``) and ``wr`` (``[n, d]``) are workspaces."""
-    n = w.shape[0]
-    r = frame.synth_(ws[:n].copy_(w), wr[:n])
-    torch.sub(u, r, out=r)
-    return w.add_(frame.coef(r, ws[:n]))
-
-
 def _linf_fast(frame: Frame, x: torch.Tensor, cfg: KashinConfig, idx: torch.Tensor | None = None) -> KashinResult:
     """Exact representation with ``‖s‖_∞ ≤ K ‖x‖`` (``K = cfg.linf_level``), row by row.
 
@@ -353,11 +353,16 @@ def _linf_fast(frame: Frame, x: torch.Tensor, cfg: KashinConfig, idx: torch.Tens
     for it in range(min(LINF_WARMUP, cfg.linf_iters) + 1):
         ok = _sup(s) <= stop
         leave = ok | (it == cfg.linf_iters)
+        if bool(leave.all()):  # the usual end: no row selection (boolean indexing costs more than an iteration)
+            out[rows] = _pick(s, None if idx is None else idx[rows])
+            conv[rows] = ok
+            rows = rows[:0]
+            break
         if bool(leave.any()):
             _leave(out, rows, s, leave, idx)
-        conv[rows[leave]] = ok[leave]
-        rows, u, s = rows[~leave], u[~leave], (s[~leave] if bool(leave.any()) else s)
-        if not rows.numel() or it == LINF_WARMUP:
+            conv[rows[leave]] = ok[leave]
+            rows, u, s = rows[~leave], u[~leave], s[~leave]
+        if it == LINF_WARMUP:
             break
         _warm_step(frame, s, ws, wr)
         passes[rows] += 1
@@ -388,7 +393,7 @@ def _warm_step(frame: Frame, s: torch.Tensor, ws: torch.Tensor, wr: torch.Tensor
     n = s.shape[0]
     e = torch._C._nn.softshrink(s, LINF_WARM_TARGET, out=ws[:n])  # type: ignore[call-arg]
     s.sub_(e, alpha=LINF_WARM_RELAX)
-    s.add_(frame.coef(frame.synth_(e, wr[:n]), ws[:n]), alpha=LINF_WARM_RELAX)
+    s.add_(frame.gram_(e, wr), alpha=LINF_WARM_RELAX)
 
 
 def _douglas_rachford(frame: Frame, u: torch.Tensor, s: torch.Tensor, cfg: KashinConfig, rows: torch.Tensor,
@@ -399,10 +404,10 @@ def _douglas_rachford(frame: Frame, u: torch.Tensor, s: torch.Tensor, cfg: Kashi
     box, stop = LINF_DR_RATIO * cfg.linf_level, cfg.linf_level * (1.0 - 1e-5)
     z, best = s.clone(), s.clone()
     best_lvl = _sup(s)
-    ws, wr = torch.empty_like(s), torch.empty_like(u)
+    ws, wr, tgt = torch.empty_like(s), torch.empty_like(u), frame.target(u)
     for it in range(LINF_WARMUP, cfg.linf_iters):
         p = z.clamp(-box, box)
-        s = _project(frame, u, torch.add(p, p, out=s).sub_(z), ws, wr)
+        s = frame.affine_(torch.add(p, p, out=s).sub_(z), tgt, ws, wr)
         z.add_(s).sub_(p)
         passes[rows] += 1
         lvl = _sup(s)
@@ -417,6 +422,7 @@ def _douglas_rachford(frame: Frame, u: torch.Tensor, s: torch.Tensor, cfg: Kashi
             conv[rows[leave]] = ok[leave]
             keep = ~leave
             rows, u, s, z, best, best_lvl = rows[keep], u[keep], s[keep], z[keep], best[keep], best_lvl[keep]
+            tgt = tgt[keep]
             ws, wr = ws[: rows.numel()], wr[: rows.numel()]
             if not rows.numel():
                 return
@@ -519,10 +525,10 @@ def _douglas_rachford_fixed(frame: Frame, u: torch.Tensor, s: torch.Tensor, cfg:
     box, stop = LINF_DR_RATIO * cfg.linf_level, cfg.linf_level * (1.0 - 1e-5)
     z, best = s.clone(), s.clone()
     best_lvl = _sup(s)
-    ws, wr = torch.empty_like(s), torch.empty_like(u)
+    ws, wr, tgt = torch.empty_like(s), torch.empty_like(u), frame.target(u)
     for _ in range(LINF_WARMUP, cfg.linf_iters):
         p = z.clamp(-box, box)
-        s = _project(frame, u, torch.add(p, p, out=s).sub_(z), ws, wr)
+        s = frame.affine_(torch.add(p, p, out=s).sub_(z), tgt, ws, wr)
         z.add_(s).sub_(p)
         passes += live.long()
         lvl = _sup(s)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from .frames import Frame
-from .kashin import _project, _sup
+from .kashin import _sup
 
 
 @dataclass
@@ -41,11 +41,11 @@ def linf_min(frame: Frame, x: torch.Tensor, iters: int = 1000, tau: float = 0.3,
     t = torch.full((x.shape[0],), tau * frame.N, dtype=u.dtype, device=u.device)
     best, level = z.clone(), _sup(z)
     lower, dual = torch.zeros_like(level), torch.zeros_like(u)
-    ws, wr = torch.empty_like(z), torch.empty_like(u)
+    ws, wr, tgt = torch.empty_like(z), torch.empty_like(u), frame.target(u)
     it = 0
     for it in range(1, iters + 1):
         p = z - _project_l1_ball(z, t)
-        s = _project(frame, u, 2.0 * p - z, ws, wr)
+        s = frame.affine_(2.0 * p - z, tgt, ws, wr)
         z.add_(s).sub_(p)
         lvl = _sup(s)
         better = lvl < level
