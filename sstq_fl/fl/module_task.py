@@ -1,10 +1,13 @@
 """Any ``torch.nn.Module`` as an engine task: the model's parameters are the flat vector θ.
 
 The forward pass is ``torch.func.functional_call`` with the parameters unflattened from θ, so one
-model serves every client, the server and every seed.  Per-client gradients of a round are one
-``vmap(grad(loss))`` over clients where the model allows it; a model whose training-mode forward
-mixes the records of a batch (batch normalisation) or that ``vmap`` cannot run is differentiated
-one client at a time, which gives the same gradients, with a one-line note naming the cause.
+model serves every client, the server and every seed.  Per-client gradients of a round come from
+the fastest of three paths that gives them, chosen once per task and logged with its reason:
+*grouped* (one forward and one backward over every client's records, :mod:`sstq_fl.fl.grouped`)
+where every parameter sits in a supported layer and the grouped gradients match ``vmap``'s on a
+probe batch; else one ``vmap(grad(loss))`` over clients; else (a model whose training-mode
+forward mixes the records of a batch, such as batch normalisation, or that ``vmap`` cannot run)
+one client at a time.  All three give the same gradients to float rounding.
 
 Buffers (batch-norm running statistics) are not part of θ and are not federated: every forward
 runs on a copy of the module's initial buffers, so the server, each engine and each Ray actor
@@ -20,6 +23,7 @@ from torch.func import functional_call, grad
 
 from .. import rng
 from ..errors import described
+from .grouped import grouped_reason, layer_grads, per_client_loss
 from .task_base import Dataset
 from .task_base import Task as EngineTask
 from .user_task import Task
@@ -27,6 +31,12 @@ from .user_task import Task
 log = logging.getLogger("sstq_fl.fl")
 EVAL_CHUNK = 1024
 """Records per forward pass in :meth:`ModuleTask.evaluate` (bounds its memory)."""
+GROUPED_RECORDS = 1 << 16
+"""Records per grouped forward/backward pass (whole clients; bounds the activations' memory)."""
+PROBE_CLIENTS, PROBE_RECORDS = 3, 2
+"""The probe batch on which grouped gradients must match ``vmap``'s before they are used."""
+PROBE_RTOL = 1e-4
+"""Largest ``max |grouped − vmap| / max |vmap|`` accepted on the probe (float32 rounding is ~1e-7)."""
 
 
 class ModuleTask(EngineTask):
@@ -50,9 +60,11 @@ class ModuleTask(EngineTask):
         (xtr, ytr), (xte, yte) = spec.train, spec.test
         self.data = Dataset(self._x(xtr), self._y(ytr), self._x(xte), self._y(yte))
         self.natural_ids = spec.natural_ids
-        self.loop_reason = batch_statistics_layer(self.module)
-        self._noted = False
         self.check_output()
+        self.slots = self.parameter_slots()
+        self.grad_method, self.grad_reason = self.pick_gradients()
+        log.info("task %s: per-client gradients %s%s", self.name, GRAD_METHODS[self.grad_method],
+                 f" ({self.grad_reason})" if self.grad_reason else "")
 
     def build(self, seed: int) -> torch.nn.Module:
         """The user's model, initialised by its own code under a seed derived from ``seed`` (the global
@@ -122,21 +134,75 @@ class ModuleTask(EngineTask):
         """The model's own initialisation under ``seed`` (the same θ for the same seed)."""
         return self.flat(self.build(seed))
 
+    def parameter_slots(self) -> dict[tuple[int, str], tuple[int, int]]:
+        """``(id(layer), parameter name) → (offset, size)`` in θ, for every layer's own parameters (a tied
+        parameter maps from each layer that holds it)."""
+        offsets, off = {}, 0
+        for name, n in zip(self.names, self.numels, strict=True):
+            offsets[name], off = (off, n), off + n
+        where = {id(p): offsets[n] for n, p in self.module.named_parameters()}
+        return {(id(m), k): where[id(p)] for m in self.module.modules() for k, p in m.named_parameters(recurse=False)}
+
+    def pick_gradients(self) -> tuple[str, str | None]:
+        """``(method, reason)``: ``grouped`` where :func:`~sstq_fl.fl.grouped.grouped_reason` finds no obstacle and
+        the grouped gradients match ``vmap``'s on a probe batch, else ``vmap`` (the reason grouping was refused),
+        else ``loop`` (why ``vmap`` cannot run)."""
+        loop = batch_statistics_layer(self.module)
+        if loop is not None:
+            return "loop", loop
+        theta = self.flat(self.module)
+        k = PROBE_CLIENTS * PROBE_RECORDS
+        xb = self.data.x_train[:k].reshape(PROBE_CLIENTS, -1, *self.data.x_train.shape[1:])
+        yb = self.data.y_train[:k].reshape(PROBE_CLIENTS, -1, *self.data.y_train.shape[1:])
+        try:
+            ref = EngineTask.client_grads(self, theta, xb, yb)
+        except Exception as exc:  # vmap cannot run this model (in-place ops, data-dependent control flow...)
+            return "loop", f"vmap failed ({described(exc)[:160]})"
+        why = grouped_reason(self.module) or self.grouped_mismatch(theta, xb, yb, ref)
+        return ("vmap", why) if why else ("grouped", None)
+
+    def grouped_mismatch(self, theta: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor, ref: torch.Tensor) -> str | None:
+        """Why the grouped gradients cannot stand in for ``ref`` (``vmap``'s on the probe), or ``None``."""
+        try:
+            got = self.grouped_grads(theta, xb, yb)
+        except Exception as exc:  # the model's forward does something the grouped pass cannot follow
+            return f"grouped gradients failed ({described(exc)[:160]})"
+        scale = float(ref.abs().max()) or 1.0
+        err = float((got - ref).abs().max()) / scale
+        return None if err <= PROBE_RTOL else f"grouped gradients differ from vmap's by {err:.1e} (relative) on a probe"
+
     def client_grads(self, theta: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        """Per-client gradients, batched over clients (``vmap``) unless the model needs one client at a time."""
-        if self.loop_reason is None:
-            try:
-                return super().client_grads(theta, xb, yb)
-            except Exception as exc:  # vmap cannot run this model (in-place ops, data-dependent control flow...)
-                self.loop_reason = f"vmap failed ({described(exc)[:160]})"
-        self.note()
+        """Per-client gradients ``[clients, d]`` by the task's method (:meth:`pick_gradients`)."""
+        if self.grad_method == "grouped":
+            step = max(1, GROUPED_RECORDS // max(1, xb.shape[1]))
+            return torch.cat([self.grouped_grads(theta, xb[a:a + step], yb[a:a + step])
+                              for a in range(0, xb.shape[0], step)])
+        if self.grad_method == "vmap":
+            return super().client_grads(theta, xb, yb)
         return torch.stack([grad(self.loss)(theta, x, y) for x, y in zip(xb, yb)])
 
-    def note(self) -> None:
-        """Log once per task why gradients are computed one client at a time."""
-        if not self._noted:
-            self._noted = True
-            log.info("task %s: %s: per-client gradients one client at a time", self.name, self.loop_reason)
+    def grouped_grads(self, theta: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        """Every client's gradient from one forward over all their records and one backward to the layers' outputs
+        (:mod:`sstq_fl.fl.grouped`)."""
+        clients = xb.shape[0]
+        seen: list[tuple[torch.nn.Module, torch.Tensor, torch.Tensor]] = []
+        hooks = [m.register_forward_hook(lambda mod, inp, out: seen.append((mod, inp[0], out)))
+                 for m in self.module.modules() if any(True for _ in m.parameters(recurse=False))]
+        try:
+            with torch.enable_grad():
+                out = self.forward(theta.detach().requires_grad_(), xb.reshape(-1, *xb.shape[2:]))
+                total = per_client_loss(self.loss_of, out, yb.reshape(-1, *yb.shape[2:]), clients)
+                gouts = torch.autograd.grad(total, [o for _, _, o in seen], allow_unused=True)
+        finally:
+            for h in hooks:
+                h.remove()
+        flat = torch.zeros(clients, self.dim, dtype=self.dtype, device=xb.device)
+        for (m, a, _), g in zip(seen, gouts, strict=True):
+            if g is not None:
+                for k, gk in layer_grads(m, a.detach(), g, clients).items():
+                    off, n = self.slots[(id(m), k)]
+                    flat[:, off:off + n] += gk.reshape(clients, n)
+        return flat
 
     def evaluate(self, theta: torch.Tensor) -> dict[str, float]:
         """``train_loss`` (a non-private diagnostic) and ``test_accuracy`` / ``test_metric`` / ``test_loss``, in eval mode."""
@@ -155,6 +221,10 @@ class ModuleTask(EngineTask):
     def outputs(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The model's eval-mode outputs on all of ``x``, computed :data:`EVAL_CHUNK` records at a time."""
         return torch.cat([self.forward(theta, x[i:i + EVAL_CHUNK], train=False) for i in range(0, len(x), EVAL_CHUNK)])
+
+
+GRAD_METHODS = {"grouped": "grouped (one forward and backward for all clients)",
+                "vmap": "batched over clients (vmap)", "loop": "one client at a time"}
 
 
 def batch_statistics_layer(module: torch.nn.Module) -> str | None:

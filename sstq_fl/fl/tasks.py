@@ -26,6 +26,7 @@ from ..checks import check_array
 from ..errors import described, first_line
 from ..registry import Registry
 from .config import split_task
+from .grouped import clients_outer
 from .task_base import Dataset, Task
 
 __all__ = ["TASKS", "Dataset", "LeastSquaresTask", "MLPTask", "Task", "TaskFactory", "make_task"]
@@ -41,12 +42,7 @@ class MLPTask(Task):
         self.dim = sum(math.prod(s) for s in self.shapes)
 
     def unflatten(self, theta: torch.Tensor) -> list[torch.Tensor]:
-        out, off = [], 0
-        for s in self.shapes:
-            n = math.prod(s)
-            out.append(theta[off : off + n].reshape(s))
-            off += n
-        return out
+        return [theta[a:b].reshape(s) for a, b, s in self.slices()]
 
     def forward(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         w1, b1, w2, b2 = self.unflatten(theta)
@@ -54,6 +50,35 @@ class MLPTask(Task):
 
     def loss(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.cross_entropy(self.forward(theta, x), y)
+
+    def client_grads(self, theta: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        """Per-client gradients, grouped (:mod:`sstq_fl.fl.grouped`): one forward over all ``C·B`` records, one
+        backward of ``Σ_c L_c`` to the two layers' pre-activations ``z₁, z₂``, then per client
+        ``∇W₁ = Σ_b x_bᵀ ∂z₁``, ``∇b₁ = Σ_b ∂z₁`` (and the same for layer 2)."""
+        clients, batch = xb.shape[:2]
+        w1, b1, w2, b2 = self.unflatten(theta.detach())
+        x, y = xb.reshape(clients * batch, -1), yb.reshape(-1)
+        with torch.enable_grad():
+            z1 = torch.addmm(b1, x, w1).requires_grad_()
+            a1 = torch.relu(z1)
+            z2 = torch.addmm(b2, a1, w2)
+            per = torch.nn.functional.cross_entropy(z2, y, reduction="none").reshape(clients, batch)
+            g1, g2 = torch.autograd.grad(per.mean(1).sum(), [z1, z2])
+        flat = torch.empty(clients, self.dim, dtype=x.dtype, device=x.device)
+        gw1, gb1, gw2, gb2 = (flat[:, a:b].view(clients, *s) for a, b, s in self.slices())
+        clients_outer(x, g1, clients, out=gw1)
+        torch.sum(g1.reshape(clients, batch, -1), 1, out=gb1)
+        clients_outer(a1.detach(), g2, clients, out=gw2)
+        torch.sum(g2.reshape(clients, batch, -1), 1, out=gb2)
+        return flat
+
+    def slices(self) -> list[tuple[int, int, tuple[int, ...]]]:
+        """``(start, end, shape)`` of each parameter in θ."""
+        out, off = [], 0
+        for s in self.shapes:
+            out.append((off, off + math.prod(s), s))
+            off += math.prod(s)
+        return out
 
     def init_params(self, seed: int) -> torch.Tensor:
         """PyTorch's default ``nn.Linear`` init (uniform ±1/√fan_in), from counter-based draws."""

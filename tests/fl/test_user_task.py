@@ -98,26 +98,31 @@ def test_init_is_the_models_own_and_deterministic_per_seed():
     assert set(ev) == {"train_loss", "test_accuracy"} and 0 <= ev["test_accuracy"] <= 1
 
 
-def test_loop_gradients_equal_vmap_gradients(caplog):
-    task = ModuleTask("toy", sstq_fl.Task(model=mlp, train=toy(), test=toy(20, seed=1)))
-    theta, xb, yb = task.init_params(0), task.data.x_train.reshape(5, 8, 5), task.data.y_train.reshape(5, 8)
+def test_the_three_gradient_methods_agree(caplog):
     with caplog.at_level(logging.INFO, logger="sstq_fl.fl"):
-        batched = task.client_grads(theta, xb, yb)
-        assert task.loop_reason is None and not caplog.records
-        task.loop_reason = "forced for the test"
-        looped = task.client_grads(theta, xb, yb)
+        task = ModuleTask("toy", sstq_fl.Task(model=mlp, train=toy(), test=toy(20, seed=1)))
+    assert task.grad_method == "grouped" and task.grad_reason is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "task toy: per-client gradients grouped (one forward and backward for all clients)"]
+    theta, xb, yb = task.init_params(0), task.data.x_train.reshape(5, 8, 5), task.data.y_train.reshape(5, 8)
+    grouped = task.client_grads(theta, xb, yb)
+    task.grad_method = "vmap"
+    batched = task.client_grads(theta, xb, yb)
+    task.grad_method = "loop"
+    looped = task.client_grads(theta, xb, yb)
+    torch.testing.assert_close(grouped, batched, rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(looped, batched, rtol=1e-6, atol=1e-7)
     single = torch.func.grad(task.loss)(theta, xb[2], yb[2])
     torch.testing.assert_close(looped[2], single, rtol=0, atol=0)
 
 
 def test_a_batchnorm_model_takes_gradients_one_client_at_a_time_with_one_note(caplog):
-    task = ModuleTask("bn", sstq_fl.Task(model=bn_model, train=toy(), test=toy(20, seed=1)))
-    theta, xb, yb = task.init_params(0), task.data.x_train.reshape(5, 8, 5), task.data.y_train.reshape(5, 8)
     with caplog.at_level(logging.INFO, logger="sstq_fl.fl"):
+        task = ModuleTask("bn", sstq_fl.Task(model=bn_model, train=toy(), test=toy(20, seed=1)))
+        theta, xb, yb = task.init_params(0), task.data.x_train.reshape(5, 8, 5), task.data.y_train.reshape(5, 8)
         g1, g2 = task.client_grads(theta, xb, yb), task.client_grads(theta, xb, yb)
     notes = [r.getMessage() for r in caplog.records if r.name == "sstq_fl.fl"]
-    assert notes == ["task bn: BatchNorm1d at '1' uses batch statistics: per-client gradients one client at a time"]
+    assert notes == ["task bn: per-client gradients one client at a time (BatchNorm1d at '1' uses batch statistics)"]
     assert torch.equal(g1, g2)  # the running statistics are not updated: the same model every call
     torch.testing.assert_close(g1[3], torch.func.grad(task.loss)(theta, xb[3], yb[3]), rtol=0, atol=0)
     assert torch.equal(task.buffers["1.running_mean"], torch.zeros(8))
@@ -135,12 +140,13 @@ class Branchy(nn.Module):
 
 
 def test_a_model_vmap_cannot_run_falls_back_to_one_client_at_a_time(caplog):
-    task = ModuleTask("branchy", sstq_fl.Task(model=Branchy, train=toy(), test=toy(20, seed=1)))
-    theta, xb, yb = task.init_params(0), task.data.x_train.reshape(5, 8, 5), task.data.y_train.reshape(5, 8)
     with caplog.at_level(logging.INFO, logger="sstq_fl.fl"):
-        g = task.client_grads(theta, xb, yb)
-    assert g.shape == (5, task.dim) and task.loop_reason.startswith("vmap failed")
-    assert "per-client gradients one client at a time" in caplog.text
+        task = ModuleTask("branchy", sstq_fl.Task(model=Branchy, train=toy(), test=toy(20, seed=1)))
+    theta, xb, yb = task.init_params(0), task.data.x_train.reshape(5, 8, 5), task.data.y_train.reshape(5, 8)
+    g = task.client_grads(theta, xb, yb)
+    assert g.shape == (5, task.dim) and task.grad_method == "loop" and task.grad_reason.startswith("vmap failed")
+    assert "per-client gradients one client at a time (vmap failed" in caplog.text
+    torch.testing.assert_close(g[1], torch.func.grad(task.loss)(theta, xb[1], yb[1]), rtol=0, atol=0)
 
 
 def test_a_user_metric_and_a_regression_default():
