@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import first_line
+from .cache import cached_arrays
 
 _ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
             ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
@@ -69,10 +70,18 @@ def load_cifar10(root: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray, 
     if missing:
         raise FileNotFoundError(f"CIFAR-10 batches {missing} not found in {p} (download cifar-10-python.tar.gz "
                                 "from the official site and extract it)")
-    tr = [read_batch(p / n) for n in names]
-    te = read_batch(p / "test_batch")
+    files = [p / n for n in [*names, "test_batch"]]
+    got = cached_arrays("cifar10", "batches-float32-v1", files, lambda: _decode(files))
+    return got["x_train"], got["y_train"], got["x_test"], got["y_test"]
+
+
+def _decode(files: list[Path]) -> dict[str, np.ndarray]:
+    """The five training batches and the test batch (last in ``files``) as float32 arrays in [0, 1]."""
+    tr = [read_batch(f) for f in files[:-1]]
+    te = read_batch(files[-1])
     x = np.concatenate([t[0] for t in tr]).astype(np.float32) / 255.0
-    return x, np.concatenate([t[1] for t in tr]), te[0].astype(np.float32) / 255.0, te[1]
+    return {"x_train": x, "y_train": np.concatenate([t[1] for t in tr]), "x_test": te[0].astype(np.float32) / 255.0,
+            "y_test": te[1]}
 
 
 def write_batch(path: str | os.PathLike[str], data: np.ndarray, labels: np.ndarray) -> None:

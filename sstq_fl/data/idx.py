@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from .cache import cached_arrays
+
 FMNIST_FILES = {
     "train_images": "train-images-idx3-ubyte.gz", "train_labels": "train-labels-idx1-ubyte.gz",
     "test_images": "t10k-images-idx3-ubyte.gz", "test_labels": "t10k-labels-idx1-ubyte.gz",
@@ -119,8 +121,19 @@ def check_labels(labels: np.ndarray, path: str | os.PathLike[str], classes: int 
 
 
 def load_fashion_mnist(root: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(x_train [60000, 784] float32 in [0, 1], y_train, x_test, y_test)``."""
+    """``(x_train [60000, 784] float32 in [0, 1], y_train, x_test, y_test)``, decoded once per set of source
+    files and then read from the user's cache (:mod:`sstq_fl.data.cache`)."""
     p = find_fashion_mnist(root)
+    got = cached_arrays("fashion-mnist", "idx-float32-v1", [p / f for f in FMNIST_FILES.values()],
+                        lambda: dict(zip(SPLITS, decode_fashion_mnist(p), strict=True)))
+    return got["x_train"], got["y_train"], got["x_test"], got["y_test"]
+
+
+SPLITS = ("x_train", "y_train", "x_test", "y_test")
+
+
+def decode_fashion_mnist(p: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The four Fashion-MNIST arrays decoded from the IDX files in ``p`` (checked: lengths and labels)."""
     xs = {k: read_idx(p / f) for k, f in FMNIST_FILES.items()}
     for split in ("train", "test"):
         if xs[f"{split}_images"].shape[0] != xs[f"{split}_labels"].shape[0]:
