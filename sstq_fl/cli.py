@@ -375,9 +375,11 @@ def build_parser(gen: bool = True) -> argparse.ArgumentParser:
     _mse_parser(bs)
     _speed_parser(bs)
     _fwht_kashin_ledger_parsers(bs)
+    from .bench.round_cost import add_parser as add_round_cost_parser
     from .bench.shuffle import add_parser as add_shuffle_parser
 
     add_shuffle_parser(bs, _table)
+    add_round_cost_parser(bs, _table)
     _training_parsers(sub)
 
     from .experiments.cli import add_experiment_parsers

@@ -1,6 +1,10 @@
 import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: see sstq_fl/__init__.py
+import tempfile  # noqa: E402
+
+# decoded data sets go to a cache of this test session, never the user's (sstq_fl.data.cache)
+os.environ.setdefault("SSTQ_FL_CACHE", tempfile.mkdtemp(prefix="sstq-fl-test-cache-"))
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

@@ -1,8 +1,9 @@
 """The engines' view of a learning task: a flat parameter vector θ, a per-client batch loss, batched
 per-client gradients and evaluation.
 
-Per-client gradients for a whole round come from one batched forward/backward
-(``torch.func.vmap`` over clients of ``torch.func.grad``).  Its own module so that both the
+Per-client gradients for a whole round come by default from one batched forward/backward
+(``torch.func.vmap`` over clients of ``torch.func.grad``); a task may compute them faster (the
+built-in MLP and a user's model group them: :mod:`sstq_fl.fl.grouped`).  Its own module so that both the
 built-in tasks (:mod:`sstq_fl.fl.tasks`) and the adapter of a user's model
 (:mod:`sstq_fl.fl.module_task`) derive from it without importing each other.
 """
@@ -28,6 +29,9 @@ class Task(ABC):
     name: str
     dim: int
     data: Dataset
+    grad_method: str = "vmap"
+    """How :meth:`client_grads` computes: ``grouped`` (one forward and backward for all clients,
+    :mod:`sstq_fl.fl.grouped`), ``vmap`` (batched over clients) or ``loop`` (one client at a time)."""
 
     @abstractmethod
     def init_params(self, seed: int) -> torch.Tensor: ...

@@ -35,6 +35,8 @@ __all__ = ["TASKS", "Dataset", "LeastSquaresTask", "MLPTask", "Task", "TaskFacto
 class MLPTask(Task):
     """MLP ``in → hidden (ReLU) → classes`` on flat features; cross-entropy loss."""
 
+    grad_method = "grouped"
+
     def __init__(self, name: str, data: Dataset, hidden: int = 32, classes: int = 10):
         self.name, self.data = name, data
         self.n_in, self.hidden, self.classes = data.x_train.shape[1], hidden, classes
