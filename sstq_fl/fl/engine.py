@@ -37,6 +37,7 @@ import sys
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -90,6 +91,8 @@ METRIC_KEYS = ("test_accuracy", "test_metric", "test_loss", "distance_to_optimum
 the least-squares distance to θ*."""
 
 _WARNED: set[str] = set()
+_WARM: weakref.WeakKeyDictionary[Task, set[str]] = weakref.WeakKeyDictionary()
+"""The encoder specs each live task object was already warmed up with in this process (:meth:`Trainer.warm_up`)."""
 
 RUN_FILES = ("metrics.json", "checkpoint.json", "checkpoint_theta.npy", "transcript.jsonl", "curves.png", POOLED_FILE,
              CENTRAL_TRANSCRIPT)
@@ -406,11 +409,14 @@ class Trainer:
     def warm_up(self, st: RoundState) -> float:
         """One untimed client step (encode, unpack, aggregate) and evaluation, discarded, so the
         process's one-time set-up (lazy imports, first vmap and kernel calls) is not charged to the
-        first timed round; returns its seconds.  Stateless: keyed coins, no ledger event."""
+        first timed round; returns its seconds (0 where this process already warmed up the same task
+        object and encoder: a sweep's later cells).  Stateless: keyed coins, no ledger event."""
         t0, t = time.perf_counter(), st.round + 1
         assert st.theta is not None
-        if t > self.cfg.rounds:
+        warmed = _WARM.setdefault(self.task, set())
+        if t > self.cfg.rounds or self.enc.spec in warmed:  # a sweep's later cells share the task and encoder
             return 0.0
+        warmed.add(self.enc.spec)
         blobs, _ = self.client_messages(st.theta, t, np.arange(1))
         got, _ = wire.unpack_lenient(self.enc, blobs, round=t)
         if got.n:

@@ -285,3 +285,12 @@ def test_an_old_dirichlet_run_resumes_only_with_the_minimum_it_ran_with():
     assert recorded_config(old)["min_partition_size"] == 1
     assert recorded_config({**old, "partition": "iid"})["min_partition_size"] == 10
     assert recorded_config(old) == asdict(RunConfig(partition="dirichlet", min_partition_size=1))
+
+
+def test_a_second_trainer_on_the_same_task_and_encoder_skips_the_warm_up(tmp_path):
+    """A sweep's later cells share the process's loaded task: its set-up was paid by the first cell."""
+    first = Trainer(RunConfig(encoder="sstq-flat:b=4", **LSQ))
+    same = Trainer(RunConfig(encoder="sstq-flat:b=4", **{**LSQ, "lr": 0.3}), task=first.task)
+    other = Trainer(RunConfig(encoder="sqkr", **LSQ), task=first.task)
+    setups = [t.train(tmp_path / str(i), progress=False)["final"]["setup_s"] for i, t in enumerate((first, same, other))]
+    assert setups[0] > 0 and setups[1] == 0.0 and setups[2] > 0
