@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 import signal
 import sys
 import threading
@@ -147,6 +148,7 @@ class ClientData:
         self.cfg = cfg
         self.task = task or make_task(cfg.task, cfg.seed, **cfg.task_kwargs())
         self.shards = partition_for(cfg, self.task)
+        self.buffers: dict[str, torch.Tensor] = {}
 
     def gradients(self, theta: torch.Tensor, t: int, ids: np.ndarray, keys: np.ndarray | None) -> tuple[torch.Tensor, int]:
         """Round ``t``'s minibatch gradients of clients ``ids`` (``[n, d]``; minibatches from ``keys``
@@ -155,12 +157,23 @@ class ClientData:
         cfg, d = self.cfg, self.task.data
         with stage("gather"):
             idx = minibatches([self.shards[c] for c in ids], cfg.batch, cfg.seed, t, ids, keys=keys)
-            xb, yb = d.x_train[idx], d.y_train[idx]
+            xb, yb = self.gathered(d.x_train, idx, "x"), self.gathered(d.y_train, idx, "y")
         with stage("gradients"):
             grads = self.task.client_grads(theta, xb, yb).detach()
             bad = ~torch.isfinite(grads).all(1)
             grads[bad] = 0.0
         return grads, int(bad.sum())
+
+    def gathered(self, data: torch.Tensor, idx: np.ndarray, name: str) -> torch.Tensor:
+        """``data[idx]`` (``[n, B, …]``) in a buffer this object reuses for its next gather (a large fresh tensor
+        pays its page faults every round; the batch is not kept past the round's gradients)."""
+        flat = torch.from_numpy(np.ascontiguousarray(idx, dtype=np.int64).reshape(-1))
+        shape = (flat.numel(), *data.shape[1:])
+        buf = self.buffers.get(name)
+        if buf is None or buf.dtype != data.dtype or buf.numel() < math.prod(shape):
+            buf = self.buffers[name] = torch.empty(math.prod(shape), dtype=data.dtype, device=data.device)
+        out = buf[: math.prod(shape)].view(shape)
+        return torch.index_select(data, 0, flat.to(data.device), out=out).view(*idx.shape, *data.shape[1:])
 
     def messages(self, enc: Encoder, theta: torch.Tensor, t: int, ids: np.ndarray) -> tuple[list[bytes], dict[str, float]]:
         """Round ``t``'s wire messages of clients ``ids``, batched: minibatch, gradient, clip, encode.
