@@ -40,7 +40,6 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from .errors import MAX_EVENTS, AccountingLimitError
 from .events import PoissonSampledEvent, PureDpEvent, ShuffledLdpEvent
@@ -91,6 +90,8 @@ def ldp_plan_report(epsilon: float, rounds: int, delta: float, sampling_rate: fl
         "pld": pld_composition(epsilon, rounds, delta, discretization), "sampling_rate": sampling_rate,
     }
     if sampling_rate < 1:
+        from scipy import stats
+
         q = sampling_rate
         expected = math.ceil(q * rounds)
         p99 = int(stats.binom.ppf(0.99, rounds, q))

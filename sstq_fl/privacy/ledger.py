@@ -144,7 +144,7 @@ class PrivacyLedger:
                 raise AccountingLimitError(f"one {event.kind} event stands for {weight} mechanism executions "
                                            f"(limit {MAX_EVENTS})")
             with work_budget(self._validation_work):  # all distinct events together
-                event.pld(self.relation, self.discretization)
+                event.validate(self.relation, self.discretization)
             self._supported[event] = weight
         return self._supported[event]
 

@@ -19,21 +19,22 @@ import contextlib
 import contextvars
 import math
 from collections.abc import Iterable, Iterator
-from typing import Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
-import dp_accounting
 import numpy as np
-from dp_accounting.pld import common, pld_pmf
-from dp_accounting.pld import privacy_loss_distribution as pld_lib
-from scipy import special
 
 from .errors import AccountingLimitError
 from .floats import EXP_SAFE
 
+if TYPE_CHECKING:  # dp-accounting is imported where a PLD is built, as scipy is where used: each takes about a second
+    import dp_accounting
+    from dp_accounting.pld import pld_pmf
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
 MAX_PLD_POINTS = 2**24  # grid points of any privacy-loss distribution the ledger builds (~130 MB each)
 MAX_PLD_WORK = 2**25  # grid points built and composed in all, per composition and per ledger's validations (~1 min)
 TAIL_MASS = 1e-15  # dp-accounting's tail-mass truncation of a self-composition (its default)
-PLD: TypeAlias = pld_lib.PrivacyLossDistribution
+PLD: TypeAlias = "pld_lib.PrivacyLossDistribution"
 
 
 class Described(Protocol):
@@ -47,6 +48,8 @@ class Described(Protocol):
 
 def neighboring_relation(relation: str) -> dp_accounting.NeighboringRelation:
     """dp-accounting's name for ``relation`` (``"replace_one"`` or ``"add_or_remove_one"``)."""
+    import dp_accounting
+
     return {"replace_one": dp_accounting.NeighboringRelation.REPLACE_ONE,
             "add_or_remove_one": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE}[relation]
 
@@ -57,6 +60,9 @@ def pure_pld(epsilon: float, interval: float, delta: float = 0.0) -> PLD:
     mechanism (Kairouz, Oh & Viswanath, ICML 2015, Sec. 3; dp-accounting's ``from_privacy_parameters``),
     built here with ``e^{−ε}`` above :data:`~sstq_fl.privacy.floats.EXP_SAFE`, where ``e^ε`` overflows.
     ``δ = 0`` is pure ε-DP."""
+    from dp_accounting.pld import common
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
     if epsilon <= EXP_SAFE:
         return pld_lib.from_privacy_parameters(common.DifferentialPrivacyParameters(epsilon, delta), interval)
     t = math.exp(-epsilon)
@@ -66,13 +72,15 @@ def pure_pld(epsilon: float, interval: float, delta: float = 0.0) -> PLD:
 
 def identity(interval: float) -> PLD:
     """The PLD of a release that reveals nothing (loss 0 with probability 1)."""
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
     return pld_lib.identity(interval)
 
 
 def compose_plds(plds: Iterable[PLD | None], interval: float) -> PLD | None:
     """Compose PLDs in order (``None``, a non-private release, makes the result ``None``; the
     PLDs after it are not built)."""
-    out = pld_lib.identity(interval)
+    out = identity(interval)
     for p in plds:
         if p is None:
             return None
@@ -133,7 +141,7 @@ def check_self_compose(p: PLD, n: int, event: Described, interval: float) -> Non
 def _check_compose(a: PLD, b: PLD, interval: float) -> None:
     """Refuse composing two PLDs whose dense convolution would exceed :data:`MAX_PLD_POINTS`."""
     for pa, pb in zip(_pmfs(a) * 2, _pmfs(b) * 2):  # remove with remove, add with add
-        sparse = isinstance(pa, pld_pmf.SparsePLDPmf) and isinstance(pb, pld_pmf.SparsePLDPmf)
+        sparse = _is_sparse(pa) and _is_sparse(pb)
         if sparse and pa.size * pb.size <= 1000:
             continue
         points = _width(pa) + _width(pb)
@@ -148,9 +156,16 @@ def _pmfs(p: PLD) -> list[pld_pmf.PLDPmf]:
     return [p._pmf_remove] if p._symmetric else [p._pmf_remove, p._pmf_add]
 
 
+def _is_sparse(pmf: pld_pmf.PLDPmf) -> bool:
+    """Whether ``pmf`` is dp-accounting's sparse PMF (a dict of losses), not a dense array."""
+    from dp_accounting.pld import pld_pmf
+
+    return isinstance(pmf, pld_pmf.SparsePLDPmf)
+
+
 def _grid(pmf: pld_pmf.PLDPmf) -> tuple[np.ndarray, np.ndarray, int]:
     """Grid positions (from the lowest loss) and probabilities of a PMF's finite losses, and its dense width."""
-    if isinstance(pmf, pld_pmf.SparsePLDPmf):
+    if _is_sparse(pmf):
         if not pmf._loss_probs:
             return np.zeros(1), np.zeros(1), 1
         losses = np.array(sorted(pmf._loss_probs), dtype=np.float64)
@@ -168,10 +183,12 @@ def _self_compose_points(pmf: pld_pmf.PLDPmf, n: int) -> int:
     :data:`TAIL_MASS`: for every order ``t``, ``P[S_n ≥ u] ≤ e^{n log E[e^{tX}] − t u}``
     (evaluated here on the non-zero entries only: same orders, same bound).
     """
-    if isinstance(pmf, pld_pmf.SparsePLDPmf) and (pmf.size <= 1 or n * math.log(pmf.size) <= math.log(1000)):
+    if _is_sparse(pmf) and (pmf.size <= 1 or n * math.log(pmf.size) <= math.log(1000)):
         return int(pmf.size) ** n
     if _width(pmf) > MAX_PLD_POINTS:
         return _width(pmf)
+    from scipy import special
+
     pos, probs, width = _grid(pmf)
     upper, lower = (width - 1) * n, 0
     for order in np.concatenate((np.arange(-20, 0), np.arange(1, 21))) / width:
@@ -183,7 +200,7 @@ def _self_compose_points(pmf: pld_pmf.PLDPmf, n: int) -> int:
 
 def _width(pmf: pld_pmf.PLDPmf) -> int:
     """Grid points of ``pmf`` once dense (a sparse PMF spans its lowest to its highest loss)."""
-    if isinstance(pmf, pld_pmf.SparsePLDPmf):
+    if _is_sparse(pmf):
         keys = list(pmf._loss_probs)
         return max(keys) - min(keys) + 1 if keys else 1
     return int(pmf.size)

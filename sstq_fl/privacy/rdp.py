@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import dp_accounting
-
 from .events.base import PrivacyEvent
 
 
 def rdp_epsilon(events: Iterable[tuple[PrivacyEvent, int]], relation: str, delta: float) -> float | None:
     """ε at ``delta`` of ``count`` runs of each ``(event, count)`` under ``relation`` by RDP, or
     ``None`` where an event has no RDP form or the figure overflows."""
+    import dp_accounting
+
     acc = dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
     try:
         for event, count in events:

@@ -56,11 +56,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from dp_accounting.pld import privacy_loss_distribution as pld_lib
-from scipy import stats
 
 from .errors import AccountingLimitError
 from .floats import EXP_SAFE
+from .pld import PLD
 
 TAIL_MASS = 1e-9  # mass of P⁰ the grid may leave out, charged as infinite loss (beyond 9 sd the tails hold ~1e-18;
 #                   the rest is float error of scipy's log-pmfs, ~1e-17 a point)
@@ -98,6 +97,8 @@ class ShufflePair:
 
     def log_p0(self, t: np.ndarray, k: np.ndarray) -> np.ndarray:
         """``log P⁰(t, k)`` at support points ``0 ≤ k ≤ t ≤ messages``."""
+        from scipy import stats  # imported here: it takes a second, and an LDP run without a shuffler never needs it
+
         a, n = self.alpha, self.messages
         rest = max(0.0, 1.0 - a - self.p * a)
         tm1 = np.maximum(t - 1, 0)  # t = 0 has no victim-0/1 term (masked below)
@@ -155,8 +156,10 @@ class ShufflePair:
             hist[_INF] = hist.get(_INF, 0.0) + float(mass[live][~finite].sum())
         return float(mass[live].sum())
 
-    def pld(self, interval: float) -> pld_lib.PrivacyLossDistribution:
+    def pld(self, interval: float) -> PLD:
         """The pair's privacy-loss distribution (symmetric), pessimistically discretised."""
+        from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
         pmf, inf_mass = self.rounded_pmf(interval)
         return pld_lib.PrivacyLossDistribution.create_from_rounded_probability(pmf, inf_mass, interval)
 
@@ -165,7 +168,7 @@ _INF = 2**62  # histogram key of infinite loss
 
 
 @lru_cache(maxsize=16)
-def pair_pld(pair: ShufflePair, interval: float) -> pld_lib.PrivacyLossDistribution:
+def pair_pld(pair: ShufflePair, interval: float) -> PLD:
     """:meth:`ShufflePair.pld`, built once per pair and grid (a ledger asks for it to validate, then to compose)."""
     return pair.pld(interval)
 

@@ -1,4 +1,6 @@
 import math
+import subprocess
+import sys
 
 import dp_accounting
 import pytest
@@ -110,6 +112,25 @@ def test_unsupported_events_are_refused_with_the_mechanism_named():
         PrivacyLedger("replace_one").record(PureDpEvent(1.0, "add_or_remove_one"))
     with pytest.raises(ValueError, match="relation"):
         PrivacyLedger("swap")
+
+
+def test_a_pure_epsilon_run_does_not_import_dp_accounting():
+    """Encoders, the engine and a ledger of pure-ε events (plan, record, ε, δ) leave dp-accounting
+    unimported (and scipy.stats until the exact pure composition needs it); the RDP cross-check
+    imports it when asked."""
+    code = ("import sys, sstq_fl.encoders, sstq_fl.fl.engine\n"
+            "assert 'scipy.stats' not in sys.modules\n"
+            "from sstq_fl.privacy.events import PublicDataEvent, PureDpEvent\n"
+            "from sstq_fl.privacy.ledger import PrivacyLedger\n"
+            "led = PrivacyLedger('replace_one', notes={'threat_model': 'identified'})\n"
+            "led.start([(PureDpEvent(3.0), 10), (PublicDataEvent(), 1)])\n"
+            "led.record(PureDpEvent(3.0), 10, meta={'round': 0})\n"
+            "led.record(PublicDataEvent())\n"
+            f"assert (led.epsilon(1e-5), led.delta(1.0)) == ({pure(3.0, 10)[0]!r}, {pure(3.0, 10)[1].delta(1.0)!r})\n"
+            "assert 'dp_accounting' not in sys.modules\n"
+            "led.rdp_epsilon(1e-5)\n"
+            "assert 'dp_accounting' in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_non_private_and_public_events():

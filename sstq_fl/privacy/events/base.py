@@ -7,6 +7,8 @@ how it is accounted, so that the ledger never inspects its type:
 
 * :meth:`PrivacyEvent.pld`: its privacy-loss distribution under a relation (Koskela, Jälkö &
   Honkela, AISTATS 2020), size-checked by :mod:`sstq_fl.privacy.pld` before it is built;
+* :meth:`PrivacyEvent.validate`: what its PLD would refuse, checked when the ledger first sees
+  it (by default by building the PLD; a pure-ε event checks its relation without dp-accounting);
 * :meth:`PrivacyEvent.sampled_pld`: the PLD of the event run on a Poisson subsample;
 * :meth:`PrivacyEvent.rdp`: the dp-accounting ``DpEvent`` of its Rényi-DP cross-check
   (Mironov, CSF 2017), under add-or-remove-one semantics;
@@ -15,6 +17,8 @@ how it is accounted, so that the ledger never inspects its type:
 
 What an event does not support is refused with :class:`UnsupportedEventError` naming it (the
 defaults below), as dp-accounting's accountants refuse the events they do not support.
+dp-accounting itself is imported where a PLD or an RDP event is built, not with this package: a
+ledger of pure-ε events alone answers its ε and δ without it.
 
 Each event class registers its ``kind`` in :data:`EVENTS` (``class E(PrivacyEvent,
 kind="name")``); a second class under a taken kind is a one-line error.  Every module of this
@@ -31,14 +35,15 @@ import math
 import pkgutil
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, ClassVar
-
-import dp_accounting
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...registry import Registry
 from ..errors import UnsupportedEventError, short_repr
 from ..floats import finite_real
 from ..pld import PLD
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 RELATIONS = ("replace_one", "add_or_remove_one")
 MAX_EVENT_DEPTH = 16  # nesting of event objects accepted by from_json (poisson_sampled of self_composed of ...)
@@ -72,6 +77,11 @@ class PrivacyEvent:
         """The privacy-loss distribution of this event under ``relation`` on a grid of spacing
         ``interval``; ``None`` for a release with no privacy guarantee."""
         raise UnsupportedEventError(f"the ledger cannot account for a {type(self).__name__} ({self.kind}) event")
+
+    def validate(self, relation: str, interval: float) -> None:
+        """Refuse this event where :meth:`pld` would (the ledger's check when it first sees the
+        event); by default the PLD is built, size-checked, and dropped."""
+        self.pld(relation, interval)
 
     def sampled_pld(self, sampled: PrivacyEvent, q: float, relation: str, interval: float) -> PLD:
         """The PLD of this event run on a Poisson subsample of rate ``q`` (``sampled`` is the

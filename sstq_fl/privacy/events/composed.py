@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import dp_accounting
+from typing import TYPE_CHECKING
 
 from ..pld import PLD, check_self_compose, compose_plds, identity
 from .base import PrivacyEvent
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,8 @@ class SelfComposedEvent(PrivacyEvent, kind="self_composed"):
         return inner.self_compose(self.count)
 
     def rdp(self, relation: str) -> dp_accounting.DpEvent:
+        import dp_accounting
+
         return dp_accounting.SelfComposedDpEvent(self.event.rdp(relation), self.count)
 
 
@@ -60,4 +64,6 @@ class ComposedEvent(PrivacyEvent, kind="composed"):
         return compose_plds((e.pld(relation, interval) for e in self.events), interval)
 
     def rdp(self, relation: str) -> dp_accounting.DpEvent:
+        import dp_accounting
+
         return dp_accounting.ComposedDpEvent([e.rdp(relation) for e in self.events])

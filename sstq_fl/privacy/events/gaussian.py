@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import dp_accounting
-from dp_accounting.pld import privacy_loss_distribution as pld_lib
+from typing import TYPE_CHECKING
 
 from ..pld import PLD, check_dense_width, neighboring_relation
 from .base import PrivacyEvent, check_positive
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 
 @dataclass(frozen=True)
@@ -38,14 +39,20 @@ class GaussianEvent(PrivacyEvent, kind="gaussian"):
         return r * r + 24 * r
 
     def pld(self, relation: str, interval: float) -> PLD:
+        from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
         check_dense_width(self, self.loss_width(relation), interval)
         return pld_lib.from_gaussian_mechanism(self.noise_multiplier, value_discretization_interval=interval,
                                                neighboring_relation=neighboring_relation(relation))
 
     def sampled_pld(self, sampled: PrivacyEvent, q: float, relation: str, interval: float) -> PLD:
+        from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
         check_dense_width(sampled, self.loss_width(relation), interval)
         return pld_lib.from_gaussian_mechanism(self.noise_multiplier, value_discretization_interval=interval,
                                                sampling_prob=q, neighboring_relation=neighboring_relation(relation))
 
     def rdp(self, relation: str) -> dp_accounting.DpEvent:
+        import dp_accounting
+
         return dp_accounting.GaussianDpEvent(self.noise_multiplier / (2 if relation == "replace_one" else 1))

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dp_accounting.pld import privacy_loss_distribution as pld_lib
-
 from ..errors import UnsupportedEventError
 from ..pld import PLD, check_dense_width
 from .base import PrivacyEvent, check_positive
@@ -31,11 +29,15 @@ class LaplaceEvent(PrivacyEvent, kind="laplace"):
         return 2 / self.noise_multiplier
 
     def pld(self, relation: str, interval: float) -> PLD:
+        from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
         require_add_or_remove(self, relation)
         check_dense_width(self, self.loss_width(), interval)
         return pld_lib.from_laplace_mechanism(self.noise_multiplier, value_discretization_interval=interval)
 
     def sampled_pld(self, sampled: PrivacyEvent, q: float, relation: str, interval: float) -> PLD:
+        from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
         require_add_or_remove(sampled, relation)
         check_dense_width(sampled, self.loss_width(), interval)
         return pld_lib.from_laplace_mechanism(self.noise_multiplier, value_discretization_interval=interval,

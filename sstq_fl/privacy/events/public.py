@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import dp_accounting
+from typing import TYPE_CHECKING
 
 from ..pld import PLD, identity
 from .base import PrivacyEvent
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 
 @dataclass(frozen=True)
@@ -18,10 +20,15 @@ class PublicDataEvent(PrivacyEvent, kind="public"):
 
     description: str = ""
 
+    def validate(self, relation: str, interval: float) -> None:
+        """Nothing to refuse: its PLD is the identity under either relation."""
+
     def pld(self, relation: str, interval: float) -> PLD:
         return identity(interval)
 
     def rdp(self, relation: str) -> dp_accounting.DpEvent:
+        import dp_accounting
+
         return dp_accounting.NoOpDpEvent()
 
     def pure_epsilon(self) -> float:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import dp_accounting
+from typing import TYPE_CHECKING
 
 from ..errors import UnsupportedEventError
 from ..pld import PLD, pure_pld
 from ..pure_composition import amplified_pure_epsilon
 from .base import PrivacyEvent, check_positive, check_relation
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 
 @dataclass(frozen=True)
@@ -33,16 +35,23 @@ class PureDpEvent(PrivacyEvent, kind="pure_dp"):
         check_positive("epsilon", self.epsilon)
         check_relation(self.relation)
 
-    def pld(self, relation: str, interval: float) -> PLD:
+    def validate(self, relation: str, interval: float) -> None:
+        """Refuse a ledger under another relation than the event's, the one thing its two-point PLD
+        refuses (checked without building it)."""
         if self.relation != relation:
             raise UnsupportedEventError(f"{self.kind} event holds under {self.relation}, but this ledger's relation is "
                                         f"{relation}")
+
+    def pld(self, relation: str, interval: float) -> PLD:
+        self.validate(relation, interval)
         return pure_pld(self.epsilon, interval)
 
     def sampled_pld(self, sampled: PrivacyEvent, q: float, relation: str, interval: float) -> PLD:
         return PureDpEvent(amplified_pure_epsilon(self.epsilon, q), self.relation).pld(relation, interval)
 
     def rdp(self, relation: str) -> dp_accounting.DpEvent:
+        import dp_accounting
+
         return dp_accounting.ZCDpEvent(self.epsilon**2 / 2)
 
     def pure_epsilon(self) -> float:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dp_accounting.pld import privacy_loss_distribution as pld_lib
-
 from ..errors import UnsupportedEventError
 from ..floats import EXP_SAFE
 from ..pld import PLD, neighboring_relation
@@ -50,6 +48,8 @@ class RandomizedResponseEvent(PrivacyEvent, kind="randomized_response"):
         return RandomizedResponseEvent(noise, buckets)
 
     def pld(self, relation: str, interval: float) -> PLD:
+        from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
         if relation != "replace_one":
             raise UnsupportedEventError("randomized_response is accounted only under replace_one")
         return pld_lib.from_randomized_response(self.noise_parameter, self.num_buckets,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import dp_accounting
+from typing import TYPE_CHECKING
 
 from ..pld import PLD
 from .base import PrivacyEvent
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 
 @dataclass(frozen=True)
@@ -38,4 +40,6 @@ class PoissonSampledEvent(PrivacyEvent, kind="poisson_sampled"):
     def rdp(self, relation: str) -> dp_accounting.DpEvent:
         if relation != "add_or_remove_one":
             return super().rdp(relation)
+        import dp_accounting
+
         return dp_accounting.PoissonSampledDpEvent(self.sampling_probability, self.event.rdp(relation))
