@@ -20,9 +20,9 @@ import numpy as np
 import torch
 
 from . import wire
-from .stages import stage
 from .encoders import Encoder
 from .privacy.ledger import PrivacyLedger
+from .stages import stage
 
 
 @dataclass

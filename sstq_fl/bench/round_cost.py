@@ -137,6 +137,7 @@ def measure_rounds(tr: Trainer, rounds: int, sync: bool) -> tuple[dict[str, floa
         per.append(rec.seconds)
         passes.append(out.get("encode_stats", {}).get("kashin_passes_mean", 0.0))
     stages = {s: statistics.median(p.get(s, 0.0) for p in per) for s in STAGES}
+    assert st.theta is not None
     blobs, _ = tr.client_messages(st.theta, st.round + 1, np.arange(min(8, tr.cfg.clients)))
     return stages, statistics.median(walls), float(np.mean(passes)), blobs
 
@@ -168,11 +169,10 @@ def reference_times(tr: Trainer, theta: torch.Tensor, ids: np.ndarray) -> dict[s
     xb, yb = d.x_train[idx], d.y_train[idx]
     out = {"gradients": timed(lambda: Task.client_grads(task, theta, xb, yb), reps=1),
            "gradients_now": timed(lambda: task.client_grads(theta, xb, yb), reps=1)}
-    frame = getattr(tr.enc, "frame", None)
-    if frame is not None:
+    frame, cfg_k = getattr(tr.enc, "frame", None), getattr(tr.enc, "kashin_cfg", None)
+    if frame is not None and cfg_k is not None:
         x = tr.enc.preprocess(task.client_grads(theta, xb, yb))
         j = torch.randint(0, frame.N, (len(ids), 1))
-        cfg_k = tr.enc.kashin_cfg
         out["kashin_now"] = timed(lambda: kashin(frame, x, cfg_k, j), reps=1)
         chunk = frame.row_chunk
         frame.row_chunk = lambda dtype: None  # type: ignore[method-assign]

@@ -30,7 +30,7 @@ def _bars(row: dict[str, Any], stages: list[str]) -> dict[str, dict[str, float]]
 def _cohort(ax: Axes, row: dict[str, Any], stages: list[str], legend: bool) -> None:
     bars = _bars(row, stages)
     scale = 1e3 / row["clients"]  # ms per client
-    for x, (label, parts) in enumerate(bars.items()):
+    for x, parts in enumerate(bars.values()):
         bottom = 0.0
         for i, s in enumerate(stages):
             h = parts[s] * scale

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -54,9 +55,11 @@ def _conv(m: nn.Conv1d | nn.Conv2d, a: torch.Tensor, g: torch.Tensor, clients: i
     """The convolution's weight gradient from the unfolded input (``im2col``): ``Σ_{b,l} g_{b,:,l} ⊗ A_{b,:,l}``."""
     if isinstance(m, nn.Conv1d):  # as a 2-D convolution of height 1
         a, g = a.unsqueeze(2), g.unsqueeze(2)
-        kernel, dilation, padding, stride = (1, *m.kernel_size), (1, *m.dilation), (0, *m.padding), (1, *m.stride)
+        kernel, dilation, stride = (1, *m.kernel_size), (1, *m.dilation), (1, *m.stride)
+        padding: Any = (0, *m.padding)
     else:
-        kernel, dilation, padding, stride = m.kernel_size, m.dilation, m.padding, m.stride
+        kernel, dilation, stride = m.kernel_size, m.dilation, m.stride
+        padding = m.padding  # a tuple: string padding is refused (_conv_refuse)
     cols = F.unfold(a, kernel, dilation=dilation, padding=padding, stride=stride)  # [C·B, in·k, L]
     gl = g.reshape(clients, -1, g.shape[1], cols.shape[-1])  # [C, B, out, L]
     w = torch.einsum("cbol,cbil->coi", gl, cols.reshape(clients, -1, *cols.shape[1:]))
