@@ -28,8 +28,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from scipy import special
-from scipy.optimize import brentq
 
 from .. import rng
 from .base import Encoder, Field, Messages, Param, WireError, register_encoder
@@ -42,12 +40,14 @@ all) that the calibrated mechanism's exact ε drifts from the stated one, so con
 
 def cap_probability(gamma: float, d: int) -> float:
     """``P(⟨V, u⟩ ≥ γ)`` for ``V`` uniform on the unit sphere of ``R^d``."""
+    from scipy import special
     a = (d - 1) / 2
     return float(special.betainc(a, a, (1 - gamma) / 2))
 
 
 def gamma_exact(eps1: float, d: int) -> float:
     """The cap with ``(1 − P_cap)/P_cap = e^{ε₁}``."""
+    from scipy import special
     a = (d - 1) / 2
     tau = float(special.betaincinv(a, a, 1.0 / (1.0 + math.exp(-eps1))))
     return 2 * tau - 1
@@ -55,6 +55,7 @@ def gamma_exact(eps1: float, d: int) -> float:
 
 def gamma_paper(eps1: float, d: int) -> float:
     """Largest ``γ`` allowed by the sufficient conditions of Bhowmick et al."""
+    from scipy.optimize import brentq
     dp = d - 1
     g1 = math.tanh(eps1 / 2) * math.sqrt(math.pi / (2 * dp))
     best = g1 if g1 <= math.sqrt(2 / d) else 0.0
@@ -71,6 +72,7 @@ def gamma_paper(eps1: float, d: int) -> float:
 
 def log_m(gamma: float, p: float, d: int) -> float:
     """``log m`` with ``m = E⟨V, u⟩`` (see module docstring); ``-inf`` if ``m ≤ 0``."""
+    from scipy import special
     a = (d - 1) / 2
     tau = (1 + gamma) / 2
     i_tau = float(special.betainc(a, a, tau))
@@ -112,6 +114,7 @@ class PrivUnit(Encoder):
     summary = "PrivUnit2: spherical cap sampling, float32 output"
 
     def __init__(self, *args: Any, **kw: Any):
+        from scipy import special
         super().__init__(*args, **kw)
         if self.dim < 2:
             raise ValueError(f"PrivUnit needs dim >= 2, got {self.dim}")
@@ -134,6 +137,7 @@ class PrivUnit(Encoder):
         return [Field("v", 32, self.dim, kind="f32")]
 
     def _encode(self, x: torch.Tensor, seeds: np.ndarray, coins: Any) -> Messages:
+        from scipy import special
         n, d = x.shape
         xd = x.double().cpu()
         norms = torch.linalg.vector_norm(xd, dim=1, keepdim=True)

@@ -55,8 +55,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from scipy import integrate, special
-from scipy.optimize import minimize_scalar
 
 from .. import rng
 from .base import Encoder, Field, Messages, Param, register_encoder
@@ -102,6 +100,7 @@ def top_ranks(scores: torch.Tensor, r: int) -> torch.Tensor:
 
 def _quantile_moment(p_dim: int, n_cand: int, epsilon: float, beta: float, power: int) -> float:
     """``(α−β) ∫₀¹ t(q)^power h(q) dq`` (+ ``β E t^power``): ``E t_K^power`` for i.i.d. uniform candidates."""
+    from scipy import integrate, special
     alpha, s, r, frac = band(n_cand, epsilon, beta)
     a = (p_dim - 1) / 2
 
@@ -126,6 +125,7 @@ def calibrate_band(p_dim: int, n_cand: int, epsilon: float) -> tuple[float, floa
     Starts from PrivUnit's optimum on ``S^{P−1}`` (``β = (1−p)/(1−P_cap)``, the ``N → ∞`` answer)
     and keeps whichever of it and a bounded 1-D search in ``log β`` is better.
     """
+    from scipy.optimize import minimize_scalar
     _, gamma, p, _ = calibrate(epsilon, p_dim)
     guess = (1 - p) / (1 - cap_probability(gamma, p_dim))
     lo, hi = -epsilon * (1 - 1e-9), -1e-9 * min(1.0, epsilon)

@@ -24,7 +24,6 @@ from functools import lru_cache
 
 import numpy as np
 import torch
-from scipy.optimize import minimize
 
 from ...privacy.floats import EXP_SAFE
 
@@ -56,6 +55,7 @@ def _flat_grad_gaps(gaps: np.ndarray, kappa: float) -> np.ndarray:
 
 @lru_cache(maxsize=64)
 def _flat_optimized_cached(eps: float, m: int) -> tuple[float, ...]:
+    from scipy.optimize import minimize
     kappa = 1.0 / math.expm1(eps)
     n_gaps = m - 1
     weights = np.arange(n_gaps, 0, -1, dtype=float)  # Σ_i c_i = -m + Σ_k (m-k) Δ_k
