@@ -30,6 +30,7 @@ step first takes the process's one-time set-up (reported as ``setup_s``).
 
 from __future__ import annotations
 
+import inspect
 import io
 import logging
 import math
@@ -159,20 +160,38 @@ class ClientData:
             idx = minibatches([self.shards[c] for c in ids], cfg.batch, cfg.seed, t, ids, keys=keys)
             xb, yb = self.gathered(d.x_train, idx, "x"), self.gathered(d.y_train, idx, "y")
         with stage("gradients"):
-            grads = self.task.client_grads(theta, xb, yb).detach()
-            bad = ~torch.isfinite(grads).all(1)
+            if self.takes_out():
+                grads = self.task.client_grads(theta, xb, yb, out=self.grad_buffer(len(ids), theta)).detach()
+            else:  # a task written before client_grads took ``out``
+                grads = self.task.client_grads(theta, xb, yb).detach()
+            bad = ~torch.isfinite(torch.linalg.vector_norm(grads, dim=1))  # one pass; what clipping would zero too
             grads[bad] = 0.0
         return grads, int(bad.sum())
+
+    def takes_out(self) -> bool:
+        """Whether the task's ``client_grads`` (possibly replaced on the instance) takes an ``out`` buffer."""
+        try:
+            return "out" in inspect.signature(self.task.client_grads).parameters
+        except (TypeError, ValueError):
+            return False
+
+    def grad_buffer(self, clients: int, theta: torch.Tensor) -> torch.Tensor:
+        """A ``[clients, d]`` buffer for the round's gradients, reused by the next round (the gradients are not
+        kept past the round's encode)."""
+        return self.reused("g", (clients, self.task.dim), theta.dtype, theta.device)
+
+    def reused(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """A tensor of ``shape`` in this object's buffer ``name`` (grown on demand)."""
+        buf = self.buffers.get(name)
+        if buf is None or buf.dtype != dtype or buf.device != device or buf.numel() < math.prod(shape):
+            buf = self.buffers[name] = torch.empty(math.prod(shape), dtype=dtype, device=device)
+        return buf[: math.prod(shape)].view(shape)
 
     def gathered(self, data: torch.Tensor, idx: np.ndarray, name: str) -> torch.Tensor:
         """``data[idx]`` (``[n, B, …]``) in a buffer this object reuses for its next gather (a large fresh tensor
         pays its page faults every round; the batch is not kept past the round's gradients)."""
         flat = torch.from_numpy(np.ascontiguousarray(idx, dtype=np.int64).reshape(-1))
-        shape = (flat.numel(), *data.shape[1:])
-        buf = self.buffers.get(name)
-        if buf is None or buf.dtype != data.dtype or buf.numel() < math.prod(shape):
-            buf = self.buffers[name] = torch.empty(math.prod(shape), dtype=data.dtype, device=data.device)
-        out = buf[: math.prod(shape)].view(shape)
+        out = self.reused(name, (flat.numel(), *data.shape[1:]), data.dtype, data.device)
         return torch.index_select(data, 0, flat.to(data.device), out=out).view(*idx.shape, *data.shape[1:])
 
     def messages(self, enc: Encoder, theta: torch.Tensor, t: int, ids: np.ndarray) -> tuple[list[bytes], dict[str, float]]:

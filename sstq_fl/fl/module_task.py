@@ -171,32 +171,37 @@ class ModuleTask(EngineTask):
         err = float((got - ref).abs().max()) / scale
         return None if err <= PROBE_RTOL else f"grouped gradients differ from vmap's by {err:.1e} (relative) on a probe"
 
-    def client_grads(self, theta: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        """Per-client gradients ``[clients, d]`` by the task's method (:meth:`pick_gradients`)."""
+    def client_grads(self, theta: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor,
+                     out: torch.Tensor | None = None) -> torch.Tensor:
+        """Per-client gradients ``[clients, d]`` by the task's method (:meth:`pick_gradients`), into ``out`` when given."""
         if self.grad_method == "grouped":
+            out = torch.empty(xb.shape[0], self.dim, dtype=self.dtype, device=xb.device) if out is None else out
             step = max(1, GROUPED_RECORDS // max(1, xb.shape[1]))
-            return torch.cat([self.grouped_grads(theta, xb[a:a + step], yb[a:a + step])
-                              for a in range(0, xb.shape[0], step)])
+            for a in range(0, xb.shape[0], step):
+                self.grouped_grads(theta, xb[a:a + step], yb[a:a + step], out[a:a + step])
+            return out
         if self.grad_method == "vmap":
-            return super().client_grads(theta, xb, yb)
-        return torch.stack([grad(self.loss)(theta, x, y) for x, y in zip(xb, yb)])
+            return super().client_grads(theta, xb, yb, out)
+        looped = torch.stack([grad(self.loss)(theta, x, y) for x, y in zip(xb, yb)])
+        return looped if out is None else out.copy_(looped)
 
-    def grouped_grads(self, theta: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+    def grouped_grads(self, theta: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor,
+                      out: torch.Tensor | None = None) -> torch.Tensor:
         """Every client's gradient from one forward over all their records and one backward to the layers' outputs
-        (:mod:`sstq_fl.fl.grouped`)."""
+        (:mod:`sstq_fl.fl.grouped`), into ``out`` when given."""
         clients = xb.shape[0]
         seen: list[tuple[torch.nn.Module, torch.Tensor, torch.Tensor]] = []
-        hooks = [m.register_forward_hook(lambda mod, inp, out: seen.append((mod, inp[0], out)))
+        hooks = [m.register_forward_hook(lambda mod, inp, res: seen.append((mod, inp[0], res)))
                  for m in self.module.modules() if any(True for _ in m.parameters(recurse=False))]
         try:
             with torch.enable_grad():
-                out = self.forward(theta.detach().requires_grad_(), xb.reshape(-1, *xb.shape[2:]))
-                total = per_client_loss(self.loss_of, out, yb.reshape(-1, *yb.shape[2:]), clients)
+                pred = self.forward(theta.detach().requires_grad_(), xb.reshape(-1, *xb.shape[2:]))
+                total = per_client_loss(self.loss_of, pred, yb.reshape(-1, *yb.shape[2:]), clients)
                 gouts = torch.autograd.grad(total, [o for _, _, o in seen], allow_unused=True)
         finally:
             for h in hooks:
                 h.remove()
-        flat = torch.zeros(clients, self.dim, dtype=self.dtype, device=xb.device)
+        flat = torch.zeros(clients, self.dim, dtype=self.dtype, device=xb.device) if out is None else out.zero_()
         for (m, a, _), g in zip(seen, gouts, strict=True):
             if g is not None:
                 for k, gk in layer_grads(m, a.detach(), g, clients).items():

@@ -40,9 +40,16 @@ class Task(ABC):
     def loss(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Mean loss of one client's batch."""
 
-    def client_grads(self, theta: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        """Per-client gradients ``[clients, d]`` of each client's mean batch loss."""
-        return vmap(grad(self.loss), in_dims=(None, 0, 0))(theta, xb, yb)
+    def client_grads(self, theta: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor,
+                     out: torch.Tensor | None = None) -> torch.Tensor:
+        """Per-client gradients ``[clients, d]`` of each client's mean batch loss (into ``out`` when given: a
+        buffer the caller reuses)."""
+        return _into(out, vmap(grad(self.loss), in_dims=(None, 0, 0))(theta, xb, yb))
 
     @abstractmethod
     def evaluate(self, theta: torch.Tensor) -> dict[str, float]: ...
+
+
+def _into(out: torch.Tensor | None, value: torch.Tensor) -> torch.Tensor:
+    """``value``, copied into ``out`` when one is given."""
+    return value if out is None else out.copy_(value)

@@ -53,7 +53,8 @@ class MLPTask(Task):
     def loss(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.cross_entropy(self.forward(theta, x), y)
 
-    def client_grads(self, theta: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+    def client_grads(self, theta: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor,
+                     out: torch.Tensor | None = None) -> torch.Tensor:
         """Per-client gradients, grouped (:mod:`sstq_fl.fl.grouped`): one forward over all ``C·B`` records, one
         backward of ``Σ_c L_c`` to the two layers' pre-activations ``z₁, z₂``, then per client
         ``∇W₁ = Σ_b x_bᵀ ∂z₁``, ``∇b₁ = Σ_b ∂z₁`` (and the same for layer 2)."""
@@ -66,7 +67,7 @@ class MLPTask(Task):
             z2 = torch.addmm(b2, a1, w2)
             per = torch.nn.functional.cross_entropy(z2, y, reduction="none").reshape(clients, batch)
             g1, g2 = torch.autograd.grad(per.mean(1).sum(), [z1, z2])
-        flat = torch.empty(clients, self.dim, dtype=x.dtype, device=x.device)
+        flat = torch.empty(clients, self.dim, dtype=x.dtype, device=x.device) if out is None else out
         gw1, gb1, gw2, gb2 = (flat[:, a:b].view(clients, *s) for a, b, s in self.slices())
         clients_outer(x, g1, clients, out=gw1)
         torch.sum(g1.reshape(clients, batch, -1), 1, out=gb1)

@@ -294,3 +294,21 @@ def test_a_second_trainer_on_the_same_task_and_encoder_skips_the_warm_up(tmp_pat
     other = Trainer(RunConfig(encoder="sqkr", **LSQ), task=first.task)
     setups = [t.train(tmp_path / str(i), progress=False)["final"]["setup_s"] for i, t in enumerate((first, same, other))]
     assert setups[0] > 0 and setups[1] == 0.0 and setups[2] > 0
+
+
+def test_a_rounds_batch_and_gradients_reuse_buffers_and_equal_a_fresh_computation():
+    """The gathered minibatch and the gradients go into buffers kept for the next round; the values are those
+    of plain indexing and a buffer-free ``client_grads``."""
+    from sstq_fl.fl.partition import minibatches
+
+    tr = Trainer(RunConfig(encoder="sstq-flat:b=4", **LSQ))
+    theta, ids = tr.task.init_params(0) + 0.1, np.arange(5)
+    g1, _ = tr.clients.gradients(theta, 1, ids, None)
+    ptr = g1.data_ptr()
+    g1 = g1.clone()
+    g2, _ = tr.clients.gradients(theta, 2, ids, None)
+    assert g2.data_ptr() == ptr  # the same buffer, round after round
+    idx = minibatches([tr.clients.shards[c] for c in ids], 20, 0, 2, ids)
+    d = tr.task.data
+    assert torch.equal(g2, tr.task.client_grads(theta, d.x_train[idx], d.y_train[idx]))
+    assert not torch.equal(g1, g2)
