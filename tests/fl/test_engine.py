@@ -306,9 +306,9 @@ def test_a_rounds_batch_and_gradients_reuse_buffers_and_equal_a_fresh_computatio
     g1, _ = tr.clients.gradients(theta, 1, ids, None)
     ptr = g1.data_ptr()
     g1 = g1.clone()
-    g2, _ = tr.clients.gradients(theta, 2, ids, None)
+    g2, _ = tr.clients.gradients(theta + 0.2, 2, ids, None)
     assert g2.data_ptr() == ptr  # the same buffer, round after round
     idx = minibatches([tr.clients.shards[c] for c in ids], 20, 0, 2, ids)
     d = tr.task.data
-    assert torch.equal(g2, tr.task.client_grads(theta, d.x_train[idx], d.y_train[idx]))
-    assert not torch.equal(g1, g2)
+    assert torch.equal(g2, tr.task.client_grads(theta + 0.2, d.x_train[idx], d.y_train[idx]))
+    assert not torch.equal(g1, g2)  # the first round's values were overwritten in place, not kept
