@@ -15,8 +15,9 @@ Floors: gather and clip move their bytes at the copy bandwidth; gradients and ev
 FLOPs at the peak GEMM rate, or their bytes at the bandwidth if that is more (for the MLP tasks the
 floor at the first-layer shape's rate is reported beside it); kashin is ``(1 + 2·passes)`` FWHTs
 per client (``passes`` the round's mean transform pairs); aggregate is one synthesis (one FWHT) and
-the step; wire, unpack and decode move their message bytes.  ``encode`` (index draw, quantizer,
-channel) and ``ledger`` have no floor model.  Stages under 1 % of the round get no ratio.
+the step.  ``encode`` (index draw, quantizer, channel), ``wire``, ``unpack`` and ``decode`` (a few
+bytes per message, handled message by message in Python) and ``ledger`` have no floor model; the
+JSON gives their microseconds per client.  Stages under 1 % of the round get no ratio.
 With ``reference`` the previous methods are timed on the same round: per-client gradients by
 ``vmap(grad)`` over clients and Kashin with all rows at once (no row chunks).
 
@@ -142,18 +143,16 @@ def measure_rounds(tr: Trainer, rounds: int, sync: bool) -> tuple[dict[str, floa
     return stages, statistics.median(walls), float(np.mean(passes)), blobs
 
 
-def stage_floors(facts: dict[str, Any], prim: dict[str, float], passes: float, message_bytes: float,
-                 kashin: bool) -> dict[str, float]:
+def stage_floors(facts: dict[str, Any], prim: dict[str, float], passes: float, kashin: bool) -> dict[str, float]:
     """Each stage's floor in seconds (module doc); ``kashin`` whether the encoder has a Kashin stage."""
     bw, rate = prim["copy_bandwidth"], prim["gemm_peak_flops"]
     c = facts["clients"]
-    wire_bytes = 2 * c * message_bytes
     return {
         "gather": facts["gather_bytes"] / bw,
         "gradients": max(facts["gradient_flops"] / rate, facts["gradient_bytes"] / bw),
         "clip": facts["clip_bytes"] / bw,
         "kashin": c * (1 + 2 * passes) * prim["fwht_row_s"] if kashin else 0.0,
-        "encode": 0.0, "wire": wire_bytes / bw, "unpack": wire_bytes / bw, "decode": wire_bytes / bw,
+        "encode": 0.0, "wire": 0.0, "unpack": 0.0, "decode": 0.0,
         "aggregate": (prim["fwht_row_s"] if kashin else 0.0) + facts["step_bytes"] / bw,
         "ledger": 0.0, "evaluate": facts["evaluate_flops"] / prim["gemm_peak_flops"],
     }
@@ -191,12 +190,14 @@ def cohort(base: RunConfig, task: Task, clients: int, rounds: int, prim: dict[st
     stages, wall, passes, blobs = measure_rounds(tr, rounds, sync)
     theta = task.init_params(base.seed)
     facts = round_facts(tr, theta, np.arange(clients))
-    floors = stage_floors(facts, prim, passes, float(np.mean([len(b) for b in blobs])), hasattr(tr.enc, "frame"))
+    floors = stage_floors(facts, prim, passes, hasattr(tr.enc, "frame"))
     total = sum(stages.values())
     ratio = {s: (stages[s] / floors[s] if floors[s] > 0 and stages[s] >= NEGLIGIBLE * total else None)
              for s in STAGES}
     row = {"clients": clients, "round_s": wall, "staged_s": total, "per_client_ms": 1e3 * wall / clients,
-           "kashin_passes_mean": passes, "stages_s": stages, "floors_s": floors, "ratio_to_floor": ratio,
+           "kashin_passes_mean": passes, "message_bytes": float(np.mean([len(b) for b in blobs])),
+           "us_per_client": {s: 1e6 * stages[s] / clients for s in STAGES}, "stages_s": stages, "floors_s": floors,
+           "ratio_to_floor": ratio,
            "facts": facts, "gradient_method": task.grad_method}
     rate = shaped_rate(task, clients * base.batch)
     if rate is not None:
