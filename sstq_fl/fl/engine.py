@@ -59,6 +59,7 @@ from ..privacy.ledger import PrivacyLedger
 from ..privacy.replay import transcript_binding
 from ..rng import REPRODUCIBLE_WARNING
 from ..stages import stage
+from .allocator import tune_allocator
 from .checkpoint import finished_run, read_checkpoint, remove_checkpoints
 from .config import RunConfig
 from .partition import client_coins, encoder_seeds, minibatches, participates
@@ -146,6 +147,7 @@ class ClientData:
     batch of clients, vectorized) computes before its update is encoded."""
 
     def __init__(self, cfg: RunConfig, task: Task | None = None):
+        tune_allocator()  # the round's temporaries reused from the heap (sstq_fl.fl.allocator)
         self.cfg = cfg
         self.task = task or make_task(cfg.task, cfg.seed, **cfg.task_kwargs())
         self.shards = partition_for(cfg, self.task)
