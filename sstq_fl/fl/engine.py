@@ -450,12 +450,12 @@ class Trainer:
         warmed = _WARM.setdefault(self.task, set())
         if t > self.cfg.rounds or self.enc.spec in warmed:  # a sweep's later cells share the task and encoder
             return 0.0
-        warmed.add(self.enc.spec)
         blobs, _ = self.client_messages(st.theta, t, np.arange(1))
         got, _ = wire.unpack_lenient(self.enc, blobs, round=t)
         if got.n:
             self.enc.aggregate(got)
         self.task.evaluate(st.theta)
+        warmed.add(self.enc.spec)
         return time.perf_counter() - t0
 
     def finish(self, out: Path, st: RoundState) -> dict[str, Any]:
