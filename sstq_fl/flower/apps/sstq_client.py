@@ -36,7 +36,9 @@ from dataclasses import asdict
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+import dp_accounting  # noqa: F401  (the client ledger's accountants, loaded with the app, not inside a timed round)
 import numpy as np
+import scipy.stats  # noqa: F401  (the exact pure-ε composition's binomial terms, idem)
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
