@@ -107,17 +107,23 @@ def flops(fn: Callable[[], Any]) -> int:
     return int(fc.get_total_flops())
 
 
-def round_facts(tr: Trainer, theta: torch.Tensor, ids: np.ndarray) -> dict[str, Any]:
-    """The FLOPs and bytes a round of clients ``ids`` must process (shapes only: the values do not matter)."""
-    cfg, task, d = tr.cfg, tr.task, tr.task.data
+def round_batch(tr: Trainer, clients: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Round 1's minibatches of the first ``clients`` clients (``[clients, B, …]``), gathered once for the floors
+    and the reference timings."""
+    cfg, d, ids = tr.cfg, tr.task.data, np.arange(clients)
     idx = minibatches([tr.clients.shards[c] for c in ids], cfg.batch, cfg.seed, 1, ids)
-    xb, yb = d.x_train[idx], d.y_train[idx]
+    return d.x_train[idx], d.y_train[idx]
+
+
+def round_facts(tr: Trainer, theta: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor) -> dict[str, Any]:
+    """The FLOPs and bytes a round on the batch ``xb, yb`` must process (shapes only: the values do not matter)."""
+    cfg, task, clients = tr.cfg, tr.task, xb.shape[0]
     item = theta.element_size()
-    return {"clients": len(ids), "batch": cfg.batch, "dim": task.dim,
+    return {"clients": clients, "batch": cfg.batch, "dim": task.dim,
             "gather_bytes": 2 * (xb.numel() * xb.element_size() + yb.numel() * yb.element_size()),
             "gradient_flops": flops(lambda: task.client_grads(theta, xb, yb)),
-            "gradient_bytes": xb.numel() * xb.element_size() + len(ids) * task.dim * item,
-            "clip_bytes": 2 * len(ids) * task.dim * item, "evaluate_flops": flops(lambda: task.evaluate(theta)),
+            "gradient_bytes": xb.numel() * xb.element_size() + clients * task.dim * item,
+            "clip_bytes": 2 * clients * task.dim * item, "evaluate_flops": flops(lambda: task.evaluate(theta)),
             "step_bytes": 3 * task.dim * item}
 
 
@@ -158,20 +164,18 @@ def stage_floors(facts: dict[str, Any], prim: dict[str, float], passes: float, k
     }
 
 
-def reference_times(tr: Trainer, theta: torch.Tensor, ids: np.ndarray) -> dict[str, float]:
-    """The previous methods on one round's inputs: ``vmap`` gradients, and Kashin with every row at once."""
+def reference_times(tr: Trainer, theta: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor) -> dict[str, float]:
+    """The previous methods on one round's batch: ``vmap`` gradients, and Kashin with every row at once."""
     from ..encoders.maths.kashin import kashin
     from ..fl.task_base import Task
 
-    cfg, task, d = tr.cfg, tr.task, tr.task.data
-    idx = minibatches([tr.clients.shards[c] for c in ids], cfg.batch, cfg.seed, 1, ids)
-    xb, yb = d.x_train[idx], d.y_train[idx]
+    task, clients = tr.task, xb.shape[0]
     out = {"gradients": timed(lambda: Task.client_grads(task, theta, xb, yb), reps=1),
            "gradients_now": timed(lambda: task.client_grads(theta, xb, yb), reps=1)}
     frame, cfg_k = getattr(tr.enc, "frame", None), getattr(tr.enc, "kashin_cfg", None)
     if frame is not None and cfg_k is not None:
         x = tr.enc.preprocess(task.client_grads(theta, xb, yb))
-        j = torch.randint(0, frame.N, (len(ids), 1))
+        j = torch.randint(0, frame.N, (clients, 1))
         out["kashin_now"] = timed(lambda: kashin(frame, x, cfg_k, j), reps=1)
         chunk = frame.row_chunk
         frame.row_chunk = lambda dtype: None  # type: ignore[method-assign]
@@ -189,7 +193,8 @@ def cohort(base: RunConfig, task: Task, clients: int, rounds: int, prim: dict[st
     tr = Trainer(replace(base, clients=clients, rounds=rounds + 1), task=task)
     stages, wall, passes, blobs = measure_rounds(tr, rounds, sync)
     theta = task.init_params(base.seed)
-    facts = round_facts(tr, theta, np.arange(clients))
+    xb, yb = round_batch(tr, clients)
+    facts = round_facts(tr, theta, xb, yb)
     floors = stage_floors(facts, prim, passes, hasattr(tr.enc, "frame"))
     total = sum(stages.values())
     ratio = {s: (stages[s] / floors[s] if floors[s] > 0 and stages[s] >= NEGLIGIBLE * total else None)
@@ -204,7 +209,7 @@ def cohort(base: RunConfig, task: Task, clients: int, rounds: int, prim: dict[st
         row["first_layer_gemm_flops"] = rate
         row["first_layer_rate_gradient_floor_s"] = facts["gradient_flops"] / rate
     if reference:
-        row["reference_s"] = reference_times(tr, theta, np.arange(clients))
+        row["reference_s"] = reference_times(tr, theta, xb, yb)
     log.info("%d clients: round %.3f s (%s)", clients, wall, ", ".join(f"{s} {stages[s]:.3f}" for s in STAGES))
     return row
 

@@ -30,6 +30,7 @@ step first takes the process's one-time set-up (reported as ``setup_s``).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import io
 import logging
@@ -172,10 +173,8 @@ class ClientData:
 
     def takes_out(self) -> bool:
         """Whether the task's ``client_grads`` (possibly replaced on the instance) takes an ``out`` buffer."""
-        try:
-            return "out" in inspect.signature(self.task.client_grads).parameters
-        except (TypeError, ValueError):
-            return False
+        method = self.task.client_grads
+        return _takes_out(getattr(method, "__func__", method))
 
     def grad_buffer(self, clients: int, theta: torch.Tensor) -> torch.Tensor:
         """A ``[clients, d]`` buffer for the round's gradients, reused by the next round (the gradients are not
@@ -213,6 +212,15 @@ class ClientData:
         stats = {**msgs.stats, "nonfinite_gradients": float(bad)} if cfg.diagnostics else {}
         with stage("wire"):
             return wire.pack(enc, msgs, round=t), stats
+
+
+@functools.lru_cache(maxsize=64)
+def _takes_out(fn: Any) -> bool:
+    """Whether ``fn`` has a parameter ``out`` (read once per function, not once per round)."""
+    try:
+        return "out" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 class Trainer:

@@ -24,7 +24,7 @@ from torch.func import functional_call, grad
 from .. import rng
 from ..errors import described
 from .grouped import grouped_reason, layer_grads, per_client_loss
-from .task_base import Dataset
+from .task_base import Dataset, into
 from .task_base import Task as EngineTask
 from .user_task import Task
 
@@ -182,8 +182,7 @@ class ModuleTask(EngineTask):
             return out
         if self.grad_method == "vmap":
             return super().client_grads(theta, xb, yb, out)
-        looped = torch.stack([grad(self.loss)(theta, x, y) for x, y in zip(xb, yb)])
-        return looped if out is None else out.copy_(looped)
+        return into(out, torch.stack([grad(self.loss)(theta, x, y) for x, y in zip(xb, yb)]))
 
     def grouped_grads(self, theta: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor,
                       out: torch.Tensor | None = None) -> torch.Tensor:

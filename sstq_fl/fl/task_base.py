@@ -44,12 +44,12 @@ class Task(ABC):
                      out: torch.Tensor | None = None) -> torch.Tensor:
         """Per-client gradients ``[clients, d]`` of each client's mean batch loss (into ``out`` when given: a
         buffer the caller reuses)."""
-        return _into(out, vmap(grad(self.loss), in_dims=(None, 0, 0))(theta, xb, yb))
+        return into(out, vmap(grad(self.loss), in_dims=(None, 0, 0))(theta, xb, yb))
 
     @abstractmethod
     def evaluate(self, theta: torch.Tensor) -> dict[str, float]: ...
 
 
-def _into(out: torch.Tensor | None, value: torch.Tensor) -> torch.Tensor:
-    """``value``, copied into ``out`` when one is given."""
+def into(out: torch.Tensor | None, value: torch.Tensor) -> torch.Tensor:
+    """``value``, copied into ``out`` when one is given (the ``out`` of :meth:`Task.client_grads`)."""
     return value if out is None else out.copy_(value)

@@ -147,9 +147,7 @@ class HadamardFrame(Frame):
     def coef(self, r: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         if out is None:
             out = torch.empty(r.shape[0], self.N, dtype=r.dtype, device=r.device)
-        out.zero_()
-        out.scatter_(1, self.cols.expand(r.shape[0], -1), r * self.col_signs.to(r.dtype))  # faster than index_copy_
-        return fwht_(out)
+        return fwht_(self._scattered(r, out.zero_()))
 
     def synth_(self, s: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         s = s.contiguous()
@@ -170,8 +168,11 @@ class HadamardFrame(Frame):
 
     def target(self, u: torch.Tensor) -> torch.Tensor:
         """``u`` signed and scattered to the columns ``S`` (``[n, N]``): ``√N Q u`` before its FWHT."""
-        t = torch.zeros(u.shape[0], self.N, dtype=u.dtype, device=u.device)
-        return t.scatter_(1, self.cols.expand(u.shape[0], -1), u * self.col_signs.to(u.dtype))
+        return self._scattered(u, torch.zeros(u.shape[0], self.N, dtype=u.dtype, device=u.device))
+
+    def _scattered(self, r: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """``out[:, S] = r · D_S`` on a zeroed ``out`` (``scatter_``: faster than ``index_copy_`` along columns)."""
+        return out.scatter_(1, self.cols.expand(r.shape[0], -1), r * self.col_signs.to(r.dtype))
 
     def affine_(self, w: torch.Tensor, target: torch.Tensor, ws: torch.Tensor, wr: torch.Tensor) -> torch.Tensor:
         """``w + H (target − 1_S ⊙ H w / N)``: the generic projection's values (signs are ±1 and ``N`` a power
