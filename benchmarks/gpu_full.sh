@@ -10,6 +10,9 @@
 # recorded as "timeout" in $OUT/jobs.jsonl and the others still run.  $OUT/machine.json names the machine (GPU,
 # driver, torch, commit); $OUT/gpu_full.md is the table (benchmarks/gpu_full_table.py).
 #
+# DRY_RUN=1 writes each job's command line to $OUT/commands.txt (one per line, shell-quoted) and runs nothing:
+# tests/benchmarks/test_gpu_full.py parses every line into its pipeline's config, so an option renamed in the CLI
+# fails CI at once; the real tiny run (below) is a slow test.
 # SCALE=tiny runs the same jobs with tiny sizes on the CPU in about a minute (tests/benchmarks/test_gpu_full.py
 # runs it so the script cannot rot on machines without a GPU); SCALE=gpu (default) needs `torch.cuda.is_available()`.
 # Every run uses secure randomness and its own data-set ledger (the runs are independent releases, not one
@@ -49,11 +52,18 @@ info = {"scale": sys.argv[2], "gpu": gpu, "cuda": torch.version.cuda, "torch": t
 json.dump(info, open(sys.argv[1], "w"), indent=1)
 EOF
 : > "$OUT/jobs.jsonl"
+[[ "${DRY_RUN:-0}" == 1 ]] && : > "$OUT/commands.txt"
 COMMON=(--device "$DEVICE" --records "$RECORDS" --eval-samples "$SAMPLES" "${PROBE[@]}" --clients 4 --randomness secure
         --force)
 job() {  # job NAME SUBCOMMAND ARGS...: one run under `timeout $JOB_S`, its status appended to jobs.jsonl
   local name=$1 sub=$2; shift 2
   local start rc=0
+  if [[ "${DRY_RUN:-0}" == 1 ]]; then
+    printf '%q ' gen "$sub" "$@" "${COMMON[@]}" --dataset-ledger "$OUT/$name.ledger.jsonl" --out "$OUT/$name" \
+      >> "$OUT/commands.txt"
+    echo >> "$OUT/commands.txt"
+    return
+  fi
   start=$(date +%s)
   timeout "$JOB_S" "$PY" -m sstq_fl.cli gen "$sub" "$@" "${COMMON[@]}" --dataset-ledger "$OUT/$name.ledger.jsonl" \
     --out "$OUT/$name" > "$OUT/$name.log" 2>&1 || rc=$?
@@ -71,4 +81,4 @@ for e in $EPSILONS; do
     "${LATENT[@]}"
   job "vqg_dpsgd_eps$e" dp-vqg --variant pp --stage2 dpsgd-prior --epsilon "$e" "${VQG[@]}"
 done
-"$PY" benchmarks/gpu_full_table.py "$OUT"
+[[ "${DRY_RUN:-0}" == 1 ]] || "$PY" benchmarks/gpu_full_table.py "$OUT"

@@ -10,7 +10,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-torch.set_num_threads(2)
+# two xdist workers on two cores (scripts/test.sh): one thread each, not two workers of two threads each
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
 
 
 @pytest.fixture
@@ -48,19 +49,31 @@ def flower_log():
     flower.removeHandler(handler)
 
 
-PROCESS_TESTS = (
-    "tests/deployment/", "tests/examples/", "tests/experiments/test_sweep.py", "tests/fl/test_flower.py",
-    "tests/fl/test_flower_inputs.py", "tests/fl/test_flower_logs.py", "tests/fl/test_flwr_run.py", "tests/flower/test_cohort.py",
-    "tests/flower/test_plumbing.py", "tests/gen/mepf/test_pipeline.py", "tests/gen/straightdp/test_pipeline.py",
-    "tests/gen/vqg/test_pipeline.py", "tests/gen/test_runner.py", "tests/gen/test_pipelines.py", "tests/test_cli_inputs.py",
+RAY_TESTS = (
+    "tests/examples/", "tests/experiments/test_sweep.py", "tests/fl/test_flower.py", "tests/fl/test_flower_inputs.py",
+    "tests/fl/test_flower_logs.py", "tests/fl/test_flwr_run.py", "tests/flower/test_cohort.py", "tests/flower/test_plumbing.py",
+    "tests/fl/test_flower_client_ledger.py", "tests/test_cli_inputs.py",
 )
-"""Modules whose tests start Ray, Flower SuperLinks/SuperNodes or long-lived subprocesses.  Under
-``pytest -n 2 --dist loadgroup`` (scripts/test.sh) they run one after another on one worker: a Ray
-head started by one test (``ray start``) would otherwise be joined by another worker's ``ray.init()``."""
+"""Modules whose tests start Ray (Flower's simulation runtime, ``flwr run``, Ray sweeps); in the generative
+pipelines' modules, the tests named ``*flower*``.  Under ``pytest -n 2 --dist loadgroup`` (scripts/test.sh) they run
+one after another on one worker: a Ray head started by one test (``ray start``) would otherwise be joined by another
+worker's ``ray.init()``.  ``tests/deployment/`` (real SuperLink/SuperNode processes, no Ray) is a group of its own, so
+it runs beside them on the other worker."""
+GEN_MODULES = ("tests/gen/",)
+
+
+def xdist_group(nodeid: str) -> str | None:
+    """The xdist group of a test: ``"deployment"``, ``"ray"`` or none (:data:`RAY_TESTS`)."""
+    if nodeid.startswith("tests/deployment/"):
+        return "deployment"
+    if nodeid.startswith(RAY_TESTS) or (nodeid.startswith(GEN_MODULES) and "flower" in nodeid.split("::", 1)[-1]):
+        return "ray"
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
-    """Put every test of :data:`PROCESS_TESTS` in one xdist group (a no-op without pytest-xdist)."""
+    """Put the tests that start Ray or Flower processes in their xdist groups (a no-op without pytest-xdist)."""
     for item in items:
-        if item.nodeid.startswith(PROCESS_TESTS):
-            item.add_marker(pytest.mark.xdist_group("processes"))
+        group = xdist_group(item.nodeid)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))

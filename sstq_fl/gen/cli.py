@@ -52,13 +52,19 @@ def _add_worded(p: argparse.ArgumentParser, pipeline: Pipeline) -> None:
                        metavar=opt.metavar)
 
 
+def gen_config(args: argparse.Namespace) -> Any:
+    """The checked config of ``gen <pipeline>``'s parsed arguments (a ``ValueError`` names a bad value)."""
+    pipeline = PIPELINES[args.gen]
+    unset = {k: "" for k in NONE_ON_CLI if getattr(args, k, "") is None}
+    worded = {k: words[getattr(args, k)] for k, words in pipeline.cli_values.items()}
+    return from_args(pipeline.config, args, **unset, **worded)
+
+
 def cmd_gen(args: argparse.Namespace) -> int:
     """``gen <pipeline>``: one run (the config is checked before ``--out`` is touched); prints the pipeline's
     summary lines, the randomness warning of a reproducible run and the files written."""
     pipeline = PIPELINES[args.gen]
-    unset = {k: "" for k in NONE_ON_CLI if getattr(args, k, "") is None}
-    worded = {k: words[getattr(args, k)] for k, words in pipeline.cli_values.items()}
-    cfg = from_args(pipeline.config, args, **unset, **worded)
+    cfg = gen_config(args)
     torch_device(cfg.device)  # a local simulation: the device must be here
     m = pipeline.run(cfg, args.out, force=args.force)
     print(pipeline.summary(m))

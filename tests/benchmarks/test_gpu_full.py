@@ -4,6 +4,7 @@ refuses in one line."""
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -23,9 +24,27 @@ def _run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=full, capture_output=True, text=True, timeout=1500)
 
 
+@pytest.mark.parametrize("scale", ["tiny", "gpu"])
+def test_every_jobs_command_line_parses_into_its_pipelines_config(tmp_path, scale):
+    """``DRY_RUN=1``: the script's command lines, at both scales, are accepted by ``sstq-fl gen`` (parser and
+    config checks) without running anything; the GPU scale's dry run needs no CUDA."""
+    from sstq_fl.cli import build_parser
+    from sstq_fl.gen.cli import gen_config
+
+    res = _run(tmp_path, SCALE=scale, EPSILONS="1 10", DRY_RUN="1", PY="true" if scale == "gpu" else sys.executable)
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = (tmp_path / "out" / "commands.txt").read_text().splitlines()
+    assert len(lines) == 2 * len(JOBS) and not (tmp_path / "out" / "gpu_full.json").exists()
+    for line in lines:
+        args = build_parser().parse_args(shlex.split(line))
+        cfg = gen_config(args)
+        assert cfg.device == ("cuda" if scale == "gpu" else "cpu") and args.out.startswith(str(tmp_path))
+
+
+@pytest.mark.slow  # five pipeline runs, 325 s on 2 cores; the command lines are checked in CI by the dry run above
 @needs_data
 def test_every_job_runs_at_tiny_scale_and_reaches_the_table(tmp_path):
-    res = _run(tmp_path, SCALE="tiny", EPSILONS="1")
+    res = _run(tmp_path, SCALE="tiny", EPSILONS="1", JOB_S="900")  # a loaded CI machine is no timeout
     assert res.returncode == 0, res.stderr[-2000:]
     out = tmp_path / "out"
     jobs = [json.loads(s) for s in (out / "jobs.jsonl").read_text().splitlines()]

@@ -171,6 +171,7 @@ def test_crashed_supernode_rejoins_and_a_restarted_server_resumes(tmp_path, fede
     assert same_rounds(got, ref, rel=1e-6)
 
 
+@pytest.mark.slow  # 130 s on 2 cores; the generative runner on Flower is in CI via tests/gen/test_runner.py
 def test_dp_mepf_runs_on_the_deployment_runtime_as_in_process(tmp_path, federations):
     """``workload="dp-mepf"`` on real SuperLink/SuperNode processes (the docker/ commands): the
     workload's client tasks run in one-shot ``flwr-clientapp`` processes, the release equals the

@@ -28,7 +28,7 @@ def client_ledgers(folder: Path) -> dict[int, ClientLedger]:
     return out
 
 
-@pytest.mark.parametrize("per_node", [1, 2])
+@pytest.mark.parametrize("per_node", [1, pytest.param(2, marks=pytest.mark.slow)])  # 2: 46 s more on 2 cores
 def test_client_ledgers_agree_with_the_server_and_a_spent_client_is_left_out(tmp_path, monkeypatch, per_node):
     """Reproducible coins; ``client-budget-epsilon`` = ε of 3 messages: client 3's fourth sampling is refused."""
     monkeypatch.setenv(LEDGER_DIR_ENV, str(tmp_path / "ledgers"))

@@ -181,7 +181,7 @@ def test_smoke_run_one_poisson_event_per_round_and_t_at_least_tau(tmp_path, monk
 
 
 @needs_data
-@pytest.mark.parametrize("method,port", [("sgd", ""), ("moments", "guidance"),
+@pytest.mark.parametrize("method,port", [pytest.param("sgd", "", marks=pytest.mark.slow), ("moments", "guidance"),
                                          pytest.param("moments", "", marks=pytest.mark.slow),
                                          pytest.param("moments+sgd", "guidance", marks=pytest.mark.slow)])
 def test_every_row_runs_and_replays(tmp_path, method, port):

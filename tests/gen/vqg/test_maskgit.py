@@ -125,6 +125,7 @@ def test_cfg_scale_zero_samples_ignore_the_label():
     assert not torch.equal(s[(4.0, 0)], s[(4.0, 2)])
 
 
+@pytest.mark.slow  # 74 s of training on 2 cores
 def test_cpu_prior_follows_its_class_label():
     """Conditioning end to end (class token, CFG, iterative decoding): class c's token maps use codes 6c..6c+5 only;
     the CPU profile's prior (peak lr 10⁻³) trained for 150 steps must sample class c's codes for label c far above

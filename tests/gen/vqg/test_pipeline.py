@@ -164,6 +164,7 @@ def test_public_labels_pp_variant_is_said_in_metrics_and_transcript(tmp_path):
 
 
 @needs_data
+@pytest.mark.slow  # 51 s on 2 cores; the shared labelling is in CI via tests/gen/mepf/test_pipeline.py's references
 def test_references_are_labelled_not_dp(tmp_path):
     inf = run_dp_vqg(_tiny(tmp_path, epsilon=math.inf), tmp_path / "inf")
     assert inf["epsilon"] is None and inf["eps0_per_location"] is None and "non-private" in inf["reference"]
@@ -176,6 +177,7 @@ def test_references_are_labelled_not_dp(tmp_path):
 
 
 @needs_data
+@pytest.mark.slow  # 108 s on 2 cores; the Flower pool's equality with in-process is in CI via tests/gen/test_runner.py
 def test_flower_engine_gives_the_inprocess_numbers(tmp_path):
     a = run_dp_vqg(_tiny(tmp_path), tmp_path / "a")
     b = run_dp_vqg(_tiny(tmp_path, engine="flower", dataset_ledger=str(tmp_path / "l2.jsonl")), tmp_path / "b")

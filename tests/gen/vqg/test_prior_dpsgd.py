@@ -36,6 +36,7 @@ DELTA = 1e-5
 
 
 def _model_and_state(seed: int = 0) -> tuple[PriorOnRecords, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    torch.manual_seed(seed)  # the prior's initial weights come from torch's global generator
     model = build_model({"model": MODEL, "profile": "cpu"})
     assert isinstance(model, PriorOnRecords)
     params = {k: v.detach().clone() for k, v in model.named_parameters()}
@@ -91,7 +92,8 @@ def test_one_adversarial_records_gradient_is_clipped_to_c():
     clip = 0.5
     one = per_example_clipped_sum(model, params, x[:1], y[:1], clip, noise[:1], frozen)
     assert _norm(one) == pytest.approx(clip, rel=1e-4)
-    assert all(torch.allclose(one[k], raw[k] * clip / _norm(raw), rtol=1e-3, atol=1e-9) for k in raw)
+    # float32 sums in another order (vmap against one grad): entries agree to 1e-6 of the clip scale
+    assert all(torch.allclose(one[k], raw[k] * clip / _norm(raw), rtol=1e-3, atol=1e-6 * clip) for k in raw)
     assert _norm(per_example_clipped_sum(model, params, x, y, clip, noise, frozen)) <= 6 * clip * (1 + 1e-5)
     empty = per_example_clipped_sum(model, params, x[:0], y[:0], clip, noise[:0], frozen)
     assert _norm(empty) == 0.0
@@ -110,7 +112,7 @@ def test_a_dpsgd_round_on_the_clients_charges_one_poisson_sampled_gaussian():
 
 
 # ----------------------------------------------------------------------------- accounting
-@pytest.mark.parametrize("variant", ["pp", "fp"])
+@pytest.mark.parametrize("variant", ["pp", pytest.param("fp", marks=pytest.mark.slow)])
 def test_the_dpsgd_prior_plan_certifies_epsilon_jointly_nearly_fills_it_and_replays(variant, tmp_path):
     cfg = VqgConfig(variant=variant, stage2="dpsgd-prior", epsilon=1.0, prior_steps=20, prior_batch=100)
     s = plan_run(cfg, 2000)
