@@ -230,6 +230,11 @@ class PrivacyLedger:
                 self._cache = (key, compose_plds(plds, self.discretization))
         return self._cache[1]
 
+    def _reveals_nothing(self) -> bool:
+        """No entry, or only entries that reveal nothing private (pure ε = 0, or a count of 0): the
+        composition is the identity, ``(0, 0)``-DP, with no PLD to build."""
+        return all(e.count == 0 or e.event.pure_epsilon() == 0 for e in self.entries)
+
     def epsilon(self, delta: float) -> float:
         """Smallest ε such that the composition so far is (ε, δ)-DP (``inf`` if non-private).
 
@@ -239,6 +244,8 @@ class PrivacyLedger:
         """
         if not 0 <= delta < 1:
             raise ValueError(f"delta must be in [0, 1), got {delta}")
+        if self._reveals_nothing():
+            return 0.0
         homo = homogeneous_pure(self.entries)
         if homo is not None:
             return pure_composition_epsilon(homo[0], homo[1], delta)
@@ -247,6 +254,8 @@ class PrivacyLedger:
 
     def delta(self, epsilon: float) -> float:
         """Smallest δ such that the composition so far is (ε, δ)-DP."""
+        if epsilon >= 0 and self._reveals_nothing():
+            return 0.0
         homo = homogeneous_pure(self.entries)
         if homo is not None:
             return pure_composition_delta(homo[0], homo[1], epsilon)
@@ -255,6 +264,8 @@ class PrivacyLedger:
 
     def rdp_epsilon(self, delta: float) -> float | None:
         """Independent RDP figure for the same events, or ``None`` where unsupported."""
+        if self._reveals_nothing():
+            return 0.0
         return _rdp_epsilon(((e.event, e.count) for e in self.entries), self.relation, delta)
 
     def basic_epsilon(self) -> float:

@@ -124,6 +124,8 @@ def test_a_pure_epsilon_run_does_not_import_dp_accounting():
             "from sstq_fl.privacy.ledger import PrivacyLedger\n"
             "led = PrivacyLedger('replace_one', notes={'threat_model': 'identified'})\n"
             "led.start([(PureDpEvent(3.0), 10), (PublicDataEvent(), 1)])\n"
+            "assert (led.epsilon(1e-5), led.delta(0.0)) == (0.0, 0.0)  # nothing recorded: the identity, no PLD\n"
+            "led.transcript_texts(1e-5)  # a checkpoint before the first round\n"
             "led.record(PureDpEvent(3.0), 10, meta={'round': 0})\n"
             "led.record(PublicDataEvent())\n"
             f"assert (led.epsilon(1e-5), led.delta(1.0)) == ({pure(3.0, 10)[0]!r}, {pure(3.0, 10)[1].delta(1.0)!r})\n"
