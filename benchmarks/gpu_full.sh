@@ -10,7 +10,8 @@
 # recorded as "timeout" in $OUT/jobs.jsonl and the others still run.  $OUT/machine.json names the machine (GPU,
 # driver, torch, commit); $OUT/gpu_full.md is the table (benchmarks/gpu_full_table.py).
 #
-# DRY_RUN=1 writes each job's command line to $OUT/commands.txt (one per line, shell-quoted) and runs nothing:
+# DRY_RUN=1 writes each job's command line to $OUT/commands.txt (one per line, shell-quoted) and runs nothing (at
+# SCALE=gpu too, with no CUDA check):
 # tests/benchmarks/test_gpu_full.py parses every line into its pipeline's config, so an option renamed in the CLI
 # fails CI at once; the real tiny run (below) is a slow test.
 # SCALE=tiny runs the same jobs with tiny sizes on the CPU in about a minute (tests/benchmarks/test_gpu_full.py
@@ -39,7 +40,7 @@ case "$SCALE" in
     VQG=(--steps 2 --prior-steps 3 --prior-batch 32 --public-records 600) ;;
   *) echo "gpu_full.sh: SCALE must be gpu or tiny, got '$SCALE'" >&2; exit 2 ;;
 esac
-if [[ "$DEVICE" == cuda ]] && ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+if [[ "$DEVICE" == cuda && "${DRY_RUN:-0}" != 1 ]] && ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   echo "gpu_full.sh: no CUDA device here (torch.cuda.is_available() is False); SCALE=tiny runs on the CPU" >&2
   exit 2
 fi

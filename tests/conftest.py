@@ -56,17 +56,17 @@ RAY_TESTS = (
 )
 """Modules whose tests start Ray (Flower's simulation runtime, ``flwr run``, Ray sweeps); in the generative
 pipelines' modules, the tests named ``*flower*``.  Under ``pytest -n 2 --dist loadgroup`` (scripts/test.sh) they run
-one after another on one worker: a Ray head started by one test (``ray start``) would otherwise be joined by another
-worker's ``ray.init()``.  ``tests/deployment/`` (real SuperLink/SuperNode processes, no Ray) is a group of its own, so
-it runs beside them on the other worker."""
-GEN_MODULES = ("tests/gen/",)
+one after another on one worker, so no two Ray clusters compete for the two cores under the runs' round timeouts (a
+``ray start --head`` of a test writes its address under its own ``--temp-dir``, where no other ``ray.init()`` looks).
+``tests/deployment/`` (real SuperLink/SuperNode processes, no Ray) is a group of its own, so it runs beside them on
+the other worker."""
 
 
 def xdist_group(nodeid: str) -> str | None:
     """The xdist group of a test: ``"deployment"``, ``"ray"`` or none (:data:`RAY_TESTS`)."""
     if nodeid.startswith("tests/deployment/"):
         return "deployment"
-    if nodeid.startswith(RAY_TESTS) or (nodeid.startswith(GEN_MODULES) and "flower" in nodeid.split("::", 1)[-1]):
+    if nodeid.startswith(RAY_TESTS) or (nodeid.startswith("tests/gen/") and "flower" in nodeid.split("::", 1)[-1]):
         return "ray"
     return None
 
