@@ -4,7 +4,7 @@ A server that times a client's reply learns about the input beyond ε whenever t
 depends on it (Kocher, "Timing attacks on implementations of Diffie-Hellman, RSA, DSS, and other
 systems", CRYPTO 1996, for the principle).  The Kashin step is the place where it does: its
 iterations stop at convergence, and inputs differ by two orders of magnitude in how long that takes
-(the zero input: no iteration; Gaussian inputs: 3 transform pairs; frame rows: about 35; Walsh-flat
+(the zero input: no iteration; Gaussian inputs: 2 transform pairs; frame rows: about 33; Walsh-flat
 inputs, whose level exceeds the public one: the whole cap).  Here one message is encoded at a time,
 the input kinds interleaved round-robin (so a load change on the machine hits every kind alike),
 each with a fresh secure key, and the median per kind is reported, for the adaptive encode and the

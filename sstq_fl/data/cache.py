@@ -6,7 +6,9 @@ decoded arrays are kept as ``.npy`` files (``allow_pickle=False``) in
 SHA-256 of the decoder's version and every source file's name and bytes, so a changed source file
 or decoder is a new entry and a stale entry is never read.  Each array is written atomically and
 the manifest last, so an interrupted write leaves no entry; an entry that fails to load is
-decoded again.  ``SSTQ_FL_DATA_CACHE=0`` turns the cache off.
+decoded again.  An entry is read memory-mapped copy-on-write: the arrays are the page cache's pages
+(no copy into fresh memory, which costs more than the read), writable, with writes private to the
+process.  ``SSTQ_FL_DATA_CACHE=0`` turns the cache off.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def _read(folder: Path) -> dict[str, np.ndarray] | None:
     """The arrays of a complete entry, or ``None`` (missing, partial or unreadable)."""
     try:
         keys = json.loads((folder / MANIFEST).read_text())["arrays"]
-        return {k: np.load(folder / f"{k}.npy", allow_pickle=False) for k in keys}
+        return {k: np.load(folder / f"{k}.npy", mmap_mode="c", allow_pickle=False) for k in keys}
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

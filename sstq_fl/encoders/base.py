@@ -269,11 +269,15 @@ def check_input(x: torch.Tensor, dim: int) -> torch.Tensor:
     return x
 
 
+def ball_scale(x: torch.Tensor, radius: float) -> torch.Tensor:
+    """``min(1, R/‖x‖)`` per row (``[n, 1]``): the factor that projects each row onto the ball of radius ``R``."""
+    norms = torch.linalg.vector_norm(x, dim=1, keepdim=True)
+    return torch.where(norms > radius, radius / norms.clamp_min(1e-300), torch.ones_like(norms))
+
+
 def clip_to_ball(x: torch.Tensor, radius: float) -> torch.Tensor:
     """``x · min(1, R/‖x‖)`` row by row."""
-    norms = torch.linalg.vector_norm(x, dim=1, keepdim=True)
-    scale = torch.where(norms > radius, radius / norms.clamp_min(1e-300), torch.ones_like(norms))
-    return x * scale
+    return x * ball_scale(x, radius)
 
 
 def resolve_params(name: str, declared: dict[str, Param], given: dict[str, Any]) -> dict[str, Any]:

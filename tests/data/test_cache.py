@@ -85,3 +85,13 @@ def test_the_digest_covers_names_bytes_and_the_decoder_version(tmp_path):
     assert d != cache.source_digest("v1", [b])
     a.write_bytes(b"y")
     assert d != cache.source_digest("v1", [a])
+
+
+def test_a_cached_array_is_writable_and_a_write_stays_in_the_process(fmnist, tmp_path, monkeypatch):
+    want = load_fashion_mnist(str(fmnist))[0].copy()
+    refuse_decoding(monkeypatch)
+    got = load_fashion_mnist(str(fmnist))[0]
+    got[0, 0] = 7.0  # copy-on-write mapping: allowed, and private to this process
+    (entry,) = entries(tmp_path)
+    assert np.array_equal(np.load(tmp_path / "cache" / "decoded" / entry / "x_train.npy"), want)
+    assert np.array_equal(load_fashion_mnist(str(fmnist))[0], want)
