@@ -32,7 +32,7 @@ from .. import rng
 from ..stages import stage
 from .base import Encoder, Messages, Param, ball_scale, check_input
 from .maths.frames import Frame, make_frame
-from .maths.kashin import LINF_LEVEL, METHODS, KashinConfig, kashin
+from .maths.kashin import LINF_LEVEL, METHODS, WARMUPS, KashinConfig, kashin
 
 FRAME_PARAMS: dict[str, Param] = {
     "frame": Param(str, "hadamard", "public frame: randomized partial Hadamard or dense Haar", ("hadamard", "haar")),
@@ -44,6 +44,8 @@ FRAME_PARAMS: dict[str, Param] = {
     "passes": Param(int, 40, "maximum LV passes"),
     "level": Param(float, LINF_LEVEL, "public level for kashin=linf, target level for kashin=ap (units of R/sqrt(N))"),
     "iters": Param(int, 300, "iteration cap for kashin=linf and kashin=ap"),
+    "warmup": Param(str, "schedule", "kashin=linf warm-up: schedule (2 transform pairs on typical inputs) or constant "
+                    "(3; the results committed before schedule)", WARMUPS),
 }
 
 
@@ -60,7 +62,7 @@ class FramedEncoder(Encoder):
         c = self.cfg
         self.kashin_cfg = KashinConfig(method=c["kashin"], eta=c["eta"], delta=c["delta"], max_passes=c["passes"],
                                        ap_level=c["level"], ap_iters=c["iters"], linf_level=c["level"],
-                                       linf_iters=c["iters"])
+                                       linf_iters=c["iters"], linf_warmup=c["warmup"])
         self.frame = cached_frame(c["frame"], self.dim, c["rho"], self.seed, str(self.device))
         self.N = self.frame.N
         self.log2n = int(math.log2(self.N)) if self.N & (self.N - 1) == 0 else math.ceil(math.log2(self.N))

@@ -99,10 +99,13 @@ class KashinConfig:
     ap_tol: float = 1e-3
     linf_level: float = LINF_LEVEL
     linf_iters: int = 300
+    linf_warmup: str = "schedule"
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"kashin method must be one of {METHODS}, got {self.method!r}")
+        if self.linf_warmup not in WARMUPS:
+            raise ValueError(f"kashin linf_warmup must be one of {WARMUPS}, got {self.linf_warmup!r}")
         if not 0.0 < self.eta < 1.0:
             raise ValueError(f"kashin eta must be in (0, 1), got {self.eta}")
         if not 0.0 < self.delta <= 1.0:
@@ -318,14 +321,17 @@ def adversarial_inputs(frame: Frame, n_each: int = 4, seed: int = 0) -> dict[str
 
 
 # ---------------------------------------------------------------- linf: encode-time method
-LINF_WARM_SCHEDULE = ((1.0, 2.0), (1.75, 1.7), (1.6, 1.8))
-"""``(L₀, β)`` of each over-relaxed alternating-projection step before the Douglas–Rachford phase: a
-reflection (``β = 2``) of the excess over 1.0, then two relaxed steps just below the level.  Chosen by
-measuring transform pairs per row over a grid of schedules (Gaussian, log-normal, 30 %-sparse and
-k-sparse inputs at d = 100, 2,000 and 25,450): at d = 25,450 Gaussian inputs need 2.03 pairs against
-3.05 for the constant schedule ``(1.6, 1.8)``, and no input class needs more than before."""
-LINF_WARMUP = len(LINF_WARM_SCHEDULE)
-"""Over-relaxed alternating-projection iterations before the Douglas–Rachford phase."""
+LINF_WARM_SCHEDULES = {"schedule": ((1.0, 2.0), (1.75, 1.7), (1.6, 1.8)), "constant": ((1.6, 1.8),) * 3}
+"""``(L₀, β)`` of each over-relaxed alternating-projection step before the Douglas–Rachford phase, by
+``KashinConfig.linf_warmup``.  ``schedule`` (default): a reflection (``β = 2``) of the excess over 1.0,
+then two relaxed steps just below the level, chosen by measuring transform pairs per row over a grid of
+schedules (Gaussian, log-normal, 30 %-sparse and k-sparse inputs at d = 100, 2,000 and 25,450): at
+d = 25,450 Gaussian inputs need 2.03 pairs against 3.05 with ``constant``, and no input class needs
+more.  ``constant``: the schedule of the results committed before ``schedule`` (same level, other
+coefficients), kept to reproduce them."""
+WARMUPS = tuple(LINF_WARM_SCHEDULES)
+LINF_WARMUP = 3
+"""Over-relaxed alternating-projection iterations before the Douglas–Rachford phase (every schedule's length)."""
 LINF_DR_RATIO = 0.97
 """The Douglas–Rachford phase aims at the box ``‖s‖_∞ ≤ 0.97 K`` (inside the public ``K``)."""
 
@@ -335,7 +341,7 @@ def _linf_fast(frame: Frame, x: torch.Tensor, cfg: KashinConfig, idx: torch.Tens
 
     Start at the minimum-norm representation ``s = √N Q u``; ``LINF_WARMUP`` over-relaxed
     alternating projections ``s ← P_aff(s + β (clip(s, ±L₀) − s))`` (``(L₀, β)`` from
-    :data:`LINF_WARM_SCHEDULE`) settle typical inputs; then Douglas–Rachford splitting for the feasibility problem
+    :data:`LINF_WARM_SCHEDULES`) settle typical inputs; then Douglas–Rachford splitting for the feasibility problem
     box ``{‖s‖_∞ ≤ 0.97 K}`` ∩ affine set (Lions & Mercier 1979; Bauschke & Combettes 2017,
     §26.3): ``p = clip(z), s = P_aff(2p − z), z += s − p``, which, unlike plain alternating
     projections, makes steady progress when the intersection is thin (inputs equal to frame
@@ -369,7 +375,7 @@ def _linf_fast(frame: Frame, x: torch.Tensor, cfg: KashinConfig, idx: torch.Tens
             rows, u, s = rows[~leave], u[~leave], s[~leave]
         if it == LINF_WARMUP:
             break
-        _warm_step(frame, s, ws, wr, *LINF_WARM_SCHEDULE[it])
+        _warm_step(frame, s, ws, wr, *LINF_WARM_SCHEDULES[cfg.linf_warmup][it])
         passes[rows] += 1
     if rows.numel():
         _douglas_rachford(frame, u, s.clone(), cfg, rows, out, idx, passes, conv)
@@ -513,7 +519,7 @@ def _linf_fixed(frame: Frame, x: torch.Tensor, cfg: KashinConfig, idx: torch.Ten
         out, conv, live = _masked(leave, _pick(s, idx), out), torch.where(leave, ok, conv), live & ~leave
         if it == warm:
             break
-        _warm_step(frame, s, ws, wr, *LINF_WARM_SCHEDULE[it])
+        _warm_step(frame, s, ws, wr, *LINF_WARM_SCHEDULES[cfg.linf_warmup][it])
         passes += live.long()
     if cfg.linf_iters > LINF_WARMUP:
         out = _douglas_rachford_fixed(frame, u, s.clone(), cfg, live, out, idx, passes, conv)

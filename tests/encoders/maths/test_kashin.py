@@ -231,3 +231,17 @@ def test_the_warm_up_schedule_settles_gaussian_inputs_in_about_two_transform_pai
     fr = make_frame("hadamard", 25_450, seed=0)
     res = kashin(fr, unit_rows(24, 25_450, seed=3), KashinConfig())
     assert res.converged.all() and float(res.passes.double().mean()) <= 2.1
+
+
+def test_the_constant_warm_up_is_the_previous_schedule_and_both_are_exact_within_the_level():
+    """``linf_warmup="constant"`` runs ``(1.6, 1.8)`` three times (the schedule of results committed before
+    the default); both schedules give exact representations within K, through different iterates."""
+    fr = make_frame("hadamard", 2000, seed=0)
+    x = unit_rows(12, 2000, seed=4)
+    new, old = kashin(fr, x, KashinConfig()), kashin(fr, x, KashinConfig(linf_warmup="constant"))
+    for res in (new, old):
+        assert torch.allclose(fr.synth_(res.coeffs.clone()), x, atol=1e-10) and res.converged.all()
+        assert float(res.coeffs.abs().max()) <= LINF_LEVEL
+    assert float(new.passes.double().mean()) < float(old.passes.double().mean()) == 3.0
+    with pytest.raises(ValueError, match="linf_warmup"):
+        KashinConfig(linf_warmup="fast")
