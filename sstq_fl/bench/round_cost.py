@@ -190,12 +190,8 @@ def cohort(base: RunConfig, task: Task, clients: int, rounds: int, prim: dict[st
            sync: bool) -> dict[str, Any]:
     """One cohort size: stage times, floors, ratios (and the previous methods' times with ``reference``)."""
     from ..fl.engine import Trainer
-    from ..prefetch import prefetch
 
     tr = Trainer(replace(base, clients=clients, rounds=rounds + 1), task=task)
-    loading = prefetch()  # the Trainer's background imports end before any round is timed
-    if loading is not None:
-        loading.join()
     stages, wall, passes, blobs = measure_rounds(tr, rounds, sync)
     theta = task.init_params(base.seed)
     xb, yb = round_batch(tr, clients)

@@ -54,7 +54,6 @@ from .. import wire
 from ..aggregation import charge_joins, decode_mean
 from ..encoders import Encoder, make_encoder
 from ..io import atomic_write_bytes, atomic_write_json, run_meta
-from ..prefetch import prefetch
 from ..privacy.errors import Budget, short_repr
 from ..privacy.ldp import ldp_plan_report
 from ..privacy.ledger import PrivacyLedger
@@ -232,7 +231,6 @@ class Trainer:
         """Build the run (``task``: an already loaded one to share; ``keep_checkpoints``: leave the
         checkpoint files in place once the run completes); raises ``ValueError`` on a bad encoder spec
         or missing data, ``BudgetExceededError`` if the plan exceeds the budget."""
-        prefetch()  # the end of the run's imports load while it trains (sstq_fl.prefetch)
         self.cfg, self.publish_train_loss, self.keep_checkpoints = cfg, publish_train_loss, keep_checkpoints
         self.plot_curves = True  # curves.png at the end (a sweep's cells leave it to the sweep's figures)
         self.setup_s: float | None = None  # the untimed warm-up of ``train`` (None: no warm-up ran)
