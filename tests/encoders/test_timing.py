@@ -23,7 +23,7 @@ from sstq_fl.encoders import make_encoder
 from sstq_fl.encoders.maths.kashin import KashinConfig, kashin
 
 TOLERANCE = 0.10  # medians across input kinds within 10 %
-ATTEMPTS = 3
+ATTEMPTS = 5  # a burst of load from the other test worker can skew one attempt of a few milliseconds
 KASHIN_SPECS = ["sstq-flat", "sstq-ma", "sqkr", "sstq-flat:kashin=lv", "sqkr:kashin=ap,iters=60"]
 OTHER_SPECS = ["vqsgd", "privunit", "privunit-mrc", "clean"]
 
@@ -57,7 +57,7 @@ def test_secure_kashin_encode_time_does_not_depend_on_the_input(spec, one_thread
 
 @pytest.mark.parametrize("spec", OTHER_SPECS)
 def test_secure_encode_time_of_the_other_encoders_does_not_depend_on_the_input(spec, one_thread):
-    got, med = best_spread(spec, 500, 40)
+    got, med = best_spread(spec, 500, 200)  # ~40 µs encodes: enough of them that one burst of load is diluted
     assert got <= TOLERANCE, f"{spec}: per-kind medians {med} differ by {got:.1%}"
 
 
