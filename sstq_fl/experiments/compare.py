@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -112,10 +113,12 @@ def _run(cells: list[Cell], out: Path, built: dict[str, Any], resume: bool, keep
 
 
 def _row(spec: str, m: dict[str, Any]) -> dict[str, Any]:
-    """One encoder's table row; ``wall_s`` counts the rounds, ``setup_s`` the untimed warm-up before them."""
+    """One encoder's table row; ``wall_s`` counts the rounds, ``setup_s`` the untimed warm-up before them.
+    ``metrics.json`` stores a non-private run's ``ε = ∞`` as null (strict JSON), which the row restores."""
     f = m["final"]
+    eps = math.inf if f["epsilon_total"] is None else f["epsilon_total"]
     return {"encoder": spec, "bits_per_client": f["bits_per_client"], _metric_name(m): _metric(m),
-            "train_loss": f.get("train_loss"), "epsilon_total": f["epsilon_total"], "wall_s": f["wall_s"],
+            "train_loss": f.get("train_loss"), "epsilon_total": eps, "wall_s": f["wall_s"],
             **({"setup_s": f["setup_s"]} if "setup_s" in f else {})}
 
 

@@ -15,6 +15,7 @@ def test_compare_writes_table_plot_and_per_encoder_runs(tmp_path, capsys):
     assert rows[0]["bits_per_client"] == 32 * 16 and rows[1]["bits_per_client"] == 6 + 3 and rows[2]["bits_per_client"] == 4 + 1
     md = (out / "comparison.md").read_text()
     assert md.startswith("| encoder | bits_per_client |") and "sstq-flat:b=3" in md
+    assert md.split("\n")[2].split(" | ")[4] == "inf"  # clean's ε, stored as null in its metrics.json
     assert "| wall_s | setup_s |" in md and all(r["setup_s"] >= 0 for r in rows)
     assert (out / "comparison.png").stat().st_size > 1000
     for slug in ("clean", "sstq-flat_b-3", "vqsgd"):
