@@ -40,7 +40,7 @@ from ...checks import check_array
 from .fwht import fwht_
 
 DEFAULT_RHO = 2.5
-CACHE_BYTES = 1 << 24
+CHUNK_BYTES = 1 << 24
 """Bytes of one ``[rows, N]`` buffer of a chunk of Kashin rows on a Hadamard frame (:meth:`Frame.row_chunk`):
 32 float64 rows at N = 65,536.  Chosen by measurement (``sstq-fl bench round-cost``, 1,000 clients,
 d = 25,450, 2 cores, two runs each): the Kashin stage took 0.65–0.67 s with 2 MiB chunks, 0.49 with 4,
@@ -159,8 +159,8 @@ class HadamardFrame(Frame):
         return _signed_columns(s, self.cols, self.col_signs, self.N, out)
 
     def row_chunk(self, dtype: torch.dtype) -> int | None:
-        """Rows whose ``[rows, N]`` buffer is :data:`CACHE_BYTES`."""
-        return max(1, CACHE_BYTES // (self.N * torch.empty((), dtype=dtype).element_size()))
+        """Rows whose ``[rows, N]`` buffer is :data:`CHUNK_BYTES`."""
+        return max(1, CHUNK_BYTES // (self.N * torch.empty((), dtype=dtype).element_size()))
 
     def gram_(self, e: torch.Tensor, wr: torch.Tensor) -> torch.Tensor:
         """``Q Qᵀ e = H (1_S ⊙ H e) / N``: the column signs cancel, and selecting ``S`` then scattering it back

@@ -333,8 +333,9 @@ the minimum-norm representation's, is 1), which raises the declared MSE of ``sst
 ``constant``: the schedule of the results committed before ``schedule`` (same level, other coefficients),
 kept to reproduce them."""
 WARMUPS = tuple(LINF_WARM_SCHEDULES)
-LINF_WARMUP = 3
+LINF_WARMUP = len(LINF_WARM_SCHEDULES["schedule"])
 """Over-relaxed alternating-projection iterations before the Douglas–Rachford phase (every schedule's length)."""
+assert all(len(s) == LINF_WARMUP for s in LINF_WARM_SCHEDULES.values())
 LINF_DR_RATIO = 0.97
 """The Douglas–Rachford phase aims at the box ``‖s‖_∞ ≤ 0.97 K`` (inside the public ``K``)."""
 
