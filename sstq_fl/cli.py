@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -375,8 +375,7 @@ def build_parser(gen: bool = True) -> argparse.ArgumentParser:
     _mse_parser(bs)
     _speed_parser(bs)
     _fwht_kashin_ledger_parsers(bs)
-    from .bench.round_cost import add_parser as add_round_cost_parser
-    from .bench.shuffle import add_parser as add_shuffle_parser
+    from .bench.parsers import add_round_cost_parser, add_shuffle_parser
 
     add_shuffle_parser(bs, _table)
     add_round_cost_parser(bs, _table)
@@ -592,5 +591,13 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def console_main() -> NoReturn:
+    """The ``sstq-fl`` console script: :func:`main`, its process ended without the interpreter's
+    teardown (:func:`sstq_fl.console.run_and_exit`)."""
+    from .console import run_and_exit
+
+    run_and_exit(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

@@ -240,27 +240,3 @@ def round_cost(out: str, clients: list[int], task: str = "fmnist", encoder: str 
     atomic_write_json(out, res)
     plot_round_cost(res, Path(out).with_suffix(".png"))
     return res
-
-
-def add_parser(bs: Any, table: Any) -> None:
-    """``bench round-cost`` (``table(rows, cols)`` prints a result table)."""
-    from ..argtypes import positive_int
-
-    def cmd(args: Any) -> int:
-        res = round_cost(args.out, args.clients, args.task, args.encoder, args.rounds, not args.no_reference,
-                         args.data_dir)
-        rows = [{"clients": r["clients"], "stage": s, "ms": 1e3 * r["stages_s"][s], "floor_ms": 1e3 * r["floors_s"][s],
-                 "ratio": r["ratio_to_floor"][s]} for r in res["cohorts"] for s in STAGES]
-        table(rows, ["clients", "stage", "ms", "floor_ms", "ratio"])
-        print(f"wrote {args.out} and its .png")
-        return 0
-
-    p = bs.add_parser("round-cost", help="a round's stages against floors from measured GEMM, FWHT and copy rates")
-    p.add_argument("--clients", type=positive_int, nargs="+", default=[100, 1000, 10000], help="cohort sizes")
-    p.add_argument("--task", default="fmnist", help="the task (as sstq-fl run --task)")
-    p.add_argument("--data-dir", default=None, help="the task's data folder (as sstq-fl run --data-dir)")
-    p.add_argument("--encoder", default="sstq-flat:b=4", help="the encoder spec")
-    p.add_argument("--rounds", type=positive_int, default=2, help="timed rounds per cohort (median reported)")
-    p.add_argument("--no-reference", action="store_true", help="skip timing the previous gradient and Kashin methods")
-    p.add_argument("--out", default="results/round_cost.json", help="result JSON (the plot goes next to it)")
-    p.set_defaults(fn=cmd)

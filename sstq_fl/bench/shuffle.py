@@ -12,7 +12,6 @@ Three tables, one JSON and one figure:
 
 from __future__ import annotations
 
-import argparse
 import csv
 import logging
 from pathlib import Path
@@ -105,24 +104,3 @@ def shuffle_report(out: str, delta: float = 1e-5, rounds: int = 100, sweep: str 
 
     plot_shuffle(res, Path(out).with_suffix(".png"))
     return res
-
-
-def add_parser(bs: Any, table: Any) -> None:
-    """``bench shuffle`` (``table(rows, cols)`` prints a result table)."""
-    from ..argtypes import positive_int, probability
-
-    def cmd(args: argparse.Namespace) -> int:
-        res = shuffle_report(args.out, args.delta, args.rounds, args.sweep, args.sweep_messages, args.reference)
-        table(res["per_round"], ["epsilon0", "messages", "stronger_clone", "fmt21_numerical", "fmt21_closed_form"])
-        table(res["rounds"], ["epsilon0", "messages", "rounds", "local", "central"])
-        print(f"wrote {args.out} and its .png")
-        return 0
-
-    p = bs.add_parser("shuffle", help="central epsilon of shuffled LDP messages: bounds per round, over training, E3")
-    p.add_argument("--delta", type=probability, default=1e-5, help="delta at which epsilon is reported")
-    p.add_argument("--rounds", type=positive_int, default=100, help="rounds of full participation")
-    p.add_argument("--sweep", default=None, help="an E3 epsilon sweep's final.csv: accuracy against both epsilons")
-    p.add_argument("--sweep-messages", type=positive_int, default=100, help="clients per round of that sweep")
-    p.add_argument("--reference", default=None, help="the central-DP reference's final.csv (a trust = \"curator\" sweep)")
-    p.add_argument("--out", default="results/shuffle.json", help="result JSON (the plot goes next to it)")
-    p.set_defaults(fn=cmd)

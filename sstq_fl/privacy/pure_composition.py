@@ -35,9 +35,11 @@ def _kov_terms(eps0: float, k: int) -> tuple[np.ndarray, np.ndarray]:
 
     For ``k`` above 10^5 only ``|j − k p| ≤ 20√k`` is kept: by Hoeffding every other term has
     probability below ``e^{-800}``, which is exactly 0 in float64, so the sum is unchanged.
-    ``1/(1+e^{ε₀})`` is computed as ``e^{−ε₀}/(1+e^{−ε₀})`` above ``EXP_SAFE``.
+    ``1/(1+e^{ε₀})`` is computed as ``e^{−ε₀}/(1+e^{−ε₀})`` above ``EXP_SAFE``.  ``log P(j)`` is
+    ``log C(k, j) + j log p + (k − j) log(1 − p)`` with ``log C`` from log-gamma: the operations of
+    ``scipy.stats.binom.logpmf``, bit for bit, without importing ``scipy.stats`` (0.6–0.9 s).
     """
-    from scipy import stats
+    from scipy import special
 
     p = 1 / (1 + math.exp(eps0)) if eps0 <= EXP_SAFE else math.exp(-eps0) / (1 + math.exp(-eps0))
     if k > KOV_WINDOW_FROM:
@@ -45,7 +47,8 @@ def _kov_terms(eps0: float, k: int) -> tuple[np.ndarray, np.ndarray]:
         j = np.arange(max(0, math.floor(k * p - half)), min(k, math.ceil(k * p + half)) + 1)
     else:
         j = np.arange(k + 1)
-    return j, stats.binom.logpmf(j, k, p)
+    log_choose = special.gammaln(k + 1) - (special.gammaln(j + 1) + special.gammaln(k - j + 1))
+    return j, log_choose + special.xlogy(j, p) + special.xlog1py(k - j, -p)
 
 
 def _kov_delta(eps0: float, k: int, terms: tuple[np.ndarray, np.ndarray], eps: float) -> float:

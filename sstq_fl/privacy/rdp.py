@@ -1,21 +1,87 @@
-"""An independent Rényi-DP figure for a ledger's events (dp-accounting's RDP accountant).
+"""An independent Rényi-DP figure for a ledger's events.
 
 Each event maps itself onto dp-accounting's ``DpEvent`` (:meth:`PrivacyEvent.rdp`, add-or-remove
-semantics); the accountant composes RDP additively over orders (Mironov, CSF 2017, Prop. 1) and
-converts to ``(ε, δ)`` (Mironov, CSF 2017, Prop. 3, with dp-accounting's tighter conversion).  The
-figure is a cross-check of the PLD accountant, never the reported ε.
+semantics); dp-accounting's RDP accountant composes RDP additively over orders (Mironov, CSF 2017,
+Prop. 1) and converts to ``(ε, δ)`` (Canonne, Kamath & Steinke, NeurIPS 2020, Prop. 12).  A
+ledger of pure-ε events only (an LDP training run) is answered in closed form by
+:func:`zcdp_epsilon`, without importing dp-accounting (0.9 s of a short run's start-up).  The
+figure is a cross-check of the PLD and exact pure accountants, never the reported ε.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
 
 from .events.base import PrivacyEvent
+
+# Orders α of the closed-form conversion: α − 1 on a log grid from 10^-2 to 10^8 (ratio 1.0046 between
+# neighbours), wider and finer than dp-accounting's default orders (1.1 … 1024).
+ZCDP_ORDERS = 1 + np.logspace(-2, 8, 5001)
+
+
+def zcdp_epsilon(rho: float, delta: float) -> float | None:
+    """ε at ``delta`` of a ``rho``-zCDP mechanism, or ``None`` where ``rho`` is not finite.
+
+    ρ-zCDP is RDP ``ρα`` at every order ``α > 1`` (Bun & Steinke, TCC 2016, Def. 1.1), converted
+    by ``ε = min_α ρα + log(1 − 1/α) − log(δα)/(α − 1)`` (Canonne, Kamath & Steinke, NeurIPS 2020,
+    Prop. 12) over :data:`ZCDP_ORDERS`.  It is ``0`` where ``δ² ≥ 1 − e^{−ρ}``: the KL divergence is
+    at most ``ρ``, so the total variation distance, the least δ at ε = 0, is at most
+    ``√(1 − e^{−ρ})`` (Bretagnolle & Huber, 1979)."""
+    if not math.isfinite(rho):
+        return None
+    if rho == 0:
+        return 0.0
+    if delta == 0:
+        return math.inf
+    if delta**2 + math.expm1(-rho) >= 0:
+        return 0.0
+    with np.errstate(over="ignore"):
+        i = int(np.argmin(_conversion(rho, delta, ZCDP_ORDERS)))
+    lo, hi = ZCDP_ORDERS[max(i - 1, 0)], ZCDP_ORDERS[min(i + 1, ZCDP_ORDERS.size - 1)]
+    return max(0.0, float(_golden_min(lambda a: float(_conversion(rho, delta, a)), lo, hi)))
+
+
+def _conversion(rho: float, delta: float, a: Any) -> Any:
+    """``ρα + log(1 − 1/α) − log(δα)/(α − 1)`` at orders ``a`` (a float or an array)."""
+    return rho * a + np.log1p(-1 / a) - np.log(delta * a) / (a - 1)
+
+
+def _golden_min(f: Callable[[float], float], lo: float, hi: float, steps: int = 80) -> float:
+    """The least value of ``f`` found by golden-section search on ``[lo, hi]`` (``f`` unimodal there:
+    the bracket of a grid minimum), never above ``f`` at the bracket's midpoint."""
+    g = (math.sqrt(5) - 1) / 2
+    best = f(0.5 * (lo + hi))
+    for _ in range(steps):
+        a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+        fa, fb = f(a), f(b)
+        lo, hi = (lo, b) if fa < fb else (a, hi)
+        best = min(best, fa, fb)
+    return best
+
+
+def pure_rho(events: Iterable[tuple[PrivacyEvent, int]]) -> float | None:
+    """``ρ = Σ count · ε²/2`` when every event is pure ε-DP (an ε-DP mechanism is ``ε²/2``-zCDP, Bun &
+    Steinke, TCC 2016, Prop. 1.4; zCDP composes additively, their Lemma 1.7), else ``None``."""
+    rho = 0.0
+    for event, count in events:
+        eps = event.pure_epsilon()
+        if eps is None:
+            return None
+        rho += count * (eps * eps / 2)
+    return rho
 
 
 def rdp_epsilon(events: Iterable[tuple[PrivacyEvent, int]], relation: str, delta: float) -> float | None:
     """ε at ``delta`` of ``count`` runs of each ``(event, count)`` under ``relation`` by RDP, or
     ``None`` where an event has no RDP form or the figure overflows."""
+    events = list(events)
+    rho = pure_rho(events)
+    if rho is not None:
+        return zcdp_epsilon(rho, delta)
     import dp_accounting
 
     acc = dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)

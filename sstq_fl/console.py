@@ -1,0 +1,38 @@
+"""The end of an ``sstq-fl`` process: what an exit does that matters, without the interpreter's teardown.
+
+Python's teardown frees every loaded module's objects; once torch is loaded it takes 0.4–0.6 s
+(measured on 2 cores: a process ends 21 ms after its last statement with :func:`run_and_exit`,
+440–620 ms without), a cost of every command that produces nothing.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import NoReturn
+
+
+def run_and_exit(main: Callable[[], int]) -> NoReturn:
+    """Run ``main`` and end the process with its status (argparse's for ``--help`` and usage errors).
+
+    In order, as an interpreter exit: running non-daemon threads are joined, the exit handlers run
+    (logging's flush, Ray's shutdown, temporary folders' removal) and the standard streams are
+    flushed; then :func:`os._exit`."""
+    try:
+        rc = main()
+    except SystemExit as exc:  # argparse: --help (0), a usage error (2)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+        rc = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    for t in threading.enumerate():
+        if t is not threading.main_thread() and not t.daemon:
+            t.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a reader gone, a stream closed
+            stream.flush()
+    os._exit(rc)
