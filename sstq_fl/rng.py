@@ -31,7 +31,6 @@ import os
 import zlib
 
 import numpy as np
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from numpy.typing import ArrayLike, NDArray
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -71,6 +70,8 @@ def _nonce(stream: str) -> bytes:
 
 def _chacha_bits(keys: U64, stream: str, count: int) -> U64:
     """``count`` keystream words per key: ChaCha20(key, nonce(stream)) applied to zeros."""
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms  # secure mode only (0.1 s to load)
+
     out = np.empty((keys.shape[0], count), dtype=np.uint64)
     nonce, zeros = _nonce(stream), bytes(8 * count)
     for i, key in enumerate(np.ascontiguousarray(keys, dtype="<u8")):

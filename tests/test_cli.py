@@ -65,11 +65,13 @@ def test_mse_interval_never_goes_below_zero(label, d, eps, trials):
 
 def test_a_short_ldp_run_loads_no_accountant_library_and_no_benchmark(tmp_path):
     """A pure-ε training run's start-up (fixed cost of every short run and sweep cell) leaves out
-    dp-accounting and scipy.stats (0.9 s: its ledger and RDP cross-check are closed forms) and the
-    benchmarks' modules (their parsers are built without them)."""
+    dp-accounting and scipy (1.1 s: its ledger and RDP cross-check are closed forms), cryptography
+    (0.1 s: reproducible coins need no cipher) and the benchmarks' modules (their parsers are built
+    without them)."""
     code = ("import sys\nfrom sstq_fl.cli import main\n"
             f"assert main(['run', '--task', 'lsq', '--dim', '20', '--n', '200', '--clients', '4', '--rounds', '1', "
             f"'--encoder', 'sstq-flat:b=4', '--out', {str(tmp_path / 'r')!r}]) == 0\n"
-            "loaded = {'dp_accounting', 'scipy.stats', 'sstq_fl.bench.round_cost', 'sstq_fl.bench.shuffle'} & set(sys.modules)\n"
+            "loaded = {'dp_accounting', 'scipy', 'cryptography', 'sstq_fl.bench.round_cost', 'sstq_fl.bench.shuffle'}\n"
+            "loaded &= set(sys.modules)\n"
             "assert not loaded, loaded\n")
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
