@@ -65,8 +65,10 @@ def test_a_cohort_node_sends_the_in_process_engines_messages_one_per_virtual_cli
     assert list(rec.keys()) == [message_key(c) for c in ids] and [rec[message_key(c)].data for c in ids] == expect
 
     secure = RunConfig(randomness="secure", **CFG)
-    a, b = (cohort(_msg(secure, ids, 101, theta), _context(1)).content.array_records["arrays"] for _ in range(2))
-    assert all(a[message_key(c)].data != b[message_key(c)].data for c in ids)  # fresh keys, every message
+    draws = [cohort(_msg(secure, ids, 101, theta), _context(1)).content.array_records["arrays"] for _ in range(6)]
+    # fresh keys, every message: a client's 9-bit payload repeats across two calls with probability
+    # ≥ 1/512, across six calls with at most (its largest output probability)^5
+    assert all(len({d[message_key(c)].data for d in draws}) > 1 for c in ids)
     with pytest.raises(ValueError, match="this node hosts range"):
         cohort(_msg(cfg, [10, 25], 101, theta), _context(1))  # client 25 lives on node 2
 
