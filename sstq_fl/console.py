@@ -28,11 +28,20 @@ def run_and_exit(main: Callable[[], int]) -> NoReturn:
         if exc.code is not None and not isinstance(exc.code, int):
             print(exc.code, file=sys.stderr)
         rc = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
-    for t in threading.enumerate():
-        if t is not threading.main_thread() and not t.daemon:
-            t.join()
+    shutdown = getattr(threading, "_shutdown", None)  # CPython: wakes idle executor workers, joins until none is left
+    if shutdown is not None:
+        shutdown()
+    else:  # pragma: no cover - other interpreters
+        while others := [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]:
+            others[0].join()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a reader gone, a stream closed
+        try:
             stream.flush()
+        except BrokenPipeError:  # the reader went away: main's status for it
+            rc = rc or 141
+        except (OSError, ValueError) as exc:  # a full disk, a closed stream: the output is incomplete
+            with contextlib.suppress(OSError, ValueError):
+                print(f"sstq-fl: error: writing the output failed: {exc}", file=sys.__stderr__)
+            rc = rc or 120
     os._exit(rc)

@@ -43,3 +43,18 @@ def test_the_console_script_ends_with_mains_status():
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "clients" in bad.stderr
     usage = subprocess.run([sys.executable, "-m", "sstq_fl.cli", "no-such-command"], capture_output=True, text=True)
     assert usage.returncode == 2 and "invalid choice" in usage.stderr
+
+
+def test_an_idle_executor_does_not_hang_the_exit():
+    out = _run("from concurrent.futures import ThreadPoolExecutor\npool = ThreadPoolExecutor(2)\n"
+               "def main():\n    pool.submit(print, 'task ran').result()\n    return 0\n"
+               "run_and_exit(main)")
+    assert out.returncode == 0 and out.stdout == "task ran\nexit handler ran\n"
+
+
+def test_a_failed_final_write_is_an_error(tmp_path):
+    with open("/dev/full", "w") as full:
+        out = subprocess.run([sys.executable, "-c", PRELUDE + "run_and_exit(lambda: print('x' * 10) or 0)"],
+                             stdout=full, stderr=subprocess.PIPE, text=True, timeout=60,
+                             env={k: v for k, v in __import__("os").environ.items() if k != "PYTHONUNBUFFERED"})
+    assert out.returncode == 120 and "writing the output failed" in out.stderr

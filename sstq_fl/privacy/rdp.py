@@ -31,7 +31,7 @@ def zcdp_epsilon(rho: float, delta: float) -> float | None:
     Prop. 12) over :data:`ZCDP_ORDERS`.  It is ``0`` where ``δ² ≥ 1 − e^{−ρ}``: the KL divergence is
     at most ``ρ``, so the total variation distance, the least δ at ε = 0, is at most
     ``√(1 − e^{−ρ})`` (Bretagnolle & Huber, 1979)."""
-    if not math.isfinite(rho):
+    if not math.isfinite(rho) or not 0 <= delta < 1:  # no figure for a δ outside [0, 1) (NaN included)
         return None
     if rho == 0:
         return 0.0
@@ -42,7 +42,8 @@ def zcdp_epsilon(rho: float, delta: float) -> float | None:
     with np.errstate(over="ignore"):
         i = int(np.argmin(_conversion(rho, delta, ZCDP_ORDERS)))
     lo, hi = ZCDP_ORDERS[max(i - 1, 0)], ZCDP_ORDERS[min(i + 1, ZCDP_ORDERS.size - 1)]
-    return max(0.0, float(_golden_min(lambda a: float(_conversion(rho, delta, a)), lo, hi)))
+    grid_min = float(_conversion(rho, delta, ZCDP_ORDERS[i]))
+    return max(0.0, min(grid_min, _golden_min(lambda a: float(_conversion(rho, delta, a)), lo, hi)))
 
 
 def _conversion(rho: float, delta: float, a: Any) -> Any:

@@ -58,3 +58,7 @@ def test_the_ledger_reports_the_closed_form():
     led.record(PureDpEvent(3.0), 100)
     assert led.report(1e-5)["epsilon_rdp_crosscheck"] == zcdp_epsilon(450.0, 1e-5)
     assert led.epsilon(1e-5) < led.rdp_epsilon(1e-5)  # the exact composition is tighter than RDP
+
+
+def test_no_figure_for_a_delta_outside_the_unit_interval():
+    assert zcdp_epsilon(1.0, -1e-5) is None and zcdp_epsilon(1.0, math.nan) is None and zcdp_epsilon(1.0, 1.0) is None
