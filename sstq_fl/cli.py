@@ -26,6 +26,7 @@ from .argtypes import (
     resource_amount,
     unit_rate,
 )
+from .console import run_and_exit
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -42,8 +43,7 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 
 class _Parser(argparse.ArgumentParser):
-    """An argument parser (and its sub-parsers) that shows every option's default in ``--help`` and reports a
-    bad command line in one line (exit 2), like every other error of the command line."""
+    """A parser (and sub-parsers) showing every option's default in ``--help``; a bad command line is one line, exit 2."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         """``argparse.ArgumentParser`` with :class:`_HelpFormatter` unless another formatter is given."""
@@ -592,10 +592,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def console_main() -> NoReturn:
-    """The ``sstq-fl`` console script: :func:`main`, its process ended without the interpreter's
-    teardown (:func:`sstq_fl.console.run_and_exit`)."""
-    from .console import run_and_exit
-
+    """The ``sstq-fl`` console script: :func:`main`, ended by :func:`sstq_fl.console.run_and_exit`."""
     run_and_exit(main)
 
 

@@ -45,3 +45,4 @@ def run_and_exit(main: Callable[[], int]) -> NoReturn:
                 print(f"sstq-fl: error: writing the output failed: {exc}", file=sys.__stderr__)
             rc = rc or 120
     os._exit(rc)
+
