@@ -128,6 +128,9 @@ def _dpsgd_lines(ax: Any, rows: list[dict[str, Any]]) -> None:
 def _em_axes(ax: Any, rows: list[dict[str, Any]]) -> None:
     """EM nearest-code probability per run against ε₀, with 1/K and the best case 1/(1+(K−1)e^{−ε₀/2})."""
     pts = [r for r in rows if _finite(r["eps0_per_location"]) and r["reference"] == "dp"]
+    if not pts:  # no exponential-mechanism run under the plotted evaluation
+        ax.set_axis_off()
+        return
     k = next((r["codebook_size"] for r in rows if r["codebook_size"]), 64)
     e0 = np.geomspace(min(r["eps0_per_location"] for r in pts) / 2, max(r["eps0_per_location"] for r in pts) * 2, 100)
     ax.plot(e0, 1 / (1 + (k - 1) * np.exp(-e0 / 2)), "k--", lw=1, label="best case (feasibility note)")

@@ -23,8 +23,8 @@ from sstq_fl.encoders.maths.kashin import LINF_LEVEL, KashinConfig, kashin
 from sstq_fl.encoders.maths.linf_min import linf_min
 from sstq_fl.io import atomic_write_json, run_meta
 
-KINDS = ["hadamard", "hadamard2", "hadamard3", "haar"]  # haar: dense reference (no fast transform)
-FAST = KINDS[:3]
+KINDS = ["hadamard", "hadamard2", "hadamard3", "hd2", "hd3", "haar"]  # haar: dense reference (no fast transform)
+FAST = KINDS[:5]
 SPARSE_K = [1, 2, 4, 8, 16, 32, 64]
 
 

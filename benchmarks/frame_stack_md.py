@@ -69,7 +69,7 @@ L.append(
     "1 thread, fht-cpu kernel, on a busy 2-core machine\n"
 )
 L.append("| dtype | " + " | ".join(t["float32"]["seconds_per_row"]) + " |")
-L.append("|---|" + "---|" * 3)
+L.append("|---|" + "---|" * len(t["float32"]["seconds_per_row"]))
 for dt in ["float32", "float64"]:
     L.append(
         f"| {dt} | "

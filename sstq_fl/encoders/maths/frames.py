@@ -245,12 +245,13 @@ class HadamardStackFrame(Frame):
 
     kind = "hadamard2"
     stages = 2
+    permuted = True
 
     def __init__(self, d: int, n_frame: int, seed: int = 0, device: torch.device | str = "cpu"):
         super().__init__(d, n_frame, seed)
         if n_frame & (n_frame - 1):
             raise ValueError(f"a Hadamard frame needs N a power of two, got {n_frame}")
-        signs, perms, cols = _stack_public(self.stages, d, n_frame, seed)
+        signs, perms, cols = _stack_public(self.stages, self.permuted, d, n_frame, seed)
         self.device = torch.device(device)
         self._signs_np, self._perms_np, self._cols_np = signs, perms, cols
         self.cols = torch.from_numpy(cols).to(self.device)
@@ -272,21 +273,25 @@ class HadamardStackFrame(Frame):
         out.zero_()
         out.index_copy_(1, self.cols, r * self.col_signs.to(r.dtype))
         fwht_(out)
-        tmp = _scratch(r.shape[0], self.N, r.dtype, r.device)
-        for perm, sg in zip(self.perms, self.stage_signs, strict=True):
-            torch.index_select(out, 1, perm, out=tmp)
-            torch.mul(tmp, sg.to(r.dtype), out=out)
+        tmp = _scratch(r.shape[0], self.N, r.dtype, r.device) if self.perms else out
+        for i, sg in enumerate(self.stage_signs):
+            if self.perms:
+                torch.index_select(out, 1, self.perms[i], out=tmp)
+                torch.mul(tmp, sg.to(r.dtype), out=out)
+            else:
+                out.mul_(sg.to(r.dtype))
             fwht_(out)
         return out
 
     def synth_(self, s: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         s = s.contiguous()
         fwht_(s)
-        tmp = _scratch(s.shape[0], self.N, s.dtype, s.device)
-        for inv, sg in zip(reversed(self.inv_perms), reversed(self.stage_signs), strict=True):
-            s.mul_(sg.to(s.dtype))
-            torch.index_select(s, 1, inv, out=tmp)
-            s.copy_(tmp)
+        tmp = _scratch(s.shape[0], self.N, s.dtype, s.device) if self.perms else s
+        for i in reversed(range(len(self.stage_signs))):
+            s.mul_(self.stage_signs[i].to(s.dtype))
+            if self.perms:
+                torch.index_select(s, 1, self.inv_perms[i], out=tmp)
+                s.copy_(tmp)
             fwht_(s)
         return _signed_columns(s, self.cols, self.col_signs, self.N, out)
 
@@ -314,6 +319,20 @@ class HadamardStack3Frame(HadamardStackFrame):
     stages = 3
 
 
+class HDStackFrame(HadamardStackFrame):
+    """:class:`HadamardStackFrame` without the permutations: ``M = (H D_2/√N)(H D_1/√N)`` (``kind = "hd2"``)."""
+
+    kind = "hd2"
+    permuted = False
+
+
+class HD3StackFrame(HDStackFrame):
+    """Three stages, no permutations: ``M = (H D_3/√N)(H D_2/√N)(H D_1/√N)`` (``kind = "hd3"``)."""
+
+    kind = "hd3"
+    stages = 3
+
+
 _CHUNK_ELEMS = 1 << 21
 """Rows per chunk when transforming identities: ``[chunk, N]`` float64 blocks of 16 MiB."""
 _SCRATCH = threading.local()
@@ -332,13 +351,14 @@ def _scratch(n: int, width: int, dtype: torch.dtype, dev: torch.device) -> torch
 
 
 @lru_cache(maxsize=16)
-def _stack_public(stages: int, d: int, n_frame: int, seed: int) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+def _stack_public(stages: int, permuted: bool, d: int, n_frame: int,
+                  seed: int) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
     seeds = np.array([seed], dtype=np.uint64)
-    tag = f"frame-stack{stages}"
+    tag = f"frame-stack{stages}" if permuted else f"frame-hd{stages}"
     signs = [np.where(rng.raw_bits(seeds, f"{tag}-signs{i}", n_frame)[0] >> np.uint64(63), -1.0, 1.0)
              for i in range(stages)]
     perms = [np.argsort(rng.raw_bits(seeds, f"{tag}-perm{i}", n_frame)[0], kind="stable").astype(np.int64)
-             for i in range(stages - 1)]
+             for i in range(stages - 1 if permuted else 0)]
     keys = rng.raw_bits(seeds, f"{tag}-columns", n_frame)[0]
     cols = np.sort(np.argsort(keys, kind="stable")[:d]).astype(np.int64)
     return [s.astype(np.float32) for s in signs], perms, cols
@@ -397,7 +417,8 @@ class HaarFrame(Frame):
 
 
 FRAME_KINDS: dict[str, type[HadamardFrame] | type[HadamardStackFrame] | type[HaarFrame]] = {
-    "hadamard": HadamardFrame, "hadamard2": HadamardStackFrame, "hadamard3": HadamardStack3Frame, "haar": HaarFrame}
+    "hadamard": HadamardFrame, "hadamard2": HadamardStackFrame, "hadamard3": HadamardStack3Frame, "hd2": HDStackFrame,
+    "hd3": HD3StackFrame, "haar": HaarFrame}
 
 
 def make_frame(kind: str, d: int, rho: float = DEFAULT_RHO, seed: int = 0, device: torch.device | str = "cpu") -> Frame:

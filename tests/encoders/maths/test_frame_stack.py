@@ -1,13 +1,20 @@
-"""The stacked randomized Hadamard frames (``hadamard2``/``hadamard3``): the whole Frame interface."""
+"""The stacked randomized Hadamard frames (``hadamard2``/``hadamard3``, ``hd2``/``hd3``): the whole Frame interface."""
 
 import math
 
 import pytest
 import torch
 
-from sstq_fl.encoders.maths.frames import FRAME_KINDS, HadamardStack3Frame, HadamardStackFrame, make_frame
+from sstq_fl.encoders.maths.frames import (
+    FRAME_KINDS,
+    HadamardStack3Frame,
+    HadamardStackFrame,
+    HD3StackFrame,
+    HDStackFrame,
+    make_frame,
+)
 
-KINDS = ["hadamard2", "hadamard3"]
+KINDS = ["hadamard2", "hadamard3", "hd2", "hd3"]
 
 
 def _explicit(fr):
@@ -65,6 +72,23 @@ def test_public_rebuild_and_kinds():
     assert not torch.allclose(a.coef(x), make_frame("hadamard2", 50, seed=10).coef(x))
     assert not torch.allclose(a.coef(x), make_frame("hadamard3", 50, seed=9).coef(x))
     assert a.describe()["kind"] == "hadamard2"
+    assert FRAME_KINDS["hd2"] is HDStackFrame and FRAME_KINDS["hd3"] is HD3StackFrame
+    hd = make_frame("hd3", 50, seed=9)
+    assert not hd.perms and not torch.allclose(hd.coef(x), make_frame("hadamard3", 50, seed=9).coef(x))
+
+
+def test_hd3_is_the_product_of_its_stages():
+    """``hd3``'s ``Q`` is ``(H D_3)(H D_2)(H D_1)/N^{3/2}`` restricted to its columns, built here densely."""
+    from sstq_fl.encoders.maths.fwht import hadamard_matrix
+
+    fr = make_frame("hd3", 20, seed=4)
+    h = hadamard_matrix(fr.N, torch.float64)
+    signs = [torch.from_numpy(sg.astype("float64")) for sg in fr._signs_np]
+    m = torch.eye(fr.N, dtype=torch.float64)
+    for sg in signs:
+        m = h @ torch.diag(sg) @ m / math.sqrt(fr.N)
+    q = _explicit(fr)
+    assert torch.allclose(q, m[:, fr.cols], atol=1e-12)
 
 
 def test_invalid():

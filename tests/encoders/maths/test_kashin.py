@@ -245,3 +245,22 @@ def test_the_constant_warm_up_is_the_previous_schedule_and_both_are_exact_within
     assert float(new.passes.double().mean()) < float(old.passes.double().mean()) == 3.0
     with pytest.raises(ValueError, match="linf_warmup"):
         KashinConfig(linf_warmup="fast")
+
+
+@pytest.mark.parametrize("kind", ["hadamard2", "hd3"])
+def test_the_walsh_flat_attack_finds_no_bias_on_a_stacked_frame(kind):
+    """The attack above, against a stacked frame: the one-stage frame's Walsh-flat inputs need only the
+    level of a typical input there (≤ 1.6 at d = 100), nothing is clipped, and the exact mean of the
+    decoded messages (``Qᵀ s / √N`` of the unclipped coefficients) is the input itself."""
+    old = make_frame("hadamard", 100, seed=0)
+    ys = torch.cat([flat_vector(old, f) for f in walsh_flats(old, restarts=20)[:4]])
+    assert (certified_level(old, ys) >= 2.8).all()  # on the old frame: level √8 at least, clipped
+    enc = make_encoder(f"sstq-flat:b=3,frame={kind}", 100, 2.0, radius=1.0)
+    assert (certified_level(enc.frame, ys) < 1.6).all()
+    s = enc._full_coefficients(ys)
+    assert float(s.abs().max()) < enc.bound and enc.encode(ys, np.arange(4)).stats["clipped"] == 0
+    assert torch.allclose(enc.frame.synth_(s.clone()), ys, atol=1e-10)
+    n = 4000
+    est = enc.decode(enc.encode(ys[:1].repeat(n, 1), np.arange(n)))
+    err = ((est - ys[:1]) ** 2).sum(1)
+    assert abs(float(err.mean()) - float(enc.mse(ys[:1])[0])) <= 4 * float(err.std()) / math.sqrt(n)
