@@ -14,7 +14,7 @@ practical ``K``, ``lv``'s 2.352 included.  So the unbiased Kashin encoders decla
 Gaussian inputs, the E1 vector or frame rows at the default level), not ``unbiased``; their
 ``mse`` includes the clipping bias.  ``frame=hd3`` (three randomized Hadamard stages, no permutation) has no
 Walsh flats: the one-stage frame's flats need level ≤ 1.28 there and are not clipped, and its worst level
-found by search is the dense Haar frame's (2.20–2.27 at d = 100, 1.85 at d = 2000), for about 2.6–2.9× the
+found by search is the dense Haar frame's (2.20–2.27 at d = 100, 1.85 at d = 2000), for 2.6–3.0× the
 encode time at d = 25,450 (``benchmarks/results/frame_stack/``).  No frame reaches 1.9 on every input at
 d = 100, N = 256, so none declares ``unbiased``.
 
@@ -40,7 +40,8 @@ from .maths.kashin import LINF_LEVEL, METHODS, WARMUPS, KashinConfig, kashin
 
 FRAME_PARAMS: dict[str, Param] = {
     "frame": Param(str, "hadamard", "public frame: randomized partial Hadamard (one stage), hadamard2/hadamard3 "
-                   "(two or three stages with permutations between them) or dense Haar", tuple(FRAME_KINDS)),
+                   "(two or three stages, permutations between them), hd2/hd3 (two or three stages, no "
+                   "permutation; hd3: no Walsh flats at about 3x the encode time) or dense Haar", tuple(FRAME_KINDS)),
     "rho": Param(float, 2.5, "frame redundancy: N = 2^ceil(log2(rho d))"),
     "kashin": Param(str, "linf", "Kashin method: linf (level-targeted, default), lv (Lyubarskii-Vershynin) or ap "
                     "(alternating projections)", METHODS),
