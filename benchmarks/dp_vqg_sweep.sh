@@ -4,8 +4,9 @@
 #   stage I as at eps = 10), and an eps0 sweep: PP with public labels at eps in {1, 10, 100}, so the
 #   per-location eps0 = eps/49 runs 0.02 -> 2.04 while the record-level eps of the run is reported;
 #   and the dpsgd-prior variant (PP at eps in {1, 10}, FP at 10) with its public-only reference.
-# PRIOR_EPOCHS (default 100, about 1,700 prior steps at the CPU profile's peak lr 1e-3; the profile's 3 epochs
-# are ~50 steps, which leave the prior near uniform) is the one change from the spec's CPU profile; EXTRA
+# Two changes from the spec's CPU profile: every private record (RECORDS=0: all 7,996; the profile has 2,000)
+# and PRIOR_EPOCHS (default 25: about 1,700 prior steps at the CPU profile's peak lr 1e-3 on 7,996 records,
+# as 100 epochs on 2,000; the profile's 3 epochs are ~50 steps, which leave the prior near uniform); EXTRA
 # adds options (e.g. "--profile full --device cuda" on a GPU).
 # Every run uses secure randomness and appends to ONE ledger of the private data set (LEDGER), or,
 # with PER_RUN_LEDGER=1, each run to its own (the shared one's budget check re-composes every earlier
@@ -18,10 +19,11 @@ cd "$(dirname "$0")/.."
 TAG=${TAG:-cpu}
 SEEDS=${SEEDS:-0}  # "0 1 2": independent releases of every run, folders <name>_s<seed>
 EXTRA=${EXTRA:-}
-PRIOR_EPOCHS=${PRIOR_EPOCHS:-100}
+PRIOR_EPOCHS=${PRIOR_EPOCHS:-25}
+RECORDS=${RECORDS:-0}
 OUT=benchmarks/results/dp_vqg
 LEDGER=${LEDGER:-$OUT/dataset_ledger.jsonl}
-COMMON=(--clients 4 --randomness secure --prior-epochs "$PRIOR_EPOCHS" --force)
+COMMON=(--clients 4 --records "$RECORDS" --randomness secure --prior-epochs "$PRIOR_EPOCHS" --force)
 run() {  # run NAME ARGS...: one pipeline run per seed into $OUT/${TAG}_NAME_s<seed>
   local name=$1 s; shift
   if [[ -n "${ONLY:-}" && " $ONLY " != *" $name "* ]]; then return; fi

@@ -7,13 +7,15 @@ L = ["# One-stage vs stacked randomized Hadamard frames (`benchmarks/frame_stack
 L.append(
     "Levels in units ||x||/sqrt(N); public level of the default `linf` Kashin method 1.9. d = 100: N = 256 (redundancy 2.56), "
     "seeds 0-4, `haar` (dense, Haar-random) as reference. d = 2000: N = 8192 (redundancy 4.10), seeds 0-2, no `haar` (too slow "
-    "here). Sphere search: 128 random starts + 128 (d=100: all 100) coordinate vectors e_i + up to 8 inputs from the OLD frame's "
+    "here). d = 25,450 (the E3 model): N = 65,536 (redundancy 2.58), seed 0, 32 random starts. "
+    "Sphere search: 128 random starts + 128 (d=100: all 100) coordinate vectors e_i + up to 8 inputs from the OLD frame's "
     "Walsh flats + the k-sparse suite inputs + the frame's own frame-row dual certificate, 300 iterations, same starts for every "
     "frame of a seed. 'worst' = best certified lower bound on K* (max of the sphere value and the linf_min dual certificate of the "  # noqa: E501
     "worst input), with the kind of start it came from. Lower bounds only: K* itself is not computed.\n"
 )
 L.append("## Worst certified level (K* >= value), sphere search\n")
-for key in ["d100", "d2000"]:
+KEYS = [k for k in ("d100", "d2000", "d25450") if k in r]
+for key in KEYS:
     D = r[key]
     kinds = D["kinds"]
     L.append(f"\n### d = {D['d']}, N = {D['N']}\n")
@@ -37,7 +39,8 @@ L.append(
     "worst input (last row, not a suite input). 'clipped' = coefficients above 1.9 ||x|| in the default `kashin()` output, "
     "float64, float32, summed over seeds.\n"
 )
-for key in ["d100", "d2000"]:
+KEYS = [k for k in ("d100", "d2000", "d25450") if k in r]
+for key in KEYS:
     D = r[key]
     kinds = D["kinds"]
     names = list(D["seeds"][0]["frames"][kinds[0]]["inputs"])
@@ -63,6 +66,26 @@ for key in ["d100", "d2000"]:
         )
         + "."
     )
+L.append("\n## Raised public level: coefficients the default `kashin()` still clips (float64, summed over seeds)\n")
+L.append("Per frame and level: clipped on the suite inputs / clipped on the sphere-search worst input.\n")
+for key in KEYS:
+    D = r[key]
+    kinds = D["kinds"]
+    first = D["seeds"][0]["frames"][kinds[0]]["inputs"]["gaussian"]
+    if "clipped_f64_at_level" not in first:
+        continue
+    levels = list(first["clipped_f64_at_level"])
+    L.append(f"\n### d = {D['d']}, N = {D['N']}\n")
+    L.append("| level | " + " | ".join(kinds) + " |")
+    L.append("|---|" + "---|" * len(kinds))
+    for lv in levels:
+        cells = []
+        for k in kinds:
+            ins = [s["frames"][k]["inputs"] for s in D["seeds"]]
+            suite = sum(e["clipped_f64_at_level"][lv] for i in ins for n, e in i.items() if n != "sphere_worst")
+            worst = sum(i["sphere_worst"]["clipped_f64_at_level"][lv] for i in ins)
+            cells.append(f"{suite} / {worst}")
+        L.append(f"| {lv} | " + " | ".join(cells) + " |")
 t = r["timing"]
 L.append(
     f"\n## Cost: coef + synth_ per row, N = {t['N']} (d = {t['d']}), {t['rows']} rows per call, median of {t['reps']}, "
