@@ -67,11 +67,13 @@ def _fmt(v: Any, spec: str) -> str:
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    head = ("| cell | n | variant | labels | ε target | ε (ledger) | ε₁ | ε₂ | ε₀ per location | accuracy | probe ceiling | "
-            "label agreement | domain-FD | FD floor | EM nearest-code prob | token entropy (bits) | wall s (last) |")
-    lines = [head, "|" + "---|" * 17]
+    head = ("| cell | n | variant | labels | records | ε target | ε (ledger) | ε₁ | ε₂ | ε₀ per location | accuracy | "
+            "probe ceiling | label agreement | domain-FD | FD floor | EM nearest-code prob | token entropy (bits) | "
+            "wall s (last) |")
+    lines = [head, "|" + "---|" * 18]
     for r in rows:
-        lines.append(f"| {r['run']} | {r['n']} | {r['variant']} | {r['labels']} | {_fmt(r['target_epsilon'], 'eps')} | "
+        lines.append(f"| {r['run']} | {r['n']} | {r['variant']} | {r['labels']} | {r['records']} | "
+                     f"{_fmt(r['target_epsilon'], 'eps')} | "
                      f"{_fmt(r['epsilon'], 'eps')} | {_fmt(r['epsilon_stage1'], 'eps')} | {_fmt(r['epsilon_stage2'], 'eps')} | "
                      f"{_fmt(r['eps0_per_location'], 'eps')} | {fmt_ci(r, 'downstream_accuracy', '.4f')} | "
                      f"{fmt_ci(r, 'probe_ceiling', '.4f')} | {fmt_ci(r, 'sample_label_agreement', '.3f')} | "
@@ -150,7 +152,8 @@ def main(folder: str, tag: str) -> None:
     rows.sort(key=lambda r: r["time_utc"])
     if not rows:
         raise SystemExit(f"dp_vqg_table: no {tag}_*/metrics.json under {out}")
-    facts = {"profile": tag, "records": rows[0]["records"], "clients": rows[0]["clients"], "δ": 1e-5,
+    records = "/".join(str(n) for n in sorted({r["records"] for r in rows}))
+    facts = {"profile": tag, "records": records, "clients": rows[0]["clients"], "δ": 1e-5,
              "prior epochs": rows[0]["prior_epochs"],
              "prior lr": rows[0]["prior_lr"], "runs": len(rows), **probe_facts(rows),
              "command": "bash benchmarks/dp_vqg_sweep.sh"}

@@ -18,7 +18,7 @@ import torch
 
 from sstq_fl import rng
 from sstq_fl.bench.kashin import certified_level, flat_vector, natural_inputs, sphere_search, walsh_flats
-from sstq_fl.encoders.maths.frames import HadamardFrame, frame_size, make_frame
+from sstq_fl.encoders.maths.frames import DEFAULT_RHO, HadamardFrame, frame_size, make_frame
 from sstq_fl.encoders.maths.kashin import LINF_LEVEL, KashinConfig, kashin
 from sstq_fl.encoders.maths.linf_min import linf_min
 from sstq_fl.io import atomic_write_json, run_meta
@@ -68,12 +68,12 @@ def evaluate(frame, x: torch.Tensor, dr_iters: int) -> dict[str, Any]:
 
 
 def run_dim(d: int, seeds: list[int], starts: int, sphere_iters: int, dr_iters: int, flat_restarts: int,
-            per_k: int, kinds: list[str]) -> dict[str, Any]:
-    n = frame_size(d)
+            per_k: int, kinds: list[str], rho: float = DEFAULT_RHO) -> dict[str, Any]:
+    n = frame_size(d, rho)
     by_seed = []
     for seed in seeds:
         t0 = time.perf_counter()
-        old = make_frame("hadamard", d, seed=seed)
+        old = make_frame("hadamard", d, rho, seed=seed)
         assert isinstance(old, HadamardFrame)
         flats = walsh_flats(old, flat_restarts, seed, greedy_dim=max(1, int(math.log2(n)) - 13))
         x_flat = torch.cat([flat_vector(old, f) for f in flats[:8]])
@@ -85,7 +85,7 @@ def run_dim(d: int, seeds: list[int], starts: int, sphere_iters: int, dr_iters: 
         shared_starts = torch.cat([y_random, coord, x_flat, *x_sparse.values()])
         per_kind: dict[str, Any] = {}
         for kind in kinds:
-            fr = make_frame(kind, d, seed=seed)
+            fr = make_frame(kind, d, rho, seed=seed)
             nat = natural_inputs(fr, seed=seed)
             y_rows = linf_min(fr, nat["frame_row"][:1], iters=dr_iters).dual
             y0 = torch.cat([shared_starts, y_rows])
@@ -110,7 +110,7 @@ def run_dim(d: int, seeds: list[int], starts: int, sphere_iters: int, dr_iters: 
                         "frames": per_kind, "seconds": time.perf_counter() - t0})
         print(f"d={d} seed={seed}: " + ", ".join(f"{k} {v['sphere']['worst_certified']:.3f}" for k, v in per_kind.items()),
               f"({by_seed[-1]['seconds']:.0f}s)", flush=True)
-    return {"d": d, "N": n, "flat_restarts": flat_restarts, "kinds": kinds, "seeds": by_seed}
+    return {"d": d, "N": n, "rho": rho, "flat_restarts": flat_restarts, "kinds": kinds, "seeds": by_seed}
 
 
 def timing(d: int, rows: int, reps: int) -> dict[str, Any]:
@@ -141,7 +141,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="benchmarks/results/frame_stack/frame_stack.json")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--part", choices=["small", "large", "xl", "timing", "all"], default="all")
+    ap.add_argument("--part", choices=["small", "large", "xl", "rho", "xl-rho", "timing", "all"], default="all")
     ap.add_argument("--seeds", type=int, nargs="*", help="frame seeds for --part large (merged into --out)")
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -165,6 +165,12 @@ def main() -> None:
     if a.part == "xl":  # the E1/E3 model's d (N = 65,536): one seed, 32 random starts, the fast frames that matter
         res["d25450"] = run_dim(25450, a.seeds or [0], 8 if q else 32, 50 if q else 300, 200 if q else 600,
                                 50 if q else 200, 2, ["hadamard", "hd2", "hd3"])
+    if a.part == "rho":  # redundancy 5.12 (N = 512) at d = 100: the worst level against N, the encoders' MSE does not grow with N
+        res["d100_rho5"] = run_dim(100, [0, 1, 2, 3, 4], 16 if q else 128, 50 if q else 300, 200 if q else 600,
+                                   200 if q else 2000, 2 if q else 4, ["hadamard", "hd3", "haar"], rho=5.0)
+    if a.part == "xl-rho":  # N = 131,072 at d = 25,450 (redundancy 5.15), hd3 only
+        res["d25450_rho5"] = run_dim(25450, a.seeds or [0], 8 if q else 32, 50 if q else 300, 200 if q else 600,
+                                     50 if q else 200, 2, ["hd3"], rho=5.0)
     if a.part in ("timing", "all"):
         res["timing"] = timing(25450, 4, 5 if q else 21)
     res["meta"] = run_meta()
