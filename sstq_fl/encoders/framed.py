@@ -14,9 +14,12 @@ practical ``K``, ``lv``'s 2.352 included.  So the unbiased Kashin encoders decla
 Gaussian inputs, the E1 vector or frame rows at the default level), not ``unbiased``; their
 ``mse`` includes the clipping bias.  ``frame=hd3`` (three randomized Hadamard stages, no permutation) has no
 Walsh flats: the one-stage frame's flats need level ≤ 1.28 there and are not clipped, and its worst level
-found by search is the dense Haar frame's (2.20–2.27 at d = 100, 1.85 at d = 2000), for 2.6–3.0× the
-encode time at d = 25,450 (``benchmarks/results/frame_stack/``).  No frame reaches 1.9 on every input at
-d = 100, N = 256, so none declares ``unbiased``.
+found by search is the dense Haar frame's, for 2.6–3.0× the encode time at d = 25,450
+(``benchmarks/results/frame_stack/``).  At the default ρ = 2.5 that level is above 1.9 for every frame
+(2.20–2.27 at d = 100, 2.24 at d = 25,450): the limit is the redundancy, not the structure.  The encoders'
+MSE does not depend on ``N`` (within 1 % in ``e1_rho.json``), so ``frame=hd3,rho=5`` trades one bit a message
+(SSTQ; four for SQKR) and twice the transform for a worst level found of 1.75 at d = 100, where nothing is
+clipped at the default level; raising ``level`` instead costs ``(K/1.9)²`` in MSE.  No bound over all inputs is proven, so none declares ``unbiased``.
 
 Server side, contributions are accumulated as a dense ``N``-vector in scaled units and the
 frame synthesis is applied once per round (:meth:`_finish`).

@@ -264,3 +264,19 @@ def test_the_walsh_flat_attack_finds_no_bias_on_a_stacked_frame(kind):
     est = enc.decode(enc.encode(ys[:1].repeat(n, 1), np.arange(n)))
     err = ((est - ys[:1]) ** 2).sum(1)
     assert abs(float(err.mean()) - float(enc.mse(ys[:1])[0])) <= 4 * float(err.std()) / math.sqrt(n)
+
+
+def test_the_sphere_search_clips_at_redundancy_2_5_and_not_on_hd3_at_rho_5():
+    """The sphere search (plus every coordinate vector as a start) finds inputs above the public level 1.9 on
+    ``hd3`` at the default ρ = 2.5 (N = 256 at d = 100), which the encoder clips; at ρ = 5 (N = 512) the same
+    search finds nothing above the Douglas–Rachford box 0.97 × 1.9 and nothing is clipped on its worst inputs."""
+    gen = torch.Generator().manual_seed(0)
+    starts = torch.cat([torch.randn(24, 100, generator=gen, dtype=torch.float64), torch.eye(100, dtype=torch.float64)])
+    found = {}
+    for rho in (2.5, 5.0):
+        enc = make_encoder(f"sstq-flat:b=3,frame=hd3,rho={rho}", 100, 2.0, radius=1.0)
+        lvl, ys = sphere_search(enc.frame, starts, iters=150)
+        worst = ys[lvl.argsort(descending=True)[:4]]
+        found[rho] = (float(lvl.max()), enc.encode(worst, np.arange(4)).stats["clipped"])
+    assert found[2.5][0] > 2.1 and found[2.5][1] > 0
+    assert found[5.0][0] < 0.97 * 1.9 and found[5.0][1] == 0
