@@ -18,8 +18,9 @@ found by search is the dense Haar frame's, for 2.6–3.0× the encode time at d 
 (``benchmarks/results/frame_stack/``).  At the default ρ = 2.5 that level is above 1.9 for every frame
 (2.20–2.27 at d = 100, 2.24 at d = 25,450): the limit is the redundancy, not the structure.  The encoders'
 MSE does not depend on ``N`` (within 1 % in ``e1_rho.json``), so ``frame=hd3,rho=5`` trades one bit a message
-(SSTQ; four for SQKR) and twice the transform for a worst level found of 1.75 at d = 100, where nothing is
-clipped at the default level; raising ``level`` instead costs ``(K/1.9)²`` in MSE.  No bound over all inputs is proven, so none declares ``unbiased``.
+(SSTQ; four for SQKR) and twice the transform for a worst level found of 1.75 at d = 100 and at d = 25,450,
+where nothing is clipped at the default level; raising ``level`` instead costs ``(K/1.9)²`` in MSE.  No bound
+over all inputs is proven, so none declares ``unbiased``.
 
 Server side, contributions are accumulated as a dense ``N``-vector in scaled units and the
 frame synthesis is applied once per round (:meth:`_finish`).
