@@ -27,6 +27,12 @@ KINDS = ["hadamard", "hadamard2", "hadamard3", "hd2", "hd3", "haar"]  # haar: de
 FAST = KINDS[:5]
 SPARSE_K = [1, 2, 4, 8, 16, 32, 64]
 RAISED_LEVELS = (2.1, 2.3, 2.5)  # public levels (``level=``) above the default 1.9 whose clipping is counted
+# --part NAME: (result key, d, frame seeds, random starts, old-frame flat restarts, draws per sparsity k, kinds, rho)
+SEARCH_PARTS: dict[str, tuple[str, int, list[int], int, int, int, list[str], float]] = {
+    "xl": ("d25450", 25450, [0], 32, 200, 2, ["hadamard", "hd2", "hd3"], DEFAULT_RHO),  # the E1/E3 model, N = 65,536
+    "rho": ("d100_rho5", 100, [0, 1, 2, 3, 4], 128, 2000, 4, ["hadamard", "hd3", "haar"], 5.0),  # N = 512
+    "xl-rho": ("d25450_rho5", 25450, [0], 32, 200, 2, ["hd3"], 5.0),  # N = 131,072
+}
 
 
 def sparse_inputs(d: int, per_k: int, seed: int) -> dict[str, torch.Tensor]:
@@ -141,7 +147,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="benchmarks/results/frame_stack/frame_stack.json")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--part", choices=["small", "large", "xl", "rho", "xl-rho", "timing", "all"], default="all")
+    ap.add_argument("--part", choices=["small", "large", *SEARCH_PARTS, "timing", "all"], default="all")
     ap.add_argument("--seeds", type=int, nargs="*", help="frame seeds for --part large (merged into --out)")
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -162,15 +168,10 @@ def main() -> None:
             keep = [s for s in res["d2000"]["seeds"] if s["seed"] not in a.seeds]
             new["seeds"] = sorted(keep + new["seeds"], key=lambda s: s["seed"])
         res["d2000"] = new
-    if a.part == "xl":  # the E1/E3 model's d (N = 65,536): one seed, 32 random starts, the fast frames that matter
-        res["d25450"] = run_dim(25450, a.seeds or [0], 8 if q else 32, 50 if q else 300, 200 if q else 600,
-                                50 if q else 200, 2, ["hadamard", "hd2", "hd3"])
-    if a.part == "rho":  # redundancy 5.12 (N = 512) at d = 100: the worst level against N, the encoders' MSE does not grow with N
-        res["d100_rho5"] = run_dim(100, [0, 1, 2, 3, 4], 16 if q else 128, 50 if q else 300, 200 if q else 600,
-                                   200 if q else 2000, 2 if q else 4, ["hadamard", "hd3", "haar"], rho=5.0)
-    if a.part == "xl-rho":  # N = 131,072 at d = 25,450 (redundancy 5.15), hd3 only
-        res["d25450_rho5"] = run_dim(25450, a.seeds or [0], 8 if q else 32, 50 if q else 300, 200 if q else 600,
-                                     50 if q else 200, 2, ["hd3"], rho=5.0)
+    if a.part in SEARCH_PARTS:
+        key, d, seeds, starts, flat_restarts, per_k, kinds, rho = SEARCH_PARTS[a.part]
+        res[key] = run_dim(d, a.seeds or seeds, starts // 4 if q else starts, 50 if q else 300, 200 if q else 600,
+                           flat_restarts // 4 if q else flat_restarts, per_k, kinds, rho)
     if a.part in ("timing", "all"):
         res["timing"] = timing(25450, 4, 5 if q else 21)
     res["meta"] = run_meta()

@@ -278,9 +278,9 @@ class HadamardStackFrame(Frame):
         out.zero_()
         out.index_copy_(1, self.cols, r * self.col_signs.to(r.dtype))
         fwht_(out)
+        tmp = _scratch(r.shape[0], self.N, r.dtype, r.device) if self.perms else None
         for i, sg in enumerate(self.stage_signs):
-            if self.perms:
-                tmp = _scratch(r.shape[0], self.N, r.dtype, r.device)
+            if tmp is not None:
                 torch.index_select(out, 1, self.perms[i], out=tmp)
                 torch.mul(tmp, sg.to(r.dtype), out=out)
             else:
@@ -291,10 +291,10 @@ class HadamardStackFrame(Frame):
     def synth_(self, s: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         s = s.contiguous()
         fwht_(s)
+        tmp = _scratch(s.shape[0], self.N, s.dtype, s.device) if self.perms else None
         for i in reversed(range(len(self.stage_signs))):
             s.mul_(self.stage_signs[i].to(s.dtype))
-            if self.perms:
-                tmp = _scratch(s.shape[0], self.N, s.dtype, s.device)
+            if tmp is not None:
                 torch.index_select(s, 1, self.inv_perms[i], out=tmp)
                 s.copy_(tmp)
             fwht_(s)
