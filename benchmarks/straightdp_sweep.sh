@@ -15,6 +15,8 @@
 #                                                                 (--method moments+sgd --port guidance --space latent)
 #   distill_tau035   the tau ablation: distill with tau = 0.35 given instead of the public knee rule's
 #                                                                 (--method moments+sgd --port distill --tau 0.35)
+#   guidance_tau035  the same for guidance at eps in {3, inf}: the model takes over at 0.35 instead of the knee's
+#   guidance_r1000   guidance with 1,000 DP-SGD rounds (--sgd-steps 1000) at eps in {3, inf}: the rounds ablation
 #   moments_papers, latent_moments_papers   the moment rows at eps = 1 under the papers' probe protocol (10,000
 #                    samples, 10 epochs: --probe-protocol papers --eval-samples 10000)
 # Runs are named ${TAG}_<row>_eps<E> under benchmarks/results/straightdp; eps = inf runs are the same
@@ -52,7 +54,7 @@ run() {  # run NAME ARGS...: one pipeline run per seed into $OUT/${TAG}_NAME_s<s
     local ledger=$LEDGER
     [[ "${PER_RUN_LEDGER:-0}" == 1 ]] && ledger="$OUT/${TAG}_${name}_s$s.dataset_ledger.jsonl"
     # shellcheck disable=SC2086
-    .venv/bin/sstq-fl gen straightdp "$@" "${COMMON[@]}" --dataset-ledger "$ledger" $SIZES $space $EXTRA \
+    .venv/bin/sstq-fl gen straightdp "${COMMON[@]}" --dataset-ledger "$ledger" $SIZES $space $EXTRA "$@" \
       --seed "$s" --probe-seeds "${PROBE_SEEDS:-3}" --out "$OUT/${TAG}_${name}_s$s"
   done
 }
@@ -64,6 +66,10 @@ for e in "${EPSILONS[@]}"; do run "public_guidance_eps$e" --method moments --por
 for e in "${EPSILONS[@]}"; do run "latent_moments_eps$e" --method moments --space latent --epsilon "$e"; done
 for e in "${EPSILONS[@]}"; do run "latent_distill_eps$e" --method moments+sgd --port distill --space latent --epsilon "$e"; done
 for e in "${EPSILONS[@]}"; do run "latent_guidance_eps$e" --method moments+sgd --port guidance --space latent --epsilon "$e"; done
+# the rounds ablation: guidance with 1,000 DP-SGD rounds instead of SIZES' 300 (a row's options come last, so
+# they override SIZES), noise-free and at eps = 3, to tell the rounds' limit from the noise's
+for e in 3 inf; do run "guidance_r1000_eps$e" --method moments+sgd --port guidance --sgd-steps 1000 --epsilon "$e"; done
+for e in 3 inf; do run "guidance_tau035_eps$e" --method moments+sgd --port guidance --tau 0.35 --epsilon "$e"; done
 for e in "${EPSILONS[@]}"; do run "distill_tau035_eps$e" --method moments+sgd --port distill --tau 0.35 --epsilon "$e"; done
 PAPERS=(--probe-protocol papers --eval-samples 10000)
 run "moments_papers_eps1" --method moments --epsilon 1 "${PAPERS[@]}"

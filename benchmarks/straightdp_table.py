@@ -7,7 +7,9 @@ plot ``sweep_<tag>.png``.  Each run is put in a row of the spec's comparison by 
   starting the sampler at t₀ from the released Gaussian) and ``public_guidance`` (the public prior +
   guidance); ``+tha`` is appended for a time-bucketed clip profile, ``+low_b0`` for the low-B0 backbone;
 * ``latent_<row>`` for a run in the latent space of the frozen public autoencoder (``--space latent``), and
-  ``+tau<τ>`` for a run whose τ was given (``--tau``) instead of the public knee rule's (the τ ablation).
+  ``+tau<τ>`` for a run whose τ was given (``--tau``) instead of the public knee rule's (the τ ablation);
+* ``+r<rounds>`` for a DP-SGD run whose rounds (``--sgd-steps``) differ from the sweep's usual number (the rounds
+  ablation).
 
 Runs of one cell that differ only by seed (``<tag>_<row>_eps<E>_s<seed>``) are one table row and one point:
 the mean over the releases and its 95 % Student-t interval (:mod:`gen_tables`).
@@ -31,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +89,18 @@ def _row(d: Path, m: dict[str, Any]) -> dict[str, Any]:
             "sample_label_agreement": m.get("sample_label_agreement"), "records": m.get("records"),
             "clients": m.get("clients"), "profile": cfg.get("profile"), "wall_s": m.get("wall_s"), **reference_fields(m),
             "time_utc": (m.get("meta") or {}).get("time_utc", "")}
+
+
+def _mark_rounds(rows: list[dict[str, Any]]) -> None:
+    """Append ``+r<rounds>`` to the row of every DP-SGD run whose rounds differ from the sweep's usual number
+    (the most common among its DP-SGD runs), so that a rounds ablation is a row and a line of its own."""
+    rounds = [r["sgd_steps"] for r in rows if "sgd" in (r["method"] or "") and r["sgd_steps"]]
+    if not rounds:
+        return
+    usual = Counter(rounds).most_common(1)[0][0]
+    for r in rows:
+        if "sgd" in (r["method"] or "") and r["sgd_steps"] and r["sgd_steps"] != usual:
+            r["row"] += f"+r{r['sgd_steps']}"
 
 
 def _order(r: dict[str, Any]) -> tuple[Any, ...]:
@@ -169,6 +184,7 @@ def main(folder: str, tag: str) -> None:
             if (d / "metrics.json").is_file()]
     if not rows:
         raise SystemExit(f"straightdp_table: no {tag}_*/metrics.json under {out}")
+    _mark_rounds(rows)
     rows.sort(key=_order)
     first = {k: next((r[k] for r in rows if r[k] is not None), None) for k in ("records", "clients", "delta",
                                                                                  "relation", "profile")}
