@@ -69,7 +69,9 @@ for e in "${EPSILONS[@]}"; do run "latent_guidance_eps$e" --method moments+sgd -
 # the rounds ablation: guidance with 1,000 DP-SGD rounds instead of SIZES' 300 (a row's options come last, so
 # they override SIZES), noise-free and at eps = 3, to tell the rounds' limit from the noise's
 for e in 3 inf; do run "guidance_r1000_eps$e" --method moments+sgd --port guidance --sgd-steps 1000 --epsilon "$e"; done
-for e in 3 inf; do run "guidance_tau035_eps$e" --method moments+sgd --port guidance --tau 0.35 --epsilon "$e"; done
+for t in 0.35 0.5; do
+  for e in 3 inf; do run "guidance_tau${t/./}_eps$e" --method moments+sgd --port guidance --tau "$t" --epsilon "$e"; done
+done
 for e in "${EPSILONS[@]}"; do run "distill_tau035_eps$e" --method moments+sgd --port distill --tau 0.35 --epsilon "$e"; done
 PAPERS=(--probe-protocol papers --eval-samples 10000)
 run "moments_papers_eps1" --method moments --epsilon 1 "${PAPERS[@]}"

@@ -62,3 +62,14 @@ def test_straightdp_table_shows_intervals_and_references(gt, tmp_path):
                      {"probe": "lenet"}, {"probe_ceiling": 0.75, "fd_floor": 5.3})
     labels = [t.get_text() for a in fig.get_axes() for t in a.get_legend().get_texts()]
     assert any(x.startswith("probe ceiling") for x in labels) and any(x.startswith("FD floor") for x in labels)
+
+
+def test_straightdp_rounds_ablation_is_a_row_of_its_own(gt):
+    table = importlib.import_module("straightdp_table")
+    rows = [{"method": "moments+sgd", "sgd_steps": 300, "row": "guidance"},
+            {"method": "moments+sgd", "sgd_steps": 300, "row": "guidance"},
+            {"method": "sgd", "sgd_steps": 300, "row": "sgd"},
+            {"method": "moments+sgd", "sgd_steps": 1000, "row": "guidance"},
+            {"method": "moments", "sgd_steps": 1000, "row": "moments"}]
+    table._mark_rounds(rows)
+    assert [r["row"] for r in rows] == ["guidance", "guidance", "sgd", "guidance+r1000", "moments"]
