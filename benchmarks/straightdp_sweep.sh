@@ -15,7 +15,7 @@
 #                                                                 (--method moments+sgd --port guidance --space latent)
 #   distill_tau035   the tau ablation: distill with tau = 0.35 given instead of the public knee rule's
 #                                                                 (--method moments+sgd --port distill --tau 0.35)
-#   guidance_tau035  the same for guidance at eps in {3, inf}: the model takes over at 0.35 instead of the knee's
+#   guidance_tau035, guidance_tau05   the same for guidance at eps in {3, inf}: the model takes over at 0.35 or 0.5
 #   guidance_r1000   guidance with 1,000 DP-SGD rounds (--sgd-steps 1000) at eps in {3, inf}: the rounds ablation
 #   moments_papers, latent_moments_papers   the moment rows at eps = 1 under the papers' probe protocol (10,000
 #                    samples, 10 epochs: --probe-protocol papers --eval-samples 10000)

@@ -94,12 +94,12 @@ def _row(d: Path, m: dict[str, Any]) -> dict[str, Any]:
 def _mark_rounds(rows: list[dict[str, Any]]) -> None:
     """Append ``+r<rounds>`` to the row of every DP-SGD run whose rounds differ from the sweep's usual number
     (the most common among its DP-SGD runs), so that a rounds ablation is a row and a line of its own."""
-    rounds = [r["sgd_steps"] for r in rows if "sgd" in (r["method"] or "") and r["sgd_steps"]]
-    if not rounds:
+    trained = [r for r in rows if "sgd" in (r["method"] or "") and r["sgd_steps"]]
+    if not trained:
         return
-    usual = Counter(rounds).most_common(1)[0][0]
-    for r in rows:
-        if "sgd" in (r["method"] or "") and r["sgd_steps"] and r["sgd_steps"] != usual:
+    usual = Counter(r["sgd_steps"] for r in trained).most_common(1)[0][0]
+    for r in trained:
+        if r["sgd_steps"] != usual:
             r["row"] += f"+r{r['sgd_steps']}"
 
 
