@@ -1,6 +1,7 @@
 """Collect a DP-VQG sweep's metrics.json files (``<tag>_*`` run folders, written by
-``benchmarks/dp_vqg_sweep.sh``) into ``sweep_<tag>.json``, a markdown table ``sweep_<tag>.md`` and a
-plot ``sweep_<tag>.png``:
+``benchmarks/dp_vqg_sweep.sh``) into ``sweep_<tag>.json``, a markdown table ``sweep_<tag>.md`` (every field),
+a reader's table ``summary_<tag>.md`` (rows against ε, which the documentation includes) and a plot
+``sweep_<tag>.png``:
 
 * left: downstream accuracy against the run's ε for FP and PP (95 % intervals over the releases), the ε = ∞
   and argmin ("not DP") runs and the probe ceiling (the same probe on real eval_fit) as reference lines;
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gen_tables import CAPTION, fmt_ci, group, plotted, probe_facts, reference_fields, references
+from gen_tables import CAPTION, fmt_ci, group, mean_ci, pivot, plotted, probe_facts, reference_fields, references
 from matplotlib.figure import Figure
 
 from sstq_fl.io import atomic_write_bytes, atomic_write_json, run_meta
@@ -81,6 +82,53 @@ def _table(rows: list[dict[str, Any]]) -> str:
                      f"{fmt_ci(r, 'em_nearest_code_prob', '.4f')} | {fmt_ci(r, 'token_entropy_bits', '.3f')} | "
                      f"{r['wall_s']:.0f} |")
     return "\n".join(lines) + f"\n\n{CAPTION}\n"
+
+
+def _label(c: dict[str, Any]) -> str:
+    """A row's reader-facing name: variant, Stage II (with the prior's rounds), public labels, and the kind of
+    reference for a run that is not the DP mechanism at its ε (the ε = ∞ runs share their DP row)."""
+    words = [c["variant"].upper(), "EM" if c["stage2"] == "em" else f"DP-SGD prior, {c['prior_steps']} rounds"]
+    if c["labels"] == "public":
+        words.append("public labels")
+    if c["reference"].startswith("argmin"):
+        words.append("argmin tokens (not DP)")
+    elif c["reference"].startswith("public-only"):
+        words.append("public-only reference")
+    return ", ".join(words) + (f", {c['records']:,} records" if c["records"] != 7996 else "")
+
+
+def _column(c: dict[str, Any]) -> str:
+    if c["epsilon"] == 0:
+        return "ε = 0"
+    return f"ε = {_fmt(c['target_epsilon'], 'eps')}" if c["reference"] == "dp" else "ε = ∞ (not DP)"
+
+
+def _entry(c: dict[str, Any]) -> str:
+    text = (f"{fmt_ci(c, 'downstream_accuracy', '.3f')} · {fmt_ci(c, 'sample_label_agreement', '.3f')} · "
+            f"{fmt_ci(c, 'domain_fd', '.0f')} (n = {c['n']})")
+    if c["stage2"] == "em" and c["reference"] == "dp":
+        text += f"<br>ε₀ {_fmt(c['eps0_per_location'], '.3g')}, nearest code {_fmt(c['em_nearest_code_prob'], '.4f')}"
+    return text
+
+
+def summary(cells: list[dict[str, Any]]) -> str:
+    """The sweep as a reader compares it: one line per row (:func:`_label`), one column per ε (the run's target;
+    ε = 0 for a run that read no private record, ∞ for the non-private references), each entry the downstream
+    accuracy, the label agreement and the domain-FD (mean ± 95 % half-width over the releases), and for the EM
+    the per-location ε₀ and the nearest code's probability."""
+    cells = sorted(plotted(cells), key=lambda c: (c["stage2"] != "em", c["prior_steps"] or 0, c["labels"] == "public",
+                                                  c["variant"] == "pp", c["reference"] != "dp"))
+    names = {_column(c) for c in cells}
+    columns = sorted(names - {"ε = ∞ (not DP)"}, key=lambda n: float(n.removeprefix("ε = ")))
+    columns += ["ε = ∞ (not DP)"] * ("ε = ∞ (not DP)" in names)
+    refs = (f"probe ceiling {mean_ci([c['probe_ceiling'] for c in cells])[0]:.3f}, FD floor "
+            f"{mean_ci([c['fd_floor'] for c in cells])[0]:.1f}, the evaluator's own test accuracy "
+            f"{mean_ci([c['evaluator_accuracy'] for c in cells])[0]:.3f}")
+    k = next((c["codebook_size"] for c in cells if c["codebook_size"]), None)
+    return (pivot(cells, _label, _column, _entry, columns) +
+            "\nEach entry: downstream accuracy · label agreement · domain-FD (mean ± 95 % Student-t half-width over n "
+            f"independent releases; one value where n = 1). References (mean over the runs): {refs}; chance 0.10 for "
+            f"accuracy and label agreement{f'; uniform code probability 1/K = {1 / k:.4f}' if k else ''}.\n")
 
 
 def _finite(v: Any) -> bool:
@@ -145,11 +193,16 @@ def _em_axes(ax: Any, rows: list[dict[str, Any]]) -> None:
     ax.legend(fontsize=8)
 
 
-def main(folder: str, tag: str) -> None:
-    out = Path(folder)
+def collect(out: Path, tag: str) -> list[dict[str, Any]]:
+    """The sweep's runs (``<tag>_*/metrics.json`` under ``out``) as table rows, in the order they ran."""
     rows = [_row(d, json.loads((d / "metrics.json").read_text())) for d in sorted(out.glob(f"{tag}_*"))
             if (d / "metrics.json").is_file()]
-    rows.sort(key=lambda r: r["time_utc"])
+    return sorted(rows, key=lambda r: r["time_utc"])
+
+
+def main(folder: str, tag: str) -> None:
+    out = Path(folder)
+    rows = collect(out, tag)
     if not rows:
         raise SystemExit(f"dp_vqg_table: no {tag}_*/metrics.json under {out}")
     records = "/".join(str(n) for n in sorted({r["records"] for r in rows}))
@@ -161,6 +214,7 @@ def main(folder: str, tag: str) -> None:
     ref = references(rows)
     atomic_write_json(out / f"sweep_{tag}.json", {"rows": rows, "cells": cells, "facts": facts, "meta": run_meta()})
     atomic_write_bytes(out / f"sweep_{tag}.md", _table(cells).encode())
+    atomic_write_bytes(out / f"summary_{tag}.md", summary(cells).encode())
     plot(plotted(cells), out / f"sweep_{tag}.png", {**facts, "FD floor": ref["fd_floor"]}, ref)
     print(_table(cells))
 

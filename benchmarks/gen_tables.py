@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from scipy.stats import t as student_t
@@ -99,3 +99,21 @@ def probe_facts(rows: list[dict[str, Any]]) -> dict[str, Any]:
     new = sum(1 for r in rows if r.get("probe"))
     return {"probe": "; ".join(probes) or "lenet (cpu protocol, before the held-out evaluation)",
             "plotted runs (held-out evaluation)": new if 0 < new < len(rows) else None}
+
+
+def pivot(cells: list[dict[str, Any]], label: Callable[[dict[str, Any]], str], column: Callable[[dict[str, Any]], str],
+          entry: Callable[[dict[str, Any]], str], columns: Sequence[str], corner: str = "row") -> str:
+    """A reader's table of a sweep: one line per ``label(cell)`` (in the cells' order), one column per name in
+    ``columns`` (a cell goes under ``column(cell)``), ``entry(cell)`` in each, ``–`` where the sweep has no
+    such cell.  Two cells under one line and column are an error: the table would hide one of them."""
+    grid: dict[str, dict[str, str]] = {}
+    for c in cells:
+        row, col = label(c), column(c)
+        if col not in columns:
+            raise ValueError(f"pivot: cell {c['run']} has column {col!r}, not one of {list(columns)}")
+        if col in grid.setdefault(row, {}):
+            raise ValueError(f"pivot: two cells at ({row}, {col}); the second is {c['run']}")
+        grid[row][col] = entry(c)
+    lines = [f"| {corner} | " + " | ".join(columns) + " |", "|" + "---|" * (len(columns) + 1)]
+    lines += [f"| {row} | " + " | ".join(mine.get(col, "–") for col in columns) + " |" for row, mine in grid.items()]
+    return "\n".join(lines) + "\n"

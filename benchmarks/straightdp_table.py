@@ -1,6 +1,7 @@
 """Collect a StraightDP sweep's metrics.json files (``<tag>_*`` run folders, written by
-``benchmarks/straightdp_sweep.sh``) into ``sweep_<tag>.json``, a markdown table ``sweep_<tag>.md`` and a
-plot ``sweep_<tag>.png``.  Each run is put in a row of the spec's comparison by its method and port:
+``benchmarks/straightdp_sweep.sh``) into ``sweep_<tag>.json``, a markdown table ``sweep_<tag>.md`` (every
+field), a reader's table ``summary_<tag>.md`` (rows against ε, which the documentation includes) and a plot
+``sweep_<tag>.png``.  Each run is put in a row of the spec's comparison by its method and port:
 
 * ``sgd`` (uniform DP-SGD with the whole ε), ``moments`` (samples from the released Gaussians alone),
   ``distill`` and ``guidance`` (moments + DP-SGD on t ≥ τ, the moments entering by distillation or by
@@ -37,7 +38,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from gen_tables import CAPTION, fmt_ci, group, plotted, probe_facts, reference_fields, references
+from gen_tables import CAPTION, fmt_ci, group, mean_ci, pivot, plotted, probe_facts, reference_fields, references
 from matplotlib.figure import Figure
 
 from sstq_fl.io import atomic_write_bytes, atomic_write_json, run_meta
@@ -48,6 +49,8 @@ KEYS = ("downstream_accuracy", "domain_fd", "sample_label_agreement")
 ROWS = ("sgd", "moments", "distill", "guidance", "public_guidance", "latent_moments", "latent_distill",
         "latent_guidance", "latent_public_guidance", "latent_sgd")
 COMMAND = "bash benchmarks/straightdp_sweep.sh"
+DESCRIBE = {"sgd": "uniform DP-SGD (the whole ε)", "moments": "moments only", "distill": "moments + DP-SGD, distillation",
+            "guidance": "moments + DP-SGD, guidance at τ", "public_guidance": "public prior + guidance from the release"}
 
 
 def row_name(method: str | None, port: str | None, tha: Any = None, low_b0: Any = False, space: str | None = None,
@@ -143,6 +146,44 @@ def _table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n" + note
 
 
+def _label(c: dict[str, Any]) -> str:
+    """A row's reader-facing name: the method, the space, then any ablation (τ, rounds) and a non-CPU probe."""
+    base, *marks = c["row"].split("+")
+    words = [DESCRIBE.get(base.removeprefix("latent_"), base), "latent" if base.startswith("latent_") else "pixel"]
+    for m in marks:
+        words.append(f"τ = {m[3:]}" if m.startswith("tau") else f"{int(m[1:]):,} rounds" if m[1:].isdigit() else m)
+    if "papers" in (c.get("probe") or ""):
+        words.append("papers' probe")
+    return ", ".join(words)
+
+
+def summary(cells: list[dict[str, Any]]) -> str:
+    """The sweep as a reader compares it: one line per row, one column per target ε, each entry the downstream
+    accuracy and the domain-FD (mean ± 95 % half-width over the releases) and the number of releases; then the
+    references they are read against, per probe protocol."""
+    cells = plotted(cells)
+    finite = sorted({c["target_epsilon"] for c in cells if _finite(c["target_epsilon"])})
+    columns = [f"ε = {_fmt(e, 'eps')}" for e in finite] + ["ε = ∞ (not DP)"] * any(not _finite(c["target_epsilon"])
+                                                                                 for c in cells)
+
+    def column(c: dict[str, Any]) -> str:
+        return f"ε = {_fmt(c['target_epsilon'], 'eps')}" + ("" if _finite(c["target_epsilon"]) else " (not DP)")
+
+    def entry(c: dict[str, Any]) -> str:
+        return (f"{fmt_ci(c, 'downstream_accuracy', '.3f')} · {fmt_ci(c, 'domain_fd', '.0f')} "
+                f"(n = {c['n']})")
+
+    refs = []
+    for protocol in sorted({(c.get("probe") or "").split(" (")[-1].split(",")[0] for c in cells} - {""}):
+        mine = [c for c in cells if f"({protocol}," in (c.get("probe") or "")]
+        refs.append(f"probe ceiling, {protocol} protocol: {_fmt(mean_ci([c['probe_ceiling'] for c in mine])[0], '.3f')}")
+    floor = mean_ci([c["fd_floor"] for c in cells])[0]
+    return (pivot(cells, _label, column, entry, columns) +
+            "\nEach entry: downstream accuracy · domain-FD (mean ± 95 % Student-t half-width over n independent "
+            f"releases; one value where n = 1). References, the mean over the rows' runs (each run's own in the "
+            f"full sweep table): {'; '.join(refs) or '-'}; FD floor {_fmt(floor, '.1f')}; chance 0.10.\n")
+
+
 def _finite(v: Any) -> bool:
     return isinstance(v, int | float) and math.isfinite(v)
 
@@ -178,14 +219,19 @@ def plot(rows: list[dict[str, Any]], path: Path, facts: dict[str, Any], calibrat
     return save(fig, path)
 
 
-def main(folder: str, tag: str) -> None:
-    out = Path(folder)
+def collect(out: Path, tag: str) -> list[dict[str, Any]]:
+    """The sweep's runs (``<tag>_*/metrics.json`` under ``out``) as table rows, ablations marked, in table order."""
     rows = [_row(d, json.loads((d / "metrics.json").read_text())) for d in sorted(out.glob(f"{tag}_*"))
             if (d / "metrics.json").is_file()]
+    _mark_rounds(rows)
+    return sorted(rows, key=_order)
+
+
+def main(folder: str, tag: str) -> None:
+    out = Path(folder)
+    rows = collect(out, tag)
     if not rows:
         raise SystemExit(f"straightdp_table: no {tag}_*/metrics.json under {out}")
-    _mark_rounds(rows)
-    rows.sort(key=_order)
     first = {k: next((r[k] for r in rows if r[k] is not None), None) for k in ("records", "clients", "delta",
                                                                                  "relation", "profile")}
     facts = {"profile": tag, "pipeline profile": first["profile"] if first["profile"] != tag else None,
@@ -194,6 +240,7 @@ def main(folder: str, tag: str) -> None:
     cells = group(rows, KEYS)
     atomic_write_json(out / f"sweep_{tag}.json", {"rows": rows, "cells": cells, "facts": facts, "meta": run_meta()})
     atomic_write_bytes(out / f"sweep_{tag}.md", _table(cells).encode())
+    atomic_write_bytes(out / f"summary_{tag}.md", summary(cells).encode())
     plot(plotted(cells), out / f"sweep_{tag}.png", facts, references(rows))
     print(_table(cells))
 

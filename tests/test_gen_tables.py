@@ -58,6 +58,9 @@ def test_straightdp_table_shows_intervals_and_references(gt, tmp_path):
     line = next(ln for ln in md.splitlines() if ln.startswith("| t_moments_eps1 |"))
     assert "| 3 |" in line and "0.3200 ± 0.0497" in line and "0.7500" in line and "5.3" in line
     assert "95 % Student-t interval" in md and (tmp_path / "sweep_t.png").is_file()
+    summary = (tmp_path / "summary_t.md").read_text().splitlines()
+    assert summary[0] == "| row | ε = 1 |"
+    assert summary[2] == "| moments only, pixel | 0.320 ± 0.050 · 901 ± 2 (n = 3) |"
     fig = table.plot(json.loads((tmp_path / "sweep_t.json").read_text())["cells"], tmp_path / "p.png",
                      {"probe": "lenet"}, {"probe_ceiling": 0.75, "fd_floor": 5.3})
     labels = [t.get_text() for a in fig.get_axes() for t in a.get_legend().get_texts()]
@@ -73,3 +76,25 @@ def test_straightdp_rounds_ablation_is_a_row_of_its_own(gt):
             {"method": "moments", "sgd_steps": 1000, "row": "moments"}]
     table._mark_rounds(rows)
     assert [r["row"] for r in rows] == ["guidance", "guidance", "sgd", "guidance+r1000", "moments"]
+
+
+def test_pivot_places_cells_and_refuses_what_it_would_hide(gt):
+    cells = [{"run": "a1", "r": "a", "c": "x", "v": 1}, {"run": "b2", "r": "b", "c": "y", "v": 2},
+             {"run": "a2", "r": "a", "c": "y", "v": 3}]
+    md = gt.pivot(cells, lambda c: c["r"], lambda c: c["c"], lambda c: str(c["v"]), ["x", "y"])
+    assert md.splitlines() == ["| row | x | y |", "|---|---|---|", "| a | 1 | 3 |", "| b | – | 2 |"]
+    with pytest.raises(ValueError, match=r"two cells at \(a, y\); the second is a3"):
+        gt.pivot([*cells, {"run": "a3", "r": "a", "c": "y", "v": 4}], lambda c: c["r"], lambda c: c["c"],
+                 lambda c: "", ["x", "y"])
+    with pytest.raises(ValueError, match="cell b2 has column 'y'"):
+        gt.pivot(cells, lambda c: c["r"], lambda c: c["c"], lambda c: "", ["x"])
+
+
+@pytest.mark.parametrize("pipeline", ["straightdp", "dp_vqg"])
+def test_committed_summaries_are_the_committed_runs(gt, pipeline):
+    """The documentation includes ``summary_cpu.md``: it is exactly what the table script makes of the committed
+    run folders, so a rerun that is not re-tabulated (or an edited table) fails here."""
+    table = importlib.import_module(f"{pipeline}_table")
+    out = BENCH / "results" / pipeline
+    rows = table.collect(out, "cpu")
+    assert table.summary(gt.group(rows, table.KEYS)) == (out / "summary_cpu.md").read_text()
