@@ -9,8 +9,8 @@ field), a reader's table ``summary_<tag>.md`` (rows against ε, which the docume
   guidance); ``+tha`` is appended for a time-bucketed clip profile, ``+low_b0`` for the low-B0 backbone;
 * ``latent_<row>`` for a run in the latent space of the frozen public autoencoder (``--space latent``), and
   ``+tau<τ>`` for a run whose τ was given (``--tau``) instead of the public knee rule's (the τ ablation);
-* ``+r<rounds>`` for a DP-SGD run whose rounds (``--sgd-steps``) differ from the sweep's usual number (the rounds
-  ablation).
+* ``+q<q>`` and ``+r<rounds>`` for a DP-SGD run whose Poisson rate (``--q``) or rounds (``--sgd-steps``) differ
+  from the sweep's usual ones (the batch and rounds ablations).
 
 Runs of one cell that differ only by seed (``<tag>_<row>_eps<E>_s<seed>``) are one table row and one point:
 the mean over the releases and its 95 % Student-t interval (:mod:`gen_tables`).
@@ -87,23 +87,25 @@ def _row(d: Path, m: dict[str, Any]) -> dict[str, Any]:
             "randomness": m.get("randomness"), "dataset_epsilon_cumulative": m.get("dataset_epsilon_cumulative"),
             "epsilon_moments": m.get("epsilon_moments"), "sigma_moments": m.get("sigma_moments"),
             "sigma_sgd": m.get("sigma_sgd"), "tau": m.get("tau"), "t0": m.get("t0"), "r_f": m.get("r_f"),
-            "pca_dim": m.get("pca_dim"), "rank": m.get("rank"), "sgd_steps": m.get("sgd_steps"),
+            "pca_dim": m.get("pca_dim"), "rank": m.get("rank"), "sgd_steps": m.get("sgd_steps"), "q": m.get("q"),
             "downstream_accuracy": m.get("downstream_accuracy"), "domain_fd": m.get("domain_fd"),
             "sample_label_agreement": m.get("sample_label_agreement"), "records": m.get("records"),
             "clients": m.get("clients"), "profile": cfg.get("profile"), "wall_s": m.get("wall_s"), **reference_fields(m),
             "time_utc": (m.get("meta") or {}).get("time_utc", "")}
 
 
-def _mark_rounds(rows: list[dict[str, Any]]) -> None:
-    """Append ``+r<rounds>`` to the row of every DP-SGD run whose rounds differ from the sweep's usual number
-    (the most common among its DP-SGD runs), so that a rounds ablation is a row and a line of its own."""
+def _mark_ablations(rows: list[dict[str, Any]]) -> None:
+    """Append ``+q<q>`` and ``+r<rounds>`` to the row of every DP-SGD run whose Poisson rate or rounds differ from
+    the sweep's usual ones (the most common among its DP-SGD runs), so that a batch or rounds ablation is a row
+    and a line of its own."""
     trained = [r for r in rows if "sgd" in (r["method"] or "") and r["sgd_steps"]]
     if not trained:
         return
-    usual = Counter(r["sgd_steps"] for r in trained).most_common(1)[0][0]
-    for r in trained:
-        if r["sgd_steps"] != usual:
-            r["row"] += f"+r{r['sgd_steps']}"
+    for key, mark in (("q", "q"), ("sgd_steps", "r")):
+        usual = Counter(r.get(key) for r in trained).most_common(1)[0][0]
+        for r in trained:
+            if r.get(key) != usual:
+                r["row"] += f"+{mark}{r[key]:g}"
 
 
 def _order(r: dict[str, Any]) -> tuple[Any, ...]:
@@ -151,7 +153,8 @@ def _label(c: dict[str, Any]) -> str:
     base, *marks = c["row"].split("+")
     words = [DESCRIBE.get(base.removeprefix("latent_"), base), "latent" if base.startswith("latent_") else "pixel"]
     for m in marks:
-        words.append(f"τ = {m[3:]}" if m.startswith("tau") else f"{int(m[1:]):,} rounds" if m[1:].isdigit() else m)
+        words.append(f"τ = {m[3:]}" if m.startswith("tau") else f"{int(m[1:]):,} rounds" if m[1:].isdigit()
+                     else f"Poisson rate q = {m[1:]}" if m.startswith("q") else m)
     if "papers" in (c.get("probe") or ""):
         words.append("papers' probe")
     return ", ".join(words)
@@ -223,7 +226,7 @@ def collect(out: Path, tag: str) -> list[dict[str, Any]]:
     """The sweep's runs (``<tag>_*/metrics.json`` under ``out``) as table rows, ablations marked, in table order."""
     rows = [_row(d, json.loads((d / "metrics.json").read_text())) for d in sorted(out.glob(f"{tag}_*"))
             if (d / "metrics.json").is_file()]
-    _mark_rounds(rows)
+    _mark_ablations(rows)
     return sorted(rows, key=_order)
 
 

@@ -67,15 +67,19 @@ def test_straightdp_table_shows_intervals_and_references(gt, tmp_path):
     assert any(x.startswith("probe ceiling") for x in labels) and any(x.startswith("FD floor") for x in labels)
 
 
-def test_straightdp_rounds_ablation_is_a_row_of_its_own(gt):
+def test_straightdp_rounds_and_batch_ablations_are_rows_of_their_own(gt):
     table = importlib.import_module("straightdp_table")
-    rows = [{"method": "moments+sgd", "sgd_steps": 300, "row": "guidance"},
-            {"method": "moments+sgd", "sgd_steps": 300, "row": "guidance"},
-            {"method": "sgd", "sgd_steps": 300, "row": "sgd"},
-            {"method": "moments+sgd", "sgd_steps": 1000, "row": "guidance"},
-            {"method": "moments", "sgd_steps": 1000, "row": "moments"}]
-    table._mark_rounds(rows)
-    assert [r["row"] for r in rows] == ["guidance", "guidance", "sgd", "guidance+r1000", "moments"]
+    rows = [{"method": "moments+sgd", "sgd_steps": 300, "q": 0.05, "row": "guidance"},
+            {"method": "moments+sgd", "sgd_steps": 300, "q": 0.05, "row": "guidance"},
+            {"method": "sgd", "sgd_steps": 300, "q": 0.05, "row": "sgd"},
+            {"method": "moments+sgd", "sgd_steps": 1000, "q": 0.05, "row": "guidance"},
+            {"method": "moments+sgd", "sgd_steps": 150, "q": 0.2, "row": "guidance+tau0.35"},
+            {"method": "moments", "sgd_steps": 1000, "q": 0.05, "row": "moments"}]
+    table._mark_ablations(rows)
+    assert [r["row"] for r in rows] == ["guidance", "guidance", "sgd", "guidance+r1000", "guidance+tau0.35+q0.2+r150",
+                                        "moments"]
+    assert table._label({**rows[4], "probe": None}) == ("moments + DP-SGD, guidance at τ, pixel, τ = 0.35, "
+                                                        "Poisson rate q = 0.2, 150 rounds")
 
 
 def test_pivot_places_cells_and_refuses_what_it_would_hide(gt):

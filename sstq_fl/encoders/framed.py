@@ -19,8 +19,14 @@ found by search is the dense Haar frame's, for 2.6–3.0× the encode time at d 
 (2.20–2.27 at d = 100, 2.24 at d = 25,450): the limit is the redundancy, not the structure.  The encoders'
 MSE does not depend on ``N`` (within 1 % in ``e1_rho.json``), so ``frame=hd3,rho=5`` trades one bit a message
 (SSTQ; four for SQKR) and twice the transform for a worst level found of 1.75 at d = 100 and at d = 25,450,
-where nothing is clipped at the default level; raising ``level`` instead costs ``(K/1.9)²`` in MSE.  No bound
-over all inputs is proven, so none declares ``unbiased``.
+where nothing is clipped at the default level; raising ``level`` instead costs ``(K/1.9)²`` in MSE.  These are
+search results, so at a chosen level no class declares ``unbiased``.  The one bound proven over all inputs is
+:meth:`~sstq_fl.encoders.maths.frames.Frame.certified_level`, ``√N max_j ‖Q_j‖`` (``√d`` on the one-stage frame):
+``guarantee=unbiased`` makes it the public level, every input's minimum-norm start is then within it, nothing is
+ever clipped, no iteration runs (the encode time does not depend on the input), and the instance declares
+``unbiased``.  The price is the level: at ``d = 100, 1,000, 10,000`` the exact MSE of ``sstq-flat:b=4`` is
+14.6×, 141× and 1,412× the default level's, SQKR's 28×, 278× and 2,774× (``benchmarks/results/frame_stack/
+e1_certified.json``): a representation that is flat by proof is not yet known at these sizes.
 
 Server side, contributions are accumulated as a dense ``N``-vector in scaled units and the
 frame synthesis is applied once per round (:meth:`_finish`).
@@ -42,6 +48,11 @@ from .base import Encoder, Messages, Param, ball_scale, check_input
 from .maths.frames import FRAME_KINDS, Frame, make_frame
 from .maths.kashin import LINF_LEVEL, METHODS, WARMUPS, KashinConfig, kashin
 
+GUARANTEES = ("none", "unbiased")
+CERTIFIED_MARGIN = 1e-3
+"""Relative margin of ``guarantee=unbiased``'s level over the certified ``√N max_j ‖Q_j‖``: float32 transforms
+round the minimum-norm start by far less (about ``log2 N`` float32 ulps of ``‖x‖``)."""
+
 FRAME_PARAMS: dict[str, Param] = {
     "frame": Param(str, "hadamard", "public frame: randomized partial Hadamard (one stage), hadamard2/hadamard3 "
                    "(two or three stages, permutations between them), hd2/hd3 (two or three stages, no "
@@ -54,6 +65,9 @@ FRAME_PARAMS: dict[str, Param] = {
     "passes": Param(int, 40, "maximum LV passes"),
     "level": Param(float, LINF_LEVEL, "public level for kashin=linf, target level for kashin=ap (units of R/sqrt(N))"),
     "iters": Param(int, 300, "iteration cap for kashin=linf and kashin=ap"),
+    "guarantee": Param(str, "none", "unbiased: the public level becomes the frame's certified level sqrt(N) max_j "
+                       "|Q_j| (sqrt(d) on the one-stage frame), which no input exceeds: never clipped, exactly unbiased on "
+                       "every input (sstq-flat, sqkr), at (level/1.9)^2 the MSE; none: the level option", GUARANTEES),
     "warmup": Param(str, "schedule", "kashin=linf warm-up: schedule (2 transform pairs on typical inputs) or constant "
                     "(3; the results committed before schedule)", WARMUPS),
 }
@@ -70,13 +84,29 @@ class FramedEncoder(Encoder):
     def __init__(self, *args: Any, **kw: Any):
         super().__init__(*args, **kw)
         c = self.cfg
-        self.kashin_cfg = KashinConfig(method=c["kashin"], eta=c["eta"], delta=c["delta"], max_passes=c["passes"],
-                                       ap_level=c["level"], ap_iters=c["iters"], linf_level=c["level"],
-                                       linf_iters=c["iters"], linf_warmup=c["warmup"])
         self.frame = cached_frame(c["frame"], self.dim, c["rho"], self.seed, str(self.device))
+        level = self._certified_level() if c["guarantee"] == "unbiased" else c["level"]
+        self.kashin_cfg = KashinConfig(method=c["kashin"], eta=c["eta"], delta=c["delta"], max_passes=c["passes"],
+                                       ap_level=c["level"], ap_iters=c["iters"], linf_level=level,
+                                       linf_iters=c["iters"], linf_warmup=c["warmup"])
         self.N = self.frame.N
         self.log2n = int(math.log2(self.N)) if self.N & (self.N - 1) == 0 else math.ceil(math.log2(self.N))
         self.bound = self.kashin_cfg.level * self.radius  # B in scaled units s = √N a
+
+    def _certified_level(self) -> float:
+        """``guarantee=unbiased``: the public level ``max(level, (1 + margin) √N max_j ‖Q_j‖)``.  Every input's
+        minimum-norm start is then within it (:meth:`~sstq_fl.encoders.maths.frames.Frame.certified_level`), and
+        ``kashin=linf`` returns a row's start when it is within the level, so nothing is ever clipped: this
+        instance is unbiased on every input (it says so in ``unbiased``, over its class's ``False``)."""
+        c = self.cfg
+        if not self.unbiased_unless_clipped:
+            raise ValueError(f"guarantee=unbiased: {self.name} is biased whatever its level (only sstq-flat and sqkr "
+                             "are unbiased where nothing is clipped)")
+        if c["kashin"] != "linf":
+            raise ValueError(f"guarantee=unbiased needs kashin=linf (the method that keeps a start within the level), "
+                             f"got kashin={c['kashin']}")
+        self.__dict__["unbiased"] = True  # this instance's declaration; the class's stays False
+        return max(c["level"], self.frame.certified_level() * (1.0 + CERTIFIED_MARGIN))
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "N": self.N, "kashin_level": self.kashin_cfg.level, "B_scaled": self.bound}

@@ -33,7 +33,7 @@ class SQKR(FramedEncoder):
         "b0": Param(int, 4, "bit budget cap for the automatic k"),
         "coin": Param(str, "private", "private coin sends indices; public coin derives them from coins", ("private", "public")),
     }
-    unbiased = False  # not for every input: Walsh-flat inputs need more than any practical level (framed.py)
+    unbiased = False  # not at a chosen level (Walsh flats need more); guarantee=unbiased instances are (framed.py)
     unbiased_unless_clipped = True
     bits_formula = "k * (ceil(log2(N)) + 1) if coin == 'private' else k"
     summary = "Kashin + k sampled coordinates, 1-bit quantized, 2^k-ary RR"

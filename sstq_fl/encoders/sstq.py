@@ -143,7 +143,7 @@ class SSTQFlat(_SSTQ):
         **_SSTQ.params,
         "codebook": Param(str, "uniform", "uniform grid or the privacy-aware optimum", ("uniform", "optimized")),
     }
-    unbiased = False  # not for every input: Walsh-flat inputs need more than any practical level (framed.py)
+    unbiased = False  # not at a chosen level (Walsh flats need more); guarantee=unbiased instances are (framed.py)
     unbiased_unless_clipped = True
     summary = "Kashin + 1 subsampled coefficient + stochastic quantizer + flat M-ary RR"
 

@@ -101,6 +101,18 @@ class Frame(ABC):
     def max_row_norm(self) -> float:
         return float(self.row_sq_norms().max().sqrt())
 
+    def certified_level(self) -> float:
+        """A level that no input needs more than, proven for this frame: ``√N max_j ‖Q_j‖``.
+
+        The minimum-norm representation ``s = √N Q x`` has ``|s_j| = √N |⟨Q_j, x⟩| ≤ √N ‖Q_j‖ ‖x‖``
+        (Cauchy–Schwarz), so the worst level ``K* = sup_x min{‖s‖_∞ : Qᵀ s = √N x/‖x‖}`` is at most this.
+        Since ``Σ_j ‖Q_j‖² = d``, it is at least ``√d``, and it equals ``√d`` on a one-stage Hadamard frame.
+        No efficient certificate is known to do better at these sizes: bounding ``K* = √N / min_{‖y‖=1} ‖Q y‖_1``
+        from above is a certification problem of the restricted-isometry kind (Bandeira, Dobriban, Mixon and Sawin,
+        "Certifying the restricted isometry property is hard", IEEE Trans. Inf. Theory 59(6), 2013), and the
+        coherence and Gershgorin bounds stall at the same ``√d``."""
+        return math.sqrt(self.N) * self.max_row_norm()
+
     def row_chunk(self, dtype: torch.dtype) -> int | None:
         """Rows the Kashin iterations take at a time (``None``: all rows at once).  Every operation of a
         structured frame is row-wise, so chunking changes only where the working set lives (in cache)."""

@@ -134,7 +134,9 @@ class KashinConfig:
         of at least :data:`LINF_LEVEL` (module doc).  ``ap``/``linf`` below it clip frame rows.  No
         configuration covers the adversarial Walsh-flat inputs of :mod:`sstq_fl.bench.kashin`
         (certified levels ``≥ 3.02`` at ``d = 100``, ``≥ 5.66`` at ``d = 25,450``): every method
-        clips there (counted), which is why Kashin encoders declare ``unbiased_unless_clipped``."""
+        clips there (counted), which is why Kashin encoders declare ``unbiased_unless_clipped``; only a level at
+        least the frame's proven :meth:`~sstq_fl.encoders.maths.frames.Frame.certified_level` (``guarantee=unbiased``)
+        clips nothing."""
         if self.method == "lv":
             return True
         return self.level >= LINF_LEVEL * (1.0 - 1e-9)

@@ -280,3 +280,60 @@ def test_the_sphere_search_clips_at_redundancy_2_5_and_not_on_hd3_at_rho_5():
         found[rho] = (float(lvl.max()), enc.encode(worst, np.arange(4)).stats["clipped"])
     assert found[2.5][0] > 2.1 and found[2.5][1] > 0
     assert found[5.0][0] < 0.97 * 1.9 and found[5.0][1] == 0
+
+
+@pytest.mark.parametrize("kind", ["hadamard", "hd3", "haar"])
+def test_the_certified_level_bounds_every_input_the_searches_find(kind):
+    """``Frame.certified_level`` (√N max_j ‖Q_j‖, Cauchy–Schwarz on the minimum-norm start) is at least the
+    certified need of every input the searches find: Walsh flats, the sphere search's worst inputs, coordinate
+    vectors and frame rows.  On the one-stage frame it is exactly √d (all rows have norm √(d/N))."""
+    fr = make_frame(kind, 100, seed=0)
+    bound = fr.certified_level()
+    gen = torch.Generator().manual_seed(0)
+    starts = torch.cat([torch.randn(16, 100, generator=gen, dtype=torch.float64), torch.eye(100, dtype=torch.float64)])
+    lvl, ys = sphere_search(fr, starts, iters=100)
+    assert float(lvl.max()) > 1.9 and bound >= float(certified_level(fr, ys).max())
+    rows = fr.rows(torch.arange(fr.N))
+    assert bound == pytest.approx(math.sqrt(fr.N) * float(rows.norm(dim=1).max()), rel=1e-12)
+    assert bound >= math.sqrt(100) * (1 - 1e-12)
+    if kind == "hadamard":
+        assert bound == pytest.approx(10.0, rel=1e-12)
+        flats = torch.cat([flat_vector(fr, f) for f in walsh_flats(fr, restarts=20)[:4]])
+        assert bound >= float(certified_level(fr, flats).max()) >= 2.8
+
+
+def test_guarantee_unbiased_is_never_clipped_and_unbiased_on_the_walsh_flat_attack():
+    """The attack of ``test_walsh_flat_input_is_clipped_and_mse_declares_the_bias`` against
+    ``guarantee=unbiased`` (the public level raised to the frame's certified √d = 10 at d = 100): the flats that
+    the default level clips, the sphere search's worst inputs, coordinate vectors and frame rows all keep their
+    minimum-norm start (no iteration: the encode time does not depend on the input), nothing is clipped, the
+    exact mean of the messages is the input, and the measured error of 4,000 decodes matches the declared
+    variance.  The instance declares ``unbiased``; its class, and the default level, do not."""
+    default = make_encoder("sstq-flat:b=3", 100, 2.0, radius=1.0)
+    flats = torch.cat([flat_vector(default.frame, f) for f in walsh_flats(default.frame, restarts=20)[:4]])
+    assert (certified_level(default.frame, flats) > default.kashin_cfg.level).all()  # the default level clips these
+    for spec in ("sstq-flat:b=3,guarantee=unbiased", "sqkr:guarantee=unbiased"):
+        enc = make_encoder(spec, 100, 2.0, radius=1.0)
+        assert enc.unbiased is True and type(enc).unbiased is False and default.unbiased is False
+        assert enc.kashin_cfg.level == pytest.approx(10.0 * (1 + 1e-3))
+        _, worst = sphere_search(enc.frame, torch.randn(8, 100, generator=torch.Generator().manual_seed(1),
+                                                        dtype=torch.float64), iters=100)
+        inputs = torch.cat([flats, worst / worst.norm(dim=1, keepdim=True), torch.eye(100, dtype=torch.float64)[:8],
+                            enc.frame.rows(torch.arange(8))])
+        for x in (inputs, inputs.float()):
+            msgs = enc.encode(x, np.arange(x.shape[0]))
+            assert msgs.stats["clipped"] == 0 and msgs.stats["kashin_passes_mean"] == 0
+        s = kashin(enc.frame, inputs, enc.kashin_cfg).coeffs  # exact, and within the level: never clipped
+        assert (s.abs().amax(1) <= enc.kashin_cfg.level * inputs.norm(dim=1)).all()
+        assert torch.allclose(enc.frame.synth_(s.clone()), inputs, atol=1e-10)
+    enc = make_encoder("sstq-flat:b=3,guarantee=unbiased", 100, 2.0, radius=1.0)
+    n, y = 4000, flats[:1]
+    err = enc.decode(enc.encode(y.repeat(n, 1), np.arange(n))).mean(0) - y[0]
+    assert float((err**2).sum()) <= 2.0 * float(enc.mse(y)[0]) / n  # E‖mean − y‖² = mse / n when unbiased
+
+
+@pytest.mark.parametrize("spec,why", [("sstq-ma:guarantee=unbiased", "biased whatever its level"),
+                                      ("sqkr:guarantee=unbiased,kashin=lv", "needs kashin=linf")])
+def test_guarantee_unbiased_is_refused_where_it_cannot_hold(spec, why):
+    with pytest.raises(ValueError, match=why):
+        make_encoder(spec, 100, 2.0)
