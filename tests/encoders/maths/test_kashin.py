@@ -337,3 +337,19 @@ def test_guarantee_unbiased_is_never_clipped_and_unbiased_on_the_walsh_flat_atta
 def test_guarantee_unbiased_is_refused_where_it_cannot_hold(spec, why):
     with pytest.raises(ValueError, match=why):
         make_encoder(spec, 100, 2.0)
+
+
+def test_the_certified_path_is_the_minimum_norm_start_that_linf_returns():
+    """``guarantee=unbiased`` skips the Kashin call (one transform, no branch on the data); its coefficients are
+    what ``kashin=linf`` returns at the certified level, zero rows and rows outside the ball included."""
+    from sstq_fl.encoders.base import ball_scale
+
+    for spec in ("sstq-flat:b=4,guarantee=unbiased", "sqkr:guarantee=unbiased"):
+        enc = make_encoder(spec, 300, 2.0)
+        x = torch.randn(20, 300, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+        x[0], x[1] = 0.0, x[1] * 10
+        idx = torch.randint(0, enc.N, (20, 3), generator=torch.Generator().manual_seed(3))
+        got, stats = enc.coefficients(x, idx)
+        res = kashin(enc.frame, x, enc.kashin_cfg, idx)
+        assert int(res.passes.max()) == 0 and stats["clipped"] == 0 and stats["kashin_passes_mean"] == 0
+        assert torch.allclose(got, res.coeffs.double() * ball_scale(x, enc.radius), rtol=0, atol=1e-12)
