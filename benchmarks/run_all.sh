@@ -16,6 +16,11 @@ $S bench mse-vs-dim --dims 100,1000,10000 --encoders "$LV" --out benchmarks/resu
 RH="sstq-flat:codebook=uniform,frame=hd3 sstq-flat:codebook=uniform,frame=hd3,rho=5 sstq-ma:frame=hd3 sstq-ma:frame=hd3,rho=5 sqkr:frame=hd3 sqkr:frame=hd3,rho=5"
 $S bench mse-vs-dim --dims 100,1000,10000 --encoders "$RH" --out benchmarks/results/frame_stack/e1_rho.json
 bash benchmarks/e3_frames.sh
+# guarantee=unbiased: the level proven for every input (sqrt(d) on the one-stage frame), beside the default level
+CE="sstq-flat:b=4;sstq-flat:b=4,guarantee=unbiased;sqkr;sqkr:guarantee=unbiased"
+$S bench mse-vs-dim --dims 100,1000,10000 --epsilon 3 --bits 4 --trials 200 --encoders "$CE" --out benchmarks/results/frame_stack/e1_certified.json
+$S bench encode-speed --clients 100 --dim 25450 --epsilon 3 --bits 4 --reps 5 --encoders "$CE" --inputs gaussian,walsh-flat,frame-row --out benchmarks/results/frame_stack/encode_speed_certified.json
+$S compare --engine vectorized --rounds 100 --encoders "$CE" --out benchmarks/results/frame_stack/e3_certified --force
 $S bench fwht --out benchmarks/results/fwht.json
 $S bench kashin --out benchmarks/results/kashin.json
 $S bench ledger --out benchmarks/results/ledger.json
