@@ -87,7 +87,8 @@ class FramedEncoder(Encoder):
         super().__init__(*args, **kw)
         c = self.cfg
         self.frame = cached_frame(c["frame"], self.dim, c["rho"], self.seed, str(self.device))
-        level = self._certified_level() if c["guarantee"] == "unbiased" else c["level"]
+        self.certified = c["guarantee"] == "unbiased"  # the level is proven for every input: see _certified_level
+        level = self._certified_level() if self.certified else c["level"]
         self.kashin_cfg = KashinConfig(method=c["kashin"], eta=c["eta"], delta=c["delta"], max_passes=c["passes"],
                                        ap_level=c["level"], ap_iters=c["iters"], linf_level=level,
                                        linf_iters=c["iters"], linf_warmup=c["warmup"])
@@ -140,7 +141,7 @@ class FramedEncoder(Encoder):
         ``[n, d]`` copy is never made (at 1,000 clients of ``d = 25,450`` it cost more than its arithmetic)."""
         with stage("clip"):
             scale = ball_scale(x, self.radius)
-        if self.unbiased:
+        if self.certified:
             return self._certified_coefficients(x, idx, scale)
         with stage("kashin"):
             res = kashin(self.frame, x, self.kashin_cfg, idx, fixed)
