@@ -1,4 +1,5 @@
-"""Collect a DP-MEPF sweep's metrics.json files into sweep_<profile>.json, a markdown table and a plot
+"""Collect a DP-MEPF sweep's metrics.json files into sweep_<profile>.json, a markdown table (and a reader's one,
+summary_<profile>.md, which the documentation includes) and a plot
 (sweep_<profile>.png: downstream accuracy and domain-FD against epsilon with 95 % intervals over the releases,
 the non-private and public-only runs, the probe ceiling and the FD floor as reference lines).  ``--plot-only``
 redraws the plot from an existing sweep_<profile>.json.
@@ -15,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gen_tables import CAPTION, fmt_ci, group, plotted, probe_facts, reference_fields, references
+from gen_tables import CAPTION, fmt_ci, group, main_probe, plotted, probe_facts, reference_fields, references
 
 from sstq_fl.io import atomic_write_bytes, atomic_write_json, run_meta
 from sstq_fl.plots import plot_dp_sweep
@@ -53,10 +54,41 @@ def _line(r: dict[str, Any]) -> str:
             f"{r['wall_s']:.0f} |")
 
 
+def _label(c: dict[str, Any]) -> str:
+    """A cell's reader-facing name: its ε (0 for the public-only reference, ∞ for the non-private one), and a
+    probe or protocol other than the sweep's LeNet-5 at the CPU protocol."""
+    eps = "ε = 0 (public only)" if c["reference"].startswith("public-only") else (
+        f"ε = {_fmt(c['epsilon'], '.3g', '∞')}" + (" (not DP)" if c["epsilon"] is None else ""))
+    label = c.get("probe") or ""
+    probe, protocol = label.split(" (")[0], label.split(" (")[-1].split(",")[0] if " (" in label else ""
+    extra = [f"{probe} probe"] * (probe not in ("", "lenet")) + ["papers' protocol"] * (protocol == "papers")
+    return ", ".join([eps, *extra])
+
+
+def summary(cells: list[dict[str, Any]]) -> str:
+    """The sweep as a reader compares it: one line per cell (:func:`_label`), its releases, downstream accuracy
+    beside its own probe ceiling, domain-FD and label consistency (mean ± 95 % half-width over the releases)."""
+    cells = plotted(cells)
+    lines = ["| cell | n | downstream accuracy | probe ceiling | domain-FD | label consistency |", "|---" * 6 + "|"]
+    lines += [f"| {_label(c)} | {c['n']} | {fmt_ci(c, 'downstream_accuracy', '.3f')} | {fmt_ci(c, 'probe_ceiling', '.3f')} | "
+              f"{fmt_ci(c, 'domain_fd', '.0f')} | {fmt_ci(c, 'label_consistency', '.3f')} |" for c in cells]
+    floor = next((c["fd_floor"] for c in cells if c["fd_floor"] is not None), None)
+    return ("\n".join(lines) + "\n\nMean ± 95 % Student-t half-width over n independent releases; the probe ceiling is "
+            f"the same probe and protocol trained on real held-out digits; FD floor {_fmt(floor, '.1f')}; chance 0.10.\n")
+
+
+def collect(root: Path, profile: str) -> list[dict[str, Any]]:
+    """The sweep's runs (``<profile>_*/metrics.json`` under ``root``) as table rows, in the order they ran."""
+    rows = [_row(d, json.loads((d / "metrics.json").read_text()))
+            for d in sorted(root.glob(f"{profile}_*")) if (d / "metrics.json").exists()]
+    return sorted(rows, key=lambda r: r["time_utc"])
+
+
 def plot(root: str, profile: str) -> Path:
-    """Draw ``sweep_<profile>.png`` from ``sweep_<profile>.json`` in ``root``, titled with what produced it."""
+    """Draw ``sweep_<profile>.png`` from ``sweep_<profile>.json`` in ``root``, titled with what produced it: the
+    runs of the sweep's main probe and protocol (another probe's cells are in the tables)."""
     sweep = json.loads((Path(root) / f"sweep_{profile}.json").read_text())
-    rows = sweep["rows"]
+    rows = main_probe(plotted(sweep["rows"]))
     facts = {"profile": profile, "records": rows[0]["records"], "clients": rows[0]["clients"], "delta": rows[0]["delta"],
              "randomness": ", ".join(sorted({r["randomness"] for r in rows})), "runs": len(rows),
              **probe_facts(rows), "command": sweep.get("command"), "stale runs": sum(r["stale"] for r in rows) or None}
@@ -66,9 +98,7 @@ def plot(root: str, profile: str) -> Path:
 
 
 def main(root: str, profile: str) -> None:
-    rows = [_row(d, json.loads((d / "metrics.json").read_text()))
-            for d in sorted(Path(root).glob(f"{profile}_*")) if (d / "metrics.json").exists()]
-    rows.sort(key=lambda r: r["time_utc"])
+    rows = collect(Path(root), profile)
     atomic_write_json(Path(root) / f"sweep_{profile}.json", {"profile": profile, "rows": rows, "meta": run_meta(),
                                                               "command": f"TAG={profile} bash benchmarks/dp_mepf_sweep.sh"})
     lines = [STALE, ""] if any(r["stale"] for r in rows) else []
@@ -84,6 +114,7 @@ def main(root: str, profile: str) -> None:
                  "against a class-balanced eval_score subset; not comparable to Inception FID.")
     lines.append(f"\n{CAPTION}")
     atomic_write_bytes(Path(root) / f"sweep_{profile}.md", ("\n".join(lines) + "\n").encode())
+    atomic_write_bytes(Path(root) / f"summary_{profile}.md", summary(group(rows, KEYS)).encode())
     print("\n".join(lines))
     print(f"wrote {plot(root, profile)}")
 

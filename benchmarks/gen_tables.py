@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -70,6 +71,13 @@ def group(rows: list[dict[str, Any]], keys: Sequence[str]) -> list[dict[str, Any
             g[k], g[f"{k}_ci"], _ = mean_ci([r.get(k) for r in mine])
         out.append(g)
     return out
+
+
+def main_probe(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of the sweep's main probe and protocol (the most common label among ``rows``): a plot draws one
+    probe, so another probe's rows (its own ceiling) never join a line; the tables show every probe."""
+    label = Counter(r.get("probe") for r in rows).most_common(1)[0][0] if rows else None
+    return [r for r in rows if r.get("probe") == label]
 
 
 def plotted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

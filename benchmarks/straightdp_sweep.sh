@@ -18,7 +18,8 @@
 #   guidance_tau035, guidance_tau05   the same for guidance at eps in {3, inf}: the model takes over at 0.35 or 0.5
 #   guidance_r1000   guidance with 1,000 DP-SGD rounds (--sgd-steps 1000) at eps in {3, inf}: the rounds ablation
 #   moments_papers, latent_moments_papers   the moment rows at eps = 1 under the papers' probe protocol (10,000
-#                    samples, 10 epochs: --probe-protocol papers --eval-samples 10000)
+#                    samples, 10 epochs: --probe-protocol papers --eval-samples 10000); moments_<p>_papers and
+#                    latent_moments_<p>_papers the same with the logistic-regression and MLP probes (--probe logreg|mlp)
 # Runs are named ${TAG}_<row>_eps<E> under benchmarks/results/straightdp; eps = inf runs are the same
 # releases without noise (not DP), drawn as reference lines. EXTRA adds options (e.g. "--tha", or
 # "--profile full --device cuda" on a GPU, with a TAG of its own).
@@ -79,4 +80,9 @@ for e in "${EPSILONS[@]}"; do run "distill_tau035_eps$e" --method moments+sgd --
 PAPERS=(--probe-protocol papers --eval-samples 10000)
 run "moments_papers_eps1" --method moments --epsilon 1 "${PAPERS[@]}"
 run "latent_moments_papers_eps1" --method moments --space latent --epsilon 1 "${PAPERS[@]}"
+# the papers' other probes (logistic regression, MLP) on the cheap rows, at the papers' protocol
+for p in logreg mlp; do
+  run "moments_${p}_papers_eps1" --method moments --epsilon 1 "${PAPERS[@]}" --probe "$p"
+  run "latent_moments_${p}_papers_eps1" --method moments --space latent --epsilon 1 "${PAPERS[@]}" --probe "$p"
+done
 .venv/bin/python benchmarks/straightdp_table.py "$OUT" "$TAG"

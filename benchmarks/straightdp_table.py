@@ -15,7 +15,8 @@ field), a reader's table ``summary_<tag>.md`` (rows against ε, which the docume
 Runs of one cell that differ only by seed (``<tag>_<row>_eps<E>_s<seed>``) are one table row and one point:
 the mean over the releases and its 95 % Student-t interval (:mod:`gen_tables`).
 
-The plot has two panels, one line with markers per row against the run's target record-level ε (log x):
+The plot has two panels, one line with markers per row against the run's target record-level ε (log x), for the
+runs of the sweep's main probe and protocol (the most common; the other probes' rows are in the tables):
 
 * left: downstream accuracy (the probe trained on the synthetic samples, tested on the held-out eval_score),
   the ε = ∞ runs (the same releases without noise, not DP) as dashed horizontal lines in the row's colour,
@@ -38,7 +39,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from gen_tables import CAPTION, fmt_ci, group, mean_ci, pivot, plotted, probe_facts, reference_fields, references
+from gen_tables import (
+    CAPTION,
+    fmt_ci,
+    group,
+    main_probe,
+    mean_ci,
+    pivot,
+    plotted,
+    probe_facts,
+    reference_fields,
+    references,
+)
 from matplotlib.figure import Figure
 
 from sstq_fl.io import atomic_write_bytes, atomic_write_json, run_meta
@@ -155,9 +167,18 @@ def _label(c: dict[str, Any]) -> str:
     for m in marks:
         words.append(f"τ = {m[3:]}" if m.startswith("tau") else f"{int(m[1:]):,} rounds" if m[1:].isdigit()
                      else f"Poisson rate q = {m[1:]}" if m.startswith("q") else m)
-    if "papers" in (c.get("probe") or ""):
-        words.append("papers' probe")
+    probe, protocol = _probe(c)
+    if probe not in ("", "lenet"):
+        words.append(f"{probe} probe")
+    if protocol == "papers":
+        words.append("papers' protocol" if probe not in ("", "lenet") else "papers' probe")
     return ", ".join(words)
+
+
+def _probe(c: dict[str, Any]) -> tuple[str, str]:
+    """``(probe, protocol)`` of a cell, from its label ``"lenet (papers, 10 epochs, ...)"`` (empty before it)."""
+    label = c.get("probe") or ""
+    return label.split(" (")[0], label.split(" (")[-1].split(",")[0] if " (" in label else ""
 
 
 def summary(cells: list[dict[str, Any]]) -> str:
@@ -177,9 +198,10 @@ def summary(cells: list[dict[str, Any]]) -> str:
                 f"(n = {c['n']})")
 
     refs = []
-    for protocol in sorted({(c.get("probe") or "").split(" (")[-1].split(",")[0] for c in cells} - {""}):
-        mine = [c for c in cells if f"({protocol}," in (c.get("probe") or "")]
-        refs.append(f"probe ceiling, {protocol} protocol: {_fmt(mean_ci([c['probe_ceiling'] for c in mine])[0], '.3f')}")
+    for probe, protocol in sorted({_probe(c) for c in cells} - {("", "")}):
+        mine = [c for c in cells if _probe(c) == (probe, protocol)]
+        refs.append(f"probe ceiling, {probe} at the {protocol} protocol: "
+                    f"{_fmt(mean_ci([c['probe_ceiling'] for c in mine])[0], '.3f')}")
     floor = mean_ci([c["fd_floor"] for c in cells])[0]
     return (pivot(cells, _label, column, entry, columns) +
             "\nEach entry: downstream accuracy · domain-FD (mean ± 95 % Student-t half-width over n independent "
@@ -237,14 +259,15 @@ def main(folder: str, tag: str) -> None:
         raise SystemExit(f"straightdp_table: no {tag}_*/metrics.json under {out}")
     first = {k: next((r[k] for r in rows if r[k] is not None), None) for k in ("records", "clients", "delta",
                                                                                  "relation", "profile")}
+    cells = group(rows, KEYS)
+    shown = main_probe(plotted(rows))  # the plot's one probe and protocol
     facts = {"profile": tag, "pipeline profile": first["profile"] if first["profile"] != tag else None,
              "records": first["records"], "clients": first["clients"], "δ": first["delta"],
-             "relation": first["relation"], "runs": len(rows), **probe_facts(rows), "command": COMMAND}
-    cells = group(rows, KEYS)
+             "relation": first["relation"], "runs": len(shown), **probe_facts(shown), "command": COMMAND}
     atomic_write_json(out / f"sweep_{tag}.json", {"rows": rows, "cells": cells, "facts": facts, "meta": run_meta()})
     atomic_write_bytes(out / f"sweep_{tag}.md", _table(cells).encode())
     atomic_write_bytes(out / f"summary_{tag}.md", summary(cells).encode())
-    plot(plotted(cells), out / f"sweep_{tag}.png", facts, references(rows))
+    plot(main_probe(plotted(cells)), out / f"sweep_{tag}.png", facts, references(shown))
     print(_table(cells))
 
 

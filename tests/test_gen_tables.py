@@ -94,7 +94,7 @@ def test_pivot_places_cells_and_refuses_what_it_would_hide(gt):
         gt.pivot(cells, lambda c: c["r"], lambda c: c["c"], lambda c: "", ["x"])
 
 
-@pytest.mark.parametrize("pipeline", ["straightdp", "dp_vqg"])
+@pytest.mark.parametrize("pipeline", ["straightdp", "dp_vqg", "dp_mepf"])
 def test_committed_summaries_are_the_committed_runs(gt, pipeline):
     """The documentation includes ``summary_cpu.md``: it is exactly what the table script makes of the committed
     run folders, so a rerun that is not re-tabulated (or an edited table) fails here."""
