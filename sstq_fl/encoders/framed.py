@@ -26,9 +26,10 @@ search results, so at a chosen level no class declares ``unbiased``.  The one bo
 ever clipped, and the instance declares ``unbiased``.  Its coefficients are one transform of every row with no
 branch on the data, so its encode time does not depend on the input in either randomness mode: at 100 clients of
 ``d = 25,450`` a secure round takes 7.1 ms against the fixed schedule's 6.7 s (5.8 ms against 29.7 ms in
-reproducible mode; ``encode_speed_certified.json``).  The price is the level: at ``d = 100, 1,000, 10,000`` the exact MSE of ``sstq-flat:b=4`` is
-14.6×, 141× and 1,412× the default level's, SQKR's 28×, 278× and 2,774× (``benchmarks/results/frame_stack/
-e1_certified.json``): a representation that is flat by proof is not yet known at these sizes.
+reproducible mode; ``encode_speed_certified.json``).  The price is the level: at ``d = 100, 1,000, 10,000``
+the exact MSE of ``sstq-flat:b=4`` is 14.6×, 141× and 1,412× the default level's, SQKR's 28×, 278× and
+2,774× (``benchmarks/results/frame_stack/e1_certified.json``): a representation that is flat
+by proof is not yet known at these sizes.
 
 Server side, contributions are accumulated as a dense ``N``-vector in scaled units and the
 frame synthesis is applied once per round (:meth:`_finish`).
