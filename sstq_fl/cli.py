@@ -154,7 +154,8 @@ def cmd_speed(args: argparse.Namespace) -> int:
 
     check_array(f"the clients' inputs ({args.clients} × {args.dim})", args.clients * args.dim, 4)
     res = encode_speed(args.clients, args.dim, args.epsilon, args.bits, args.out, args.encoders or None,
-                       reps=args.reps, device=args.device, inputs=args.inputs or None)
+                       reps=args.reps, device=args.device, inputs=args.inputs or None, loop=not args.no_loop,
+                       secure=not args.no_secure)
     _table(res["rows"], ["encoder", "encode_s_per_round", "secure_encode_s_per_round", "secure_over_reproducible",
                          "secure_adaptive_encode_s_per_round", "aggregate_s_per_round", "loop_encode_s_per_round",
                          "bits_per_message", "device"])
@@ -423,6 +424,8 @@ def _speed_parser(bs: Any) -> None:
     s.add_argument("--inputs", type=input_kinds, default="",
                    help="comma-separated input kinds to time one message at a time, adaptive and constant-time encode "
                         "side by side (zero, gaussian, walsh-flat, frame-row; default: none)")
+    s.add_argument("--no-loop", action="store_true", help="skip the one-message-at-a-time encode (clients × a message)")
+    s.add_argument("--no-secure", action="store_true", help="skip the secure-mode columns (reproducible mode only)")
     s.add_argument("--out", default="results/encode_speed.json", help="result JSON")
     s.set_defaults(fn=cmd_speed)
 

@@ -32,13 +32,13 @@ def add_shuffle_parser(bs: Any, table: Any) -> None:
 
 def add_round_cost_parser(bs: Any, table: Any) -> None:
     """``bench round-cost`` (``table(rows, cols)`` prints a result table)."""
-    from ..argtypes import positive_int
+    from ..argtypes import device_arg, positive_int
 
     def cmd(args: Any) -> int:
         from .round_cost import STAGES, round_cost
 
         res = round_cost(args.out, args.clients, args.task, args.encoder, args.rounds, not args.no_reference,
-                         args.data_dir)
+                         args.data_dir, args.device)
         rows = [{"clients": r["clients"], "stage": s, "ms": 1e3 * r["stages_s"][s], "floor_ms": 1e3 * r["floors_s"][s],
                  "ratio": r["ratio_to_floor"][s]} for r in res["cohorts"] for s in STAGES]
         table(rows, ["clients", "stage", "ms", "floor_ms", "ratio"])
@@ -52,5 +52,8 @@ def add_round_cost_parser(bs: Any, table: Any) -> None:
     p.add_argument("--encoder", default="sstq-flat:b=4", help="the encoder spec")
     p.add_argument("--rounds", type=positive_int, default=2, help="timed rounds per cohort (median reported)")
     p.add_argument("--no-reference", action="store_true", help="skip timing the previous gradient and Kashin methods")
+    p.add_argument("--device", type=device_arg, default="cpu",
+                   help="where the clients' side of the rounds runs (cpu, cuda, cuda:N; the server side stays on the "
+                        "CPU; on CUDA the previous methods are not timed)")
     p.add_argument("--out", default="results/round_cost.json", help="result JSON (the plot goes next to it)")
     p.set_defaults(fn=cmd)

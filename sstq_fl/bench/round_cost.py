@@ -88,14 +88,15 @@ def primitives(device: str, n_frame: int, chunk: int) -> dict[str, float]:
             "fwht_n": n_frame}
 
 
-def shaped_rate(task: Task, records: int) -> float | None:
-    """FLOP/s of an MLP task's first-layer product over ``records`` rows (``None`` for other tasks)."""
+def shaped_rate(task: Task, records: int, device: str = "cpu") -> float | None:
+    """FLOP/s of an MLP task's first-layer product over ``records`` rows on ``device`` (``None`` for other
+    tasks)."""
     from ..fl.tasks import MLPTask
 
     if not isinstance(task, MLPTask):
         return None
-    x, w = torch.randn(records, task.n_in), torch.randn(task.n_in, task.hidden)
-    return 2 * records * task.n_in * task.hidden / timed(lambda: x @ w)
+    x, w = torch.randn(records, task.n_in, device=device), torch.randn(task.n_in, task.hidden, device=device)
+    return 2 * records * task.n_in * task.hidden / timed(lambda: x @ w, sync=device != "cpu")
 
 
 def flops(fn: Callable[[], Any]) -> int:
@@ -205,7 +206,7 @@ def cohort(base: RunConfig, task: Task, clients: int, rounds: int, prim: dict[st
            "us_per_client": {s: 1e6 * stages[s] / clients for s in STAGES}, "stages_s": stages, "floors_s": floors,
            "ratio_to_floor": ratio,
            "facts": facts, "gradient_method": task.grad_method}
-    rate = shaped_rate(task, clients * base.batch)
+    rate = shaped_rate(task, clients * base.batch, base.device)
     if rate is not None:
         row["first_layer_gemm_flops"] = rate
         row["first_layer_rate_gradient_floor_s"] = facts["gradient_flops"] / rate
@@ -216,16 +217,17 @@ def cohort(base: RunConfig, task: Task, clients: int, rounds: int, prim: dict[st
 
 
 def round_cost(out: str, clients: list[int], task: str = "fmnist", encoder: str = "sstq-flat:b=4", rounds: int = 2,
-               reference: bool = True, data_dir: str | None = None) -> dict[str, Any]:
-    """``bench round-cost`` on this machine's CPU (and the GPU where one is present: primitives only, since the
-    engine runs on the CPU); writes ``out`` and its plot."""
+               reference: bool = True, data_dir: str | None = None, device: str = "cpu") -> dict[str, Any]:
+    """``bench round-cost`` with the clients' side of each round on ``device`` (the server side on the CPU); the
+    floors come from the primitives measured on that device (the CPU's and, where CUDA is present, the GPU's
+    are both recorded); writes ``out`` and its plot."""
     from ..fl.config import RunConfig
     from ..fl.engine import Trainer
     from ..fl.tasks import make_task
     from .round_cost_plot import plot_round_cost
 
     base = RunConfig(task=task, encoder=encoder, clients=max(clients), rounds=rounds + 1, diagnostics=True,
-                     data_dir=data_dir)
+                     data_dir=data_dir, device=device)
     t = make_task(base.task, base.seed, **base.task_kwargs())
     probe = Trainer(replace(base, clients=1, rounds=1), task=t)
     frame = getattr(probe.enc, "frame", None)
@@ -234,9 +236,12 @@ def round_cost(out: str, clients: list[int], task: str = "fmnist", encoder: str 
     prim = {"cpu": primitives("cpu", n_frame, chunk)}
     if torch.cuda.is_available():
         prim["cuda"] = primitives("cuda", n_frame, 1000)
-    rows = [cohort(base, t, c, rounds, prim["cpu"], reference, sync=False) for c in clients]
-    res = {"task": task, "encoder": encoder, "rounds_timed": rounds, "primitives": prim, "cohorts": rows,
-           "meta": run_meta()}
+    on_gpu = base.device != "cpu"
+    rows = [cohort(base, t, c, rounds, prim["cuda" if on_gpu else "cpu"], reference and not on_gpu, sync=on_gpu)
+            for c in clients]
+    res = {"task": task, "encoder": encoder, "device": base.device,
+           "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, "rounds_timed": rounds,
+           "primitives": prim, "cohorts": rows, "meta": run_meta()}
     atomic_write_json(out, res)
     plot_round_cost(res, Path(out).with_suffix(".png"))
     return res

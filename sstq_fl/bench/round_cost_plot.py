@@ -53,7 +53,8 @@ def plot_round_cost(res: dict[str, Any], path: Path) -> Figure:
     axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     m = res["meta"]["machine"]
     fig.suptitle(title("sstq-fl bench round-cost", {"task": res["task"], "encoder": res["encoder"]},
-                       f"{m.get('cpus')} CPUs, {m.get('torch_threads')} torch threads",
+                       f"{m.get('cpus')} CPUs, {m.get('torch_threads')} torch threads; clients on "
+                       f"{res.get('gpu') if res.get('device', 'cpu') != 'cpu' else 'the CPU'}",
                        "vmap + unchunked: vmap gradients and Kashin without row chunks, timed once on the same "
                        "round; ×: ratio to the floor"),
                  fontsize=9)

@@ -45,21 +45,25 @@ def client_inputs(clients: int, dim: int, device: str, seed: int = 0) -> torch.T
 
 
 def encode_speed(clients: int, dim: int, epsilon: float, bits: int, out: str, encoders: list[str] | None = None,
-                 reps: int = 5, device: str = "cpu", inputs: list[str] | None = None) -> dict[str, Any]:
+                 reps: int = 5, device: str = "cpu", inputs: list[str] | None = None, loop: bool = True,
+                 secure: bool = True) -> dict[str, Any]:
     """Per encoder, both randomness modes side by side in one process: ``reproducible`` (seeds
     from the run seed) and ``secure`` (a fresh OS-CSPRNG key per client per round, ChaCha20 coins;
     drawing the keys is part of the timed encode; constant-time, the secure default), with
     ``secure_adaptive_encode_s_per_round`` the secure encode whose Kashin step stops at convergence;
     ``secure_over_reproducible`` and ``constant_time_over_adaptive`` are ratios.  With ``inputs``
     (kinds of :data:`~sstq_fl.bench.timing.INPUT_KINDS`), ``by_input`` adds the per-message median per
-    input kind, adaptive and constant-time side by side (:func:`~sstq_fl.bench.timing.timing_row`)."""
+    input kind, adaptive and constant-time side by side (:func:`~sstq_fl.bench.timing.timing_row`).  Without
+    ``loop`` the one-message-at-a-time encode is not timed, without ``secure`` the secure columns are left out
+    (both grow with the cohort: a large cohort's batched times come first)."""
     x = client_inputs(clients, dim, device)
     seeds = np.arange(clients)
     rows: list[dict[str, Any]] = []
     by_input: list[dict[str, Any]] = []
     for label in encoders or ["clean", *E1_ENCODERS]:
         enc = make_encoder(with_bits(label, bits), dim, epsilon, radius=1.0, device=device)
-        rows.append(_secure_columns(_speed_row(enc, label, x, seeds, reps), enc, x, seeds, reps))
+        row = _speed_row(enc, label, x, seeds, reps, loop)
+        rows.append(_secure_columns(row, enc, x, seeds, reps) if secure else row)
         if inputs:
             by_input.append(timing_row(enc, label, reps, tuple(inputs)))
     result = {"clients": clients, "dim": dim, "epsilon": epsilon, "bits": bits, "rows": rows, "meta": run_meta()}
@@ -83,7 +87,8 @@ def _secure_encode(enc: Encoder, x: torch.Tensor, seeds: np.ndarray, constant_ti
     enc.encode(x, rng.fresh_keys(x.shape[0]), coins=seeds, constant_time=constant_time)
 
 
-def _speed_row(enc: Encoder, label: str, x: torch.Tensor, seeds: np.ndarray, reps: int) -> dict[str, Any]:
+def _speed_row(enc: Encoder, label: str, x: torch.Tensor, seeds: np.ndarray, reps: int,
+               loop_too: bool = True) -> dict[str, Any]:
     clients = x.shape[0]
     msgs = enc.encode(x, seeds, coins=seeds)
     blobs = wire.pack(enc, msgs, round=0)
@@ -102,14 +107,16 @@ def _speed_row(enc: Encoder, label: str, x: torch.Tensor, seeds: np.ndarray, rep
             enc.encode(x[i : i + 1], seeds[i : i + 1], coins=seeds[i : i + 1])
 
     batched = timeit(encode, reps)
-    looped = timeit(loop, max(1, reps // 2))
-    return {
+    row = {
         "encoder": label, "spec": enc.spec, "device": str(x.device), "clients": clients, "dim": x.shape[1],
         "encode_s_per_round": batched, "aggregate_s_per_round": timeit(aggregate, reps),
-        "wire_decode_s_per_round": timeit(unpack, reps), "loop_encode_s_per_round": looped,
-        "loop_over_batched": looped / batched, "bits_per_message": enc.payload_bits(),
+        "wire_decode_s_per_round": timeit(unpack, reps), "bits_per_message": enc.payload_bits(),
         "bytes_per_message": len(blobs[0]) - wire.HEADER_BYTES, "stats": msgs.stats,
     }
+    if loop_too:
+        row["loop_encode_s_per_round"] = looped = timeit(loop, max(1, reps // 2))
+        row["loop_over_batched"] = looped / batched
+    return row
 
 
 def fwht_speed(rows: int, sizes: list[int], out: str, reps: int = 10, device: str = "cpu") -> dict[str, Any]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..checks import check_array
+from ..checks import check_array, torch_device
 from ..options import Options, option
 from .partitioners import PARTITIONERS
 
@@ -60,6 +60,11 @@ class RunConfig(Options):
         0.0, low=0, help="flower engine: each client's own budget over all its messages, at --delta (0: none); its "
                          "ledger lives in the node's state, and a client past it refuses to encode (an error reply: "
                          "the server leaves it out)")
+    device: str = option("cpu", key="", metavar="DEVICE",
+                         help="vectorized engine: where the clients' side of a round runs (minibatch gradients, "
+                              "clipping, Kashin, encoding): cpu, cuda or cuda:N; the server unpacks, decodes and "
+                              "steps on the CPU.  On CUDA a run agrees with the CPU's to float32 rounding, not bit "
+                              "for bit")
     engine: str = option("vectorized", help="vectorized (one process, batched) or flower (Flower simulation on Ray)",
                          choices=("vectorized", "flower"), key="")
     data_dir: str | None = option(None, help="data set folder (default: the installed Fashion-MNIST; cifar10 needs it)",
@@ -111,6 +116,10 @@ class RunConfig(Options):
             raise ValueError("client budget epsilon: client-side ledgers exist on the flower engine only "
                              "(use --engine flower, or the run budget --budget-epsilon)")
         self._check_trust()
+        self.device = torch_device(self.device)
+        if self.device != "cpu" and self.engine != "vectorized":
+            raise ValueError(f"device {self.device}: the flower engine's nodes compute on the CPU (their GPUs come from "
+                             f"--client-gpus); use --engine vectorized")
         check_array(f"one round's minibatches ({self.clients} clients × batch {self.batch})", self.clients * self.batch)
         if not 0 <= self.delta < 1:
             raise ValueError(f"delta must be in [0, 1), got {self.delta}")

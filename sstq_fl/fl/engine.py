@@ -153,15 +153,18 @@ class ClientData:
         self.task = task or make_task(cfg.task, cfg.seed, **cfg.task_kwargs())
         self.shards = partition_for(cfg, self.task)
         self.buffers: dict[str, torch.Tensor] = {}
+        self.device = torch.device(cfg.device)
+        self.x_train = self.task.data.x_train.to(self.device)  # the task's own tensors where the device is the CPU
+        self.y_train = self.task.data.y_train.to(self.device)
 
     def gradients(self, theta: torch.Tensor, t: int, ids: np.ndarray, keys: np.ndarray | None) -> tuple[torch.Tensor, int]:
         """Round ``t``'s minibatch gradients of clients ``ids`` (``[n, d]``; minibatches from ``keys``
         in secure mode, else from ``(seed, t, client)``) and how many were non-finite (replaced by
         the public null input ``0``)."""
-        cfg, d = self.cfg, self.task.data
+        cfg, theta = self.cfg, theta.to(self.device)
         with stage("gather"):
             idx = minibatches([self.shards[c] for c in ids], cfg.batch, cfg.seed, t, ids, keys=keys)
-            xb, yb = self.gathered(d.x_train, idx, "x"), self.gathered(d.y_train, idx, "y")
+            xb, yb = self.gathered(self.x_train, idx, "x"), self.gathered(self.y_train, idx, "y")
         with stage("gradients"):
             if self.takes_out():
                 grads = self.task.client_grads(theta, xb, yb, out=self.grad_buffer(len(ids), theta)).detach()
@@ -236,6 +239,8 @@ class Trainer:
         self.setup_s: float | None = None  # the untimed warm-up of ``train`` (None: no warm-up ran)
         self.task = task or make_task(cfg.task, cfg.seed, **cfg.task_kwargs())
         self.enc = make_encoder(cfg.encoder, self.task.dim, cfg.epsilon, radius=cfg.clip, seed=cfg.seed)
+        self.client_enc = self.enc if cfg.device == "cpu" else make_encoder(  # the same public frame, on the device
+            cfg.encoder, self.task.dim, cfg.epsilon, radius=cfg.clip, seed=cfg.seed, device=cfg.device)
         if self.enc.public_coins:
             raise ValueError(f"{self.enc.name} with coin=public needs public per-client coins, which training does "
                              f"not supply (leave coin at its default)")
@@ -261,7 +266,7 @@ class Trainer:
         the encoder's data-dependent statistics.  A non-finite gradient is replaced by the public
         null input ``0`` (the message is then the encoding of 0, like any other message).
         """
-        return self.clients.messages(self.enc, theta, t, ids)
+        return self.clients.messages(self.client_enc, theta, t, ids)
 
     def run_round(self, st: RoundState) -> dict[str, Any]:
         assert st.theta is not None
@@ -456,14 +461,15 @@ class Trainer:
         t0, t = time.perf_counter(), st.round + 1
         assert st.theta is not None
         warmed = _WARM.setdefault(self.task, set())
-        if t > self.cfg.rounds or self.enc.spec in warmed:  # a sweep's later cells share the task and encoder
+        key = f"{self.enc.spec}@{self.cfg.device}"
+        if t > self.cfg.rounds or key in warmed:  # a sweep's later cells share the task and encoder
             return 0.0
         blobs, _ = self.client_messages(st.theta, t, np.arange(1))
         got, _ = wire.unpack_lenient(self.enc, blobs, round=t)
         if got.n:
             self.enc.aggregate(got)
         self.task.evaluate(st.theta)
-        warmed.add(self.enc.spec)
+        warmed.add(key)
         return time.perf_counter() - t0
 
     def finish(self, out: Path, st: RoundState) -> dict[str, Any]:
