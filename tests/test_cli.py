@@ -42,6 +42,15 @@ def test_encode_speed_small(tmp_path):
                 "secure_encode_s_per_round", "secure_over_reproducible"} <= set(r)
 
 
+def test_encode_speed_skips_the_loop_and_the_secure_columns_when_asked(tmp_path):
+    out = tmp_path / "s.json"
+    assert main(["bench", "encode-speed", "--clients", "4", "--dim", "300", "--reps", "1", "--out", str(out),
+                 "--encoders", "sstq-flat", "--no-loop", "--no-secure"]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["encode_s_per_round"] > 0 and row["wire_decode_s_per_round"] > 0
+    assert not {"loop_encode_s_per_round", "loop_over_batched", "secure_encode_s_per_round"} & set(row)
+
+
 def test_errors_are_reported_not_raised(capsys):
     assert main(["bench", "mse-vs-dim", "--dims", "10", "--trials", "5", "--encoders", "nope", "--out", "/tmp/x.json"]) == 2
     assert "unknown encoder 'nope'" in capsys.readouterr().err

@@ -116,10 +116,10 @@ class RunConfig(Options):
             raise ValueError("client budget epsilon: client-side ledgers exist on the flower engine only "
                              "(use --engine flower, or the run budget --budget-epsilon)")
         self._check_trust()
-        self.device = torch_device(self.device)
-        if self.device != "cpu" and self.engine != "vectorized":
+        if torch_device(self.device, present=False) != "cpu" and self.engine != "vectorized":
             raise ValueError(f"device {self.device}: the flower engine's nodes compute on the CPU (their GPUs come from "
                              f"--client-gpus); use --engine vectorized")
+        self.device = torch_device(self.device)
         check_array(f"one round's minibatches ({self.clients} clients × batch {self.batch})", self.clients * self.batch)
         if not 0 <= self.delta < 1:
             raise ValueError(f"delta must be in [0, 1), got {self.delta}")

@@ -44,7 +44,8 @@ def test_every_jobs_command_line_parses_into_its_pipelines_config(tmp_path, scal
 @pytest.mark.slow  # five pipeline runs, 325 s on 2 cores; the command lines are checked in CI by the dry run above
 @needs_data
 def test_every_job_runs_at_tiny_scale_and_reaches_the_table(tmp_path):
-    res = _run(tmp_path, SCALE="tiny", EPSILONS="1", JOB_S="900")  # a loaded CI machine is no timeout
+    """Two jobs at a time (PARALLEL=2): the rows still come in launch order."""
+    res = _run(tmp_path, SCALE="tiny", EPSILONS="1", JOB_S="900", PARALLEL="2")  # a loaded CI machine is no timeout
     assert res.returncode == 0, res.stderr[-2000:]
     out = tmp_path / "out"
     jobs = [json.loads(s) for s in (out / "jobs.jsonl").read_text().splitlines()]
@@ -66,3 +67,5 @@ def test_the_gpu_scale_refuses_without_cuda(tmp_path):
     res = _run(tmp_path, SCALE="gpu")
     assert res.returncode == 2 and "no CUDA device here" in res.stderr
     assert _run(tmp_path, SCALE="huge").returncode == 2
+    res = _run(tmp_path, SCALE="tiny", PARALLEL="0")
+    assert res.returncode == 2 and "PARALLEL must be a positive integer" in res.stderr

@@ -312,3 +312,30 @@ def test_a_rounds_batch_and_gradients_reuse_buffers_and_equal_a_fresh_computatio
     d = tr.task.data
     assert torch.equal(g2, tr.task.client_grads(theta + 0.2, d.x_train[idx], d.y_train[idx]))
     assert not torch.equal(g1, g2)  # the first round's values were overwritten in place, not kept
+
+
+def test_the_device_is_checked_and_is_no_flower_run_config_key():
+    from sstq_fl.options import run_config_keys
+
+    with pytest.raises(ValueError, match="device must be cpu, cuda or cuda:N"):
+        RunConfig(device="gpu", **LSQ)
+    with pytest.raises(ValueError, match="use --engine vectorized"):
+        RunConfig(device="cuda", engine="flower", **LSQ)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="not available"):
+            RunConfig(device="cuda", **LSQ)
+    assert RunConfig(device=" cpu ", **LSQ).device == "cpu"
+    assert "device" not in run_config_keys(RunConfig)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_clients_on_cuda_send_the_cpu_clients_messages():
+    """The same seed with the clients on CUDA: the same public frame, minibatches and coins, so the same wire bytes
+    but where float32 rounding moves a coefficient across a quantizer threshold (at most one message of 20 here)."""
+    cfg = dict(LSQ, encoder="sstq-flat:b=4", epsilon=3.0)
+    cpu, gpu = Trainer(RunConfig(**cfg)), Trainer(RunConfig(device="cuda", **cfg))
+    assert gpu.client_enc.fingerprint == cpu.enc.fingerprint and gpu.client_enc.device.type == "cuda"
+    theta, ids = cpu.task.init_params(0), np.arange(LSQ["clients"])
+    a, _ = cpu.client_messages(theta, 1, ids)
+    b, _ = gpu.client_messages(theta, 1, ids)
+    assert sum(x != y for x, y in zip(a, b, strict=True)) <= 1
