@@ -119,6 +119,16 @@ def test_one_record_contribution_norm_is_at_most_sqrt5_over_2():
     assert max(norms) == pytest.approx(math.sqrt(5) / 2)  # attained at the boundary: the bound is tight
 
 
+def test_add_remove_second_moment_shift_is_at_most_rf2_and_attained():
+    """Adding or removing one record moves the second-moment sum by ``f fᵀ``, of Frobenius norm ``‖f‖² ≤ R_f²``: the
+    maximiser is any record at the clip radius (the clipped long rows here), so the bound is attained."""
+    rs = np.random.default_rng(5)
+    r_f = 0.7
+    f = _boundary_vectors(rs, 200, r_f)
+    frob = [np.linalg.norm(mo.second_moment_sum(f[i : i + 1])) for i in range(200)]
+    assert max(frob) <= r_f**2 + 1e-12 and max(frob) == pytest.approx(r_f**2)
+
+
 def test_replace_one_shift_is_at_most_sqrt_5_over_2_and_second_moment_at_most_2rf2():
     rs = np.random.default_rng(4)
     r_f = 1.3
