@@ -41,7 +41,7 @@ def test_every_jobs_command_line_parses_into_its_pipelines_config(tmp_path, scal
         assert cfg.device == ("cuda" if scale == "gpu" else "cpu") and args.out.startswith(str(tmp_path))
 
 
-@pytest.mark.slow  # five pipeline runs, 325 s on 2 cores; the command lines are checked in CI by the dry run above
+@pytest.mark.slow  # five pipeline runs, 64 s on 2 cores two at a time (warm caches); CI checks the command lines by the dry run
 @needs_data
 def test_every_job_runs_at_tiny_scale_and_reaches_the_table(tmp_path):
     """Two jobs at a time (PARALLEL=2): the rows still come in launch order."""
