@@ -6,7 +6,7 @@
 #                                given what is left of BUDGET (default 560 s) less 30 s for the table
 # ARCHIVE=path.tgz packs both result folders into one file (private diagnostics left out), for a machine that
 # returns few files.  PY, SCALE, DEVICES, CLIENTS and the other variables of the two scripts pass through
-# (SCALE=tiny DEVICES=cpu runs the whole chain on a CPU: tests/benchmarks/test_gpu_all.py).
+# (SCALE=tiny DEVICES=cpu runs the whole chain on a CPU; tests/benchmarks/test_gpu_encode.py checks its budget).
 # Exit status: 0 when both scripts succeeded, else 1 (each one's own status is printed).
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -14,7 +14,6 @@ import torch
 from .argtypes import (
     at_least_100,
     device_arg,
-    input_kinds,
     item_list,
     plan_epsilon,
     positive_float,
@@ -145,26 +144,6 @@ def cmd_mse(args: argparse.Namespace) -> int:
     res = run(args.dims, args.epsilon, args.bits, args.norm, args.trials, args.out, args.encoders or None)
     _table(res["rows"], ["encoder", "d", "mse", "ci_low", "ci_high", "mse_exact", "bits_per_message"])
     print(f"wrote {args.out} and {args.out.rsplit('.', 1)[0]}.png ({res['wall_s']:.1f} s)")
-    return 0
-
-
-def cmd_speed(args: argparse.Namespace) -> int:
-    from .bench.speed import encode_speed
-    from .checks import check_array
-
-    check_array(f"the clients' inputs ({args.clients} × {args.dim})", args.clients * args.dim, 4)
-    res = encode_speed(args.clients, args.dim, args.epsilon, args.bits, args.out, args.encoders or None,
-                       reps=args.reps, device=args.device, inputs=args.inputs or None, loop=not args.no_loop,
-                       secure=not args.no_secure)
-    _table(res["rows"], ["encoder", "encode_s_per_round", "secure_encode_s_per_round", "secure_over_reproducible",
-                         "secure_adaptive_encode_s_per_round", "aggregate_s_per_round", "loop_encode_s_per_round",
-                         "bits_per_message", "device"])
-    if "by_input" in res:
-        _table([{"encoder": r["encoder"], "mode": mode, "clock": c, **r[f"{mode}_{c}_s_per_message"],
-                 "spread": r[f"{mode}_{c}_spread"]} for r in res["by_input"] for c in ("cpu", "wall")
-                for mode in ("adaptive", "constant_time")],
-               ["encoder", "mode", "clock", *args.inputs, "spread"])
-    print(f"wrote {args.out}")
     return 0
 
 
@@ -374,10 +353,10 @@ def build_parser(gen: bool = True) -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmarks (JSON + plots)")
     bs = b.add_subparsers(dest="bench", required=True)
     _mse_parser(bs)
-    _speed_parser(bs)
-    _fwht_kashin_ledger_parsers(bs)
-    from .bench.parsers import add_round_cost_parser, add_shuffle_parser
+    from .bench.parsers import add_round_cost_parser, add_shuffle_parser, add_speed_parser
 
+    add_speed_parser(bs, _table, _DEVICE)
+    _fwht_kashin_ledger_parsers(bs)
     add_shuffle_parser(bs, _table)
     add_round_cost_parser(bs, _table)
     _training_parsers(sub)
@@ -408,26 +387,6 @@ def _mse_parser(bs: Any) -> None:
                    help="space- or ';'-separated encoder specs (default: the E1 set)")
     m.add_argument("--out", default="results/e1.json", help="result JSON (the plot goes next to it as .png)")
     m.set_defaults(fn=cmd_mse)
-
-
-def _speed_parser(bs: Any) -> None:
-    """``bench encode-speed``."""
-    s = bs.add_parser("encode-speed", help="batched encode / aggregate time per round")
-    s.add_argument("--clients", type=positive_int, default=100, help="clients encoded per round")
-    s.add_argument("--dim", type=positive_int, default=25450, help="vector dimension (25450: the Fashion-MNIST MLP)")
-    s.add_argument("--epsilon", type=positive_float, default=3.0, help="per-message LDP epsilon")
-    s.add_argument("--bits", type=positive_int, default=4, help="bit width b for encoders that take one")
-    s.add_argument("--encoders", type=item_list, default=None,
-                   help="space- or ';'-separated encoder specs (default: clean and the E1 set)")
-    s.add_argument("--reps", type=positive_int, default=5, help="timed repetitions (the median is reported)")
-    s.add_argument("--device", type=device_arg, default=_DEVICE, help="torch device (cpu, cuda, cuda:N)")
-    s.add_argument("--inputs", type=input_kinds, default="",
-                   help="comma-separated input kinds to time one message at a time, adaptive and constant-time encode "
-                        "side by side (zero, gaussian, walsh-flat, frame-row; default: none)")
-    s.add_argument("--no-loop", action="store_true", help="skip the one-message-at-a-time encode (clients × a message)")
-    s.add_argument("--no-secure", action="store_true", help="skip the secure-mode columns (reproducible mode only)")
-    s.add_argument("--out", default="results/encode_speed.json", help="result JSON")
-    s.set_defaults(fn=cmd_speed)
 
 
 def _fwht_kashin_ledger_parsers(bs: Any) -> None:

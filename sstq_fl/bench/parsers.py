@@ -1,4 +1,4 @@
-"""The parsers of ``sstq-fl bench round-cost`` and ``bench shuffle``: built with every ``sstq-fl`` command,
+"""The parsers of ``sstq-fl bench round-cost``, ``bench shuffle`` and ``bench encode-speed``: built with every command,
 so the benchmarks' modules (torch, the shuffle accountant) load only when their command runs."""
 
 from __future__ import annotations
@@ -57,3 +57,44 @@ def add_round_cost_parser(bs: Any, table: Any) -> None:
                         "CPU; on CUDA the previous methods are not timed)")
     p.add_argument("--out", default="results/round_cost.json", help="result JSON (the plot goes next to it)")
     p.set_defaults(fn=cmd)
+
+
+def add_speed_parser(bs: Any, table: Any, device: str) -> None:
+    """``bench encode-speed`` (``table(rows, cols)`` prints a result table; ``device``: the default device)."""
+    from ..argtypes import device_arg, input_kinds, item_list, positive_float, positive_int
+
+    def cmd(args: argparse.Namespace) -> int:
+        from ..checks import check_array
+        from .speed import encode_speed
+
+        check_array(f"the clients' inputs ({args.clients} × {args.dim})", args.clients * args.dim, 4)
+        res = encode_speed(args.clients, args.dim, args.epsilon, args.bits, args.out, args.encoders or None,
+                           reps=args.reps, device=args.device, inputs=args.inputs or None, loop=not args.no_loop,
+                           secure=not args.no_secure)
+        table(res["rows"], ["encoder", "encode_s_per_round", "secure_encode_s_per_round", "secure_over_reproducible",
+                            "secure_adaptive_encode_s_per_round", "aggregate_s_per_round", "loop_encode_s_per_round",
+                            "bits_per_message", "device"])
+        if "by_input" in res:
+            table([{"encoder": r["encoder"], "mode": mode, "clock": c, **r[f"{mode}_{c}_s_per_message"],
+                    "spread": r[f"{mode}_{c}_spread"]} for r in res["by_input"] for c in ("cpu", "wall")
+                   for mode in ("adaptive", "constant_time")],
+                  ["encoder", "mode", "clock", *args.inputs, "spread"])
+        print(f"wrote {args.out}")
+        return 0
+
+    s = bs.add_parser("encode-speed", help="batched encode / aggregate time per round")
+    s.add_argument("--clients", type=positive_int, default=100, help="clients encoded per round")
+    s.add_argument("--dim", type=positive_int, default=25450, help="vector dimension (25450: the Fashion-MNIST MLP)")
+    s.add_argument("--epsilon", type=positive_float, default=3.0, help="per-message LDP epsilon")
+    s.add_argument("--bits", type=positive_int, default=4, help="bit width b for encoders that take one")
+    s.add_argument("--encoders", type=item_list, default=None,
+                   help="space- or ';'-separated encoder specs (default: clean and the E1 set)")
+    s.add_argument("--reps", type=positive_int, default=5, help="timed repetitions (the median is reported)")
+    s.add_argument("--device", type=device_arg, default=device, help="torch device (cpu, cuda, cuda:N)")
+    s.add_argument("--inputs", type=input_kinds, default="",
+                   help="comma-separated input kinds to time one message at a time, adaptive and constant-time encode "
+                        "side by side (zero, gaussian, walsh-flat, frame-row; default: none)")
+    s.add_argument("--no-loop", action="store_true", help="skip the one-message-at-a-time encode (clients × a message)")
+    s.add_argument("--no-secure", action="store_true", help="skip the secure-mode columns (reproducible mode only)")
+    s.add_argument("--out", default="results/encode_speed.json", help="result JSON")
+    s.set_defaults(fn=cmd)
