@@ -11,6 +11,7 @@ $S bench encode-speed --clients 10 --dim 25450 --epsilon 3 --bits 4 --reps 60 --
 FR="sqkr sqkr:frame=hd3 sstq-flat:codebook=uniform sstq-flat:codebook=uniform,frame=hd3 sstq-ma sstq-ma:frame=hd3"
 $S bench mse-vs-dim --dims 100,1000,10000 --encoders "$FR" --out benchmarks/results/frame_stack/e1_frames.json
 $S bench encode-speed --clients 100 --reps 5 --encoders "sstq-flat;sstq-flat:frame=hd3;sstq-flat:frame=hd2;sstq-flat:frame=hd3,rho=5;sqkr;sqkr:frame=hd3" --inputs gaussian,walsh-flat,frame-row --out benchmarks/results/frame_stack/encode_speed_frames.json
+$S bench encode-speed --clients 100 --dim 25450 --epsilon 3 --bits 4 --reps 15 --no-loop --no-secure --encoders "sstq-flat;sstq-flat:frame=hd3;sstq-flat:frame=hd3,level=2.5;sstq-flat:frame=hd3,rho=5;sqkr;sqkr:frame=hd3;sqkr:frame=hd3,level=2.5;sqkr:frame=hd3,rho=5" --out benchmarks/results/frame_stack/encode_speed_floor.json
 LV="sqkr:frame=hd3 sqkr:frame=hd3,level=2.1 sqkr:frame=hd3,level=2.3 sstq-flat:codebook=uniform,frame=hd3 sstq-flat:codebook=uniform,frame=hd3,level=2.1 sstq-flat:codebook=uniform,frame=hd3,level=2.3 sstq-ma:frame=hd3 sstq-ma:frame=hd3,level=2.1 sstq-ma:frame=hd3,level=2.3"
 $S bench mse-vs-dim --dims 100,1000,10000 --encoders "$LV" --out benchmarks/results/frame_stack/e1_levels.json
 RH="sstq-flat:codebook=uniform,frame=hd3 sstq-flat:codebook=uniform,frame=hd3,rho=5 sstq-ma:frame=hd3 sstq-ma:frame=hd3,rho=5 sqkr:frame=hd3 sqkr:frame=hd3,rho=5"

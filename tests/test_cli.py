@@ -51,6 +51,20 @@ def test_encode_speed_skips_the_loop_and_the_secure_columns_when_asked(tmp_path)
     assert not {"loop_encode_s_per_round", "loop_over_batched", "secure_encode_s_per_round"} & set(row)
 
 
+def test_encode_speed_gives_the_transform_floor_of_framed_encoders_only(tmp_path):
+    """Framed encoders get the frame product's time, the products an encode ran (``1 + 2 × passes``) and their
+    product; an encoder without a frame gets none of these columns."""
+    out = tmp_path / "s.json"
+    assert main(["bench", "encode-speed", "--clients", "4", "--dim", "300", "--reps", "1", "--out", str(out),
+                 "--encoders", "sstq-flat:frame=hd3 vqsgd", "--no-loop", "--no-secure"]) == 0
+    framed, plain = json.loads(out.read_text())["rows"]
+    assert framed["frame_N"] == 1024 and framed["frame_product_s"] > 0
+    assert framed["frame_products_per_encode"] == 1 + 2 * framed["stats"]["kashin_passes_mean"]
+    assert framed["transform_floor_s_per_round"] == framed["frame_product_s"] * framed["frame_products_per_encode"]
+    assert framed["transform_share"] == framed["transform_floor_s_per_round"] / framed["encode_s_per_round"]
+    assert "transform_floor_s_per_round" not in plain
+
+
 def test_errors_are_reported_not_raised(capsys):
     assert main(["bench", "mse-vs-dim", "--dims", "10", "--trials", "5", "--encoders", "nope", "--out", "/tmp/x.json"]) == 2
     assert "unknown encoder 'nope'" in capsys.readouterr().err

@@ -116,6 +116,23 @@ def _speed_row(enc: Encoder, label: str, x: torch.Tensor, seeds: np.ndarray, rep
     if loop_too:
         row["loop_encode_s_per_round"] = looped = timeit(loop, max(1, reps // 2))
         row["loop_over_batched"] = looped / batched
+    return _transform_columns(row, enc, x, reps)
+
+
+def _transform_columns(row: dict[str, Any], enc: Encoder, x: torch.Tensor, reps: int) -> dict[str, Any]:
+    """For an encoder over a frame: the time of one frame product ``√N Q x`` on the whole batch, the
+    products an encode ran (``1 + 2 × kashin_passes_mean``: the start, then an analysis and a synthesis per
+    pass) and their product, the encode's transform floor, with its share of the encode.  The rest of the
+    encode is the Kashin steps' passes over ``[clients, N]`` rows, the quantizer and the channel."""
+    frame = getattr(enc, "frame", None)
+    if frame is None:
+        return row
+    buf = torch.empty(x.shape[0], frame.N, dtype=x.dtype, device=x.device)  # warm, as the encoder's workspaces are
+    product = timeit(lambda: frame.coef(x, buf), reps)
+    products = 1.0 + 2.0 * float(row["stats"].get("kashin_passes_mean", 0.0))
+    row.update(frame_N=frame.N, frame_product_s=product, frame_products_per_encode=products,
+               transform_floor_s_per_round=product * products,
+               transform_share=product * products / row["encode_s_per_round"])
     return row
 
 
