@@ -34,3 +34,14 @@ def test_invalid_frames():
         frame_size(10, 1.0)
     with pytest.raises(ValueError, match="unknown frame kind"):
         make_frame("dct", 10)
+
+
+def test_kashin_rows_are_chunked_for_the_cpu_cache_only():
+    """On the CPU a chunk's ``[rows, N]`` buffer is 16 MiB (cache-sized); on any other device 1 GiB, so a 1,000-client
+    cohort runs in one batch (a ``meta`` frame stands in for a GPU one: the chunk depends only on the device type)."""
+    from sstq_fl.encoders.maths.frames import CHUNK_BYTES, GPU_CHUNK_BYTES
+
+    cpu, gpu = HadamardFrame(25450, 65536, 0), HadamardFrame(25450, 65536, 0, device="meta")
+    assert cpu.row_chunk(torch.float32) == CHUNK_BYTES // (65536 * 4) == 64
+    assert cpu.row_chunk(torch.float64) == 32
+    assert gpu.row_chunk(torch.float32) == GPU_CHUNK_BYTES // (65536 * 4) == 4096
