@@ -195,15 +195,18 @@ def uniform(seeds: U64, stream: str, count: int) -> NDArray[np.float64]:
     return _to_unit(raw_bits(seeds, stream, count))
 
 
-def randint(seeds: U64, stream: str, count: int, high: int) -> NDArray[np.int64]:
-    """Integers uniform on ``{0, …, high-1}``, shape ``[n, count]``.
+def randint(seeds: U64, stream: str, count: int, high: int | NDArray[np.int64]) -> NDArray[np.int64]:
+    """Integers uniform on ``{0, …, high-1}``, shape ``[n, count]``; ``high`` may differ per client (an
+    array ``[n]``), and each row depends only on its own seed and ``high``.
 
     Uses the multiply-shift map on 53-bit uniforms; the bias is at most ``high / 2**53``.
     """
-    if high < 1:
-        raise ValueError(f"high must be >= 1, got {high}")
+    hi = np.asarray(high, dtype=np.int64)
+    if (hi < 1).any():
+        raise ValueError(f"high must be >= 1, got {int(hi.min())}")
+    hi = hi[:, None] if hi.ndim else hi
     u = uniform(seeds, stream, count)
-    return np.minimum(np.floor(u * high).astype(np.int64), high - 1)
+    return np.minimum(np.floor(u * hi).astype(np.int64), hi - 1)
 
 
 def normal(seeds: U64, stream: str, count: int) -> NDArray[np.float64]:

@@ -28,15 +28,15 @@ def minibatches(shards: list[np.ndarray], batch: int, seed: int, round: int, cli
     clients = np.asarray(clients, dtype=np.int64)
     s = rng.derive_seeds(seed, round, clients, 0xB47) if keys is None else rng.as_seeds(keys, len(clients))
     sizes = np.array([len(sh) for sh in shards], dtype=np.int64)
-    out = np.empty((len(shards), batch), dtype=np.int64)
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    records = np.concatenate([np.asarray(sh, dtype=np.int64) for sh in shards]) if len(shards) else sizes
+    pos = np.empty((len(shards), batch), dtype=np.int64)  # positions within each client's shard
     big = sizes >= batch
     if big.any():
-        pos = rng.sample_without_replacement(s[big], "minibatch", batch, sizes[big])
-        for row, p in zip(np.nonzero(big)[0], pos):
-            out[row] = shards[row][p]
-    for row in np.nonzero(~big)[0]:
-        out[row] = shards[row][rng.randint(s[row : row + 1], "minibatch-small", batch, int(sizes[row]))[0]]
-    return out
+        pos[big] = rng.sample_without_replacement(s[big], "minibatch", batch, sizes[big])
+    if not big.all():
+        pos[~big] = rng.randint(s[~big], "minibatch-small", batch, sizes[~big])
+    return records[starts[:, None] + pos]
 
 
 def participates(seed: int, round: int, clients: int, rate: float, randomness: str = "reproducible") -> np.ndarray:

@@ -41,3 +41,36 @@ def test_batched_minibatches_equal_per_client_ones():
     both = minibatches(shards, 16, 5, 2, clients)
     for i, c in enumerate(clients):
         assert np.array_equal(both[i], minibatch(shards[i], 16, 5, 2, int(c)))
+
+
+@pytest.mark.parametrize("secure", [False, True])
+def test_minibatches_are_the_per_row_draws_on_each_rows_own_seed(secure):
+    """The batched gather equals drawing each row alone from its own seed: without replacement from a shard at
+    least the batch, with replacement (``rng.randint`` below the shard's size) from a smaller one."""
+    from sstq_fl import rng
+    from sstq_fl.fl.partition import minibatches
+
+    g = np.random.default_rng(3)
+    shards = [g.permutation(10_000)[: int(z)] for z in g.integers(1, 40, size=200)]
+    clients = g.choice(10_000, 200, replace=False)
+    keys = g.integers(0, 2**63, size=(200, 4)).astype(np.uint64) if secure else None
+    got = minibatches(shards, 16, 9, 4, clients, keys=keys)
+    seeds = rng.derive_seeds(9, 4, clients, 0xB47) if keys is None else rng.as_seeds(keys, 200)
+    for i, sh in enumerate(shards):
+        if len(sh) >= 16:
+            pos = rng.sample_without_replacement(seeds[i : i + 1], "minibatch", 16, len(sh))[0]
+        else:
+            pos = rng.randint(seeds[i : i + 1], "minibatch-small", 16, len(sh))[0]
+        assert np.array_equal(got[i], sh[pos])
+
+
+def test_randint_takes_one_bound_per_row():
+    from sstq_fl import rng
+
+    seeds = rng.derive_seeds(1, 2, np.arange(50), 7)
+    high = np.arange(1, 51)
+    both = rng.randint(seeds, "s", 9, high)
+    assert all(np.array_equal(both[i], rng.randint(seeds[i : i + 1], "s", 9, int(h))[0]) for i, h in enumerate(high))
+    assert (both < high[:, None]).all() and (both >= 0).all()
+    with pytest.raises(ValueError, match="high must be >= 1"):
+        rng.randint(seeds[:2], "s", 3, np.array([1, 0]))
