@@ -19,6 +19,8 @@
 # PARALLEL=N runs up to N jobs at once (each with nproc/N torch threads; default 1): the jobs are small next to an
 # H200, so N = 10 gives every job the whole budget (JOB_S each) and the 10 jobs finish within JOB_S together; their
 # wall_s are then times under contention, not alone.
+# ONLY="sdp_pixel vqg_dpsgd" runs only those jobs (job names without the _eps suffix; default: all five kinds), to
+# finish what an earlier run left as timeout in its own OUT.
 # Every run uses secure randomness and its own data-set ledger (the runs are independent releases, not one
 # user's composition).
 set -euo pipefail
@@ -29,6 +31,11 @@ OUT=${OUT:-benchmarks/results/gpu_full}
 EPSILONS=${EPSILONS:-1 10}
 PARALLEL=${PARALLEL:-1}
 [[ "$PARALLEL" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_full.sh: PARALLEL must be a positive integer, got '$PARALLEL'" >&2; exit 2; }
+KINDS="mepf sdp_moments sdp_pixel sdp_latent vqg_dpsgd"
+ONLY=${ONLY:-$KINDS}
+for k in $ONLY; do
+  [[ " $KINDS " == *" $k "* ]] || { echo "gpu_full.sh: ONLY names unknown job '$k' (jobs: $KINDS)" >&2; exit 2; }
+done
 mkdir -p "$OUT"
 case "$SCALE" in
   gpu)
@@ -65,6 +72,7 @@ if (( PARALLEL > 1 )); then
 fi
 LAUNCHED=()
 job() {  # job NAME SUBCOMMAND ARGS...: with PARALLEL > 1 in the background once a slot is free, else in the foreground
+  [[ " $ONLY " == *" ${1%_eps*} "* ]] || return 0
   LAUNCHED+=("$1")
   if (( PARALLEL > 1 )) && [[ "${DRY_RUN:-0}" != 1 ]]; then
     while (( $(jobs -rp | wc -l) >= PARALLEL )); do wait -n || true; done

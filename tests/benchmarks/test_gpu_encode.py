@@ -76,3 +76,14 @@ def test_gpu_all_refuses_a_budget_that_is_not_seconds(tmp_path):
     res = _run(ROOT / "benchmarks" / "gpu_all.sh", tmp_path, BUDGET="ten")
     assert res.returncode == 2 and res.stderr.strip() == "gpu_all.sh: BUDGET must be a positive number of seconds, " \
                                                           "got 'ten'"
+
+
+def test_gpu_all_skips_the_encode_part_at_encode_s_zero(tmp_path):
+    """``ENCODE_S=0``: straight to ``gpu_full.sh`` (here its dry run with one kind of job), no encode measurement."""
+    res = _run(ROOT / "benchmarks" / "gpu_all.sh", tmp_path, ENCODE_S="0", DRY_RUN="1", ONLY="mepf",
+               FULL_OUT=str(tmp_path / "full"), ENCODE_OUT=str(tmp_path / "encode"))
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "gpu_encode.sh" not in res.stdout and not (tmp_path / "encode").exists()
+    assert len((tmp_path / "full" / "commands.txt").read_text().splitlines()) == 2
+    res = _run(ROOT / "benchmarks" / "gpu_all.sh", tmp_path, ENCODE_S="-1")
+    assert res.returncode == 2 and "ENCODE_S must be a number of seconds (0: skip)" in res.stderr

@@ -69,3 +69,14 @@ def test_the_gpu_scale_refuses_without_cuda(tmp_path):
     assert _run(tmp_path, SCALE="huge").returncode == 2
     res = _run(tmp_path, SCALE="tiny", PARALLEL="0")
     assert res.returncode == 2 and "PARALLEL must be a positive integer" in res.stderr
+
+
+def test_only_runs_the_named_jobs_and_refuses_an_unknown_one(tmp_path):
+    """``ONLY`` keeps the named kinds at every ε, in launch order; a name that is no job is refused before any run."""
+    res = _run(tmp_path, SCALE="gpu", EPSILONS="1 10", DRY_RUN="1", ONLY="vqg_dpsgd sdp_pixel")
+    assert res.returncode == 0, res.stderr[-2000:]
+    outs = [shlex.split(line)[shlex.split(line).index("--out") + 1] for line in
+            (tmp_path / "out" / "commands.txt").read_text().splitlines()]
+    assert [Path(o).name for o in outs] == ["sdp_pixel_eps1", "vqg_dpsgd_eps1", "sdp_pixel_eps10", "vqg_dpsgd_eps10"]
+    res = _run(tmp_path, SCALE="tiny", ONLY="sdp_pixel nope")
+    assert res.returncode == 2 and "ONLY names unknown job 'nope'" in res.stderr
