@@ -138,12 +138,13 @@ def _state_doc(context: Context, client: int) -> Any:
     return json.loads(str(text)) if text is not None else None
 
 
-def load(context: Context, client: int) -> ClientLedger:
+def load(context: Context, client: int, node: Mapping[str, Any] | None = None) -> ClientLedger:
     """Client ``client``'s ledger: from the state and the ledger file, the one with more messages
-    (the file on a tie); a new one if neither exists.  Unreadable: ``ClientBudgetError``."""
+    (the file on a tie); a new one if neither exists.  Unreadable: ``ClientBudgetError``.  ``node``: the
+    node config to read the ledger folder from (default ``context.node_config``)."""
     try:
         docs = [_state_doc(context, client)]
-        path = ledger_file(context.node_config, client)
+        path = ledger_file(context.node_config if node is None else node, client)
         if path is not None and path.exists():
             docs.append(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError) as exc:
@@ -152,13 +153,14 @@ def load(context: Context, client: int) -> ClientLedger:
     return max(reversed(found), key=lambda led: led.messages) if found else ClientLedger(client)
 
 
-def save(context: Context, led: ClientLedger) -> None:
-    """Store ``led`` in ``context.state`` and, with a ``ledger-dir``, its file (atomically)."""
+def save(context: Context, led: ClientLedger, node: Mapping[str, Any] | None = None) -> None:
+    """Store ``led`` in ``context.state`` and, with a ``ledger-dir`` (in ``node``, default the context's node
+    config), its file (atomically)."""
     doc = led.to_json()
     if STATE_KEY not in context.state.config_records:
         context.state[STATE_KEY] = ConfigRecord()
     context.state.config_records[STATE_KEY][state_key(led.client)] = json.dumps(doc, sort_keys=True)
-    path = ledger_file(context.node_config, led.client)
+    path = ledger_file(context.node_config if node is None else node, led.client)
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -219,11 +221,13 @@ def admit(context: Context, clients: list[int], event: PrivacyEvent, found: list
     return ok, refused
 
 
-def charge(context: Context, client: int, event: PrivacyEvent, found: list[Budget], delta: float) -> None:
-    """Charge client ``client`` one produced message, store its ledger and log its report at INFO."""
-    led = load(context, client)
+def charge(context: Context, client: int, event: PrivacyEvent, found: list[Budget], delta: float,
+           node: Mapping[str, Any] | None = None) -> None:
+    """Charge client ``client`` one produced message, store its ledger and log its report at INFO (``node``:
+    as in :func:`load`)."""
+    led = load(context, client, node)
     led.charge(event)
-    save(context, led)
+    save(context, led, node)
     at = report_delta(found, delta)
     limits = ", ".join(f"epsilon={b.epsilon:g} at delta={b.delta:g}" for b in found) or "none"
     log.info("client %d ledger: %d LDP messages, epsilon %.6g at delta %g spent (budget: %s)", client, led.messages,

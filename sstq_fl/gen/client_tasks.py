@@ -11,11 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..privacy.clipping import clip_rows
+from .releases import AGGREGATOR_RELEASE, label_rr_event, ldp_release
 from .runner import Arrays, ClientContext, Scalar, register_client_task
 
 
 # ----------------------------------------------------------------------------- additive statistics
-@register_client_task("stats.class_sums")
+@register_client_task("stats.class_sums", AGGREGATOR_RELEASE)
 def class_pixel_sums(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]) -> Arrays:
     """Labelled counts and per-class sums of ``clip_R(x_i)`` (pixels), ``R = √(bound² − 1)``:
     each record contributes ``(e_y, clip_R(x)⊗e_y)`` of norm ≤ ``bound``."""
@@ -29,7 +30,7 @@ def class_pixel_sums(ctx: ClientContext, payload: Arrays, config: dict[str, Scal
 
 
 # ----------------------------------------------------------------------------- record-local releases
-@register_client_task("labels.randomized_response")
+@register_client_task("labels.randomized_response", ldp_release(label_rr_event))
 def label_randomized_response(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]) -> Arrays:
     """k-ary randomized response on each own record's label (Warner, JASA 1965): keep ``y`` with
     probability ``e^ε/(e^ε+k−1)``, else report one of the other ``k−1`` labels uniformly, so

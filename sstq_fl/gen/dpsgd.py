@@ -19,6 +19,7 @@ from torch.func import functional_call, grad, vmap
 
 from ..registry import Registry
 from .pipelines import BUILTINS, PIPELINES
+from .releases import AGGREGATOR_RELEASE
 from .runner import Arrays, ClientContext, Scalar, register_client_task
 
 # ----------------------------------------------------------------------------- models for DP-SGD rounds
@@ -89,7 +90,7 @@ def per_example_clipped_sum(model: nn.Module, params: dict[str, torch.Tensor], x
     return {k: (v * scale.view(-1, *([1] * (v.ndim - 1)))).sum(0) for k, v in g.items()}
 
 
-@register_client_task("dpsgd.clipped_sum")
+@register_client_task("dpsgd.clipped_sum", AGGREGATOR_RELEASE)
 def dpsgd_clipped_sum(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]) -> Arrays:
     """Poisson-sample own records at rate ``q`` (the client's protective coins, :meth:`ClientContext.uniform`:
     its own secret key in secure mode), return the sum of per-example gradients clipped to ``clip``: a zero
@@ -113,7 +114,7 @@ def dpsgd_clipped_sum(ctx: ClientContext, payload: Arrays, config: dict[str, Sca
     return {k: v.detach().cpu().double().numpy() for k, v in sums.items()}
 
 
-@register_client_task("dpsgd.sampled_clipped_sum")
+@register_client_task("dpsgd.sampled_clipped_sum", AGGREGATOR_RELEASE)
 def sampled_clipped_sum(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]) -> Arrays:
     """``dpsgd.clipped_sum`` as in round ``config["step"]``: the same Poisson coins and clipped per-example gradient
     sum a DP-SGD round of that number computes, for a pipeline's ``ε = ∞`` reference, whose server adds no noise

@@ -38,6 +38,7 @@ Randomness (``randomness=``, :data:`sstq_fl.rng.RANDOMNESS_MODES`):
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -61,6 +62,7 @@ from ..privacy.replay import transcript_binding
 from ..registry import Registry
 from ..rng import derive_seed, stream_id
 from .pipelines import BUILTINS, PIPELINES
+from .releases import CENTRAL_EVENT, ReleaseDeclaration
 
 log = logging.getLogger("sstq_fl.gen")
 
@@ -139,22 +141,46 @@ class ClientContext:
 
 
 ClientTask = Callable[[ClientContext, Arrays, dict[str, Scalar]], Arrays]
-CLIENT_TASKS: Registry[ClientTask] = Registry("client task",
-                                              builtins=("sstq_fl.gen.dpsgd", "sstq_fl.gen.client_tasks", *BUILTINS))
+
+
+@dataclass(frozen=True)
+class RegisteredTask:
+    """A client task: the function a client runs and the declaration of what its reply releases."""
+
+    run: ClientTask
+    release: ReleaseDeclaration
+
+
+CLIENT_TASKS: Registry[RegisteredTask] = Registry("client task",
+                                                  builtins=("sstq_fl.gen.dpsgd", "sstq_fl.gen.client_tasks", *BUILTINS))
 """Client tasks by name: the shared ones (:mod:`sstq_fl.gen.dpsgd`, :mod:`sstq_fl.gen.client_tasks`) and each pipeline's,
 registered when its package is imported."""
 
 
-def register_client_task(name: str) -> Callable[[ClientTask], ClientTask]:
-    """Register ``fn(ctx, payload, config) -> arrays`` as client task ``name`` (a taken name is refused)."""
-    return CLIENT_TASKS.register(name)  # type: ignore[no-any-return]
+def register_client_task(name: str, release: ReleaseDeclaration) -> Callable[[ClientTask], ClientTask]:
+    """Register ``fn(ctx, payload, config) -> arrays`` as client task ``name`` with the declaration of what its
+    reply releases (:mod:`sstq_fl.gen.releases`; a taken name is refused)."""
+    if not isinstance(release, ReleaseDeclaration):
+        raise TypeError(f"client task {name!r}: release must be a ReleaseDeclaration (sstq_fl.gen.releases), "
+                        f"got {release!r}")
+
+    def deco(fn: ClientTask) -> ClientTask:
+        CLIENT_TASKS.register(name, RegisteredTask(fn, release))
+        return fn
+
+    return deco
 
 
-def client_task(name: str) -> ClientTask:
+def registered_task(name: str) -> RegisteredTask:
     """The client task ``name``: a built-in one, or one a plug-in pipeline registers when it is loaded."""
     if name not in CLIENT_TASKS:
         PIPELINES.load()
     return CLIENT_TASKS[name]
+
+
+def client_task(name: str) -> ClientTask:
+    """The function of client task ``name`` (:func:`registered_task`)."""
+    return registered_task(name).run
 
 
 def deterministic_kernels(device: str, randomness: str) -> None:
@@ -210,6 +236,12 @@ def _sum_outputs(outs: dict[int, Arrays]) -> Arrays:
         raise RuntimeError("no client answered; nothing to release")
     first = next(iter(outs.values()))
     return {k: np.sum([np.asarray(o[k], np.float64) for o in outs.values()], axis=0) for k in sorted(first)}
+
+
+def feeds(event: PrivacyEvent) -> dict[str, Scalar]:
+    """The task-config entry naming the central ``event`` a trusted aggregator's sums feed
+    (:data:`~sstq_fl.gen.releases.CENTRAL_EVENT`), which a client records on its own ledger."""
+    return {CENTRAL_EVENT: json.dumps(event.to_json(), sort_keys=True)}
 
 
 class DPRunner:
@@ -281,10 +313,11 @@ class DPRunner:
         ``Δ`` (max over neighbouring data sets of ‖f(D) − f(D')‖₂, at most ``2·bound`` by the triangle
         inequality); either way ``GaussianEvent(σ)`` is charged (:meth:`_noise_std`)."""
         std, shift = self._noise_std(bound, noise_multiplier, sensitivity)
-        outs = self._map(task, payload, {**config, "bound": bound}, 0)
+        event = GaussianEvent(noise_multiplier)
+        outs = self._map(task, payload, {**config, "bound": bound, **feeds(event)}, 0)
         sums = _sum_outputs(outs)
         noisy = {k: v + self._server_noise(stage + ":" + k, 0, v.shape, std) for k, v in sums.items()}
-        self._record(GaussianEvent(noise_multiplier), stage, {"contribution_bound": bound, "sensitivity": shift,
+        self._record(event, stage, {"contribution_bound": bound, "sensitivity": shift,
                                                               "std": std, "q": None, "count": 1, "eps0": None}, outs)
         return {k: v / self.n_decl for k, v in noisy.items()} if normalize else noisy
 
@@ -292,8 +325,9 @@ class DPRunner:
         """The same sums **without noise** (a non-private reference); the ledger records it as such (ε = ∞)."""
         from ..privacy.events import NonPrivateEvent
 
-        outs = self._map(task, payload, {**config, "bound": bound}, 0)
-        self._record(NonPrivateEvent(NONPRIVATE_SUMS), stage,
+        event = NonPrivateEvent(NONPRIVATE_SUMS)
+        outs = self._map(task, payload, {**config, "bound": bound, **feeds(event)}, 0)
+        self._record(event, stage,
                      {"contribution_bound": bound, "std": 0.0, "q": None, "count": 1, "eps0": None}, outs)
         return _sum_outputs(outs)
 
@@ -303,12 +337,13 @@ class DPRunner:
         if not (0 < q <= 1 and clip > 0 and noise_multiplier > 0):
             raise ValueError(f"need 0 < q <= 1, clip > 0, noise multiplier > 0; got {q}, {clip}, {noise_multiplier}")
         self._round += 1
-        outs = self._map(task, params, {**config, "q": q, "clip": clip}, self._round)
+        event = PoissonSampledEvent(q, GaussianEvent(noise_multiplier))
+        outs = self._map(task, params, {**config, "q": q, "clip": clip, **feeds(event)}, self._round)
         sums = _sum_outputs(outs)
         std = noise_multiplier * clip
         grads = {k: (v + self._server_noise(stage + ":" + k, self._round, v.shape, std)) / (q * self.n_decl)
                  for k, v in sums.items()}
-        self._record(PoissonSampledEvent(q, GaussianEvent(noise_multiplier)), stage,
+        self._record(event, stage,
                      {"contribution_bound": clip, "std": std, "q": q, "count": 1, "eps0": None, "round": self._round}, outs)
         return grads
 

@@ -8,6 +8,9 @@ import pytest
 pytest.importorskip("flwr")
 
 from sstq_fl.fl.engine import RunConfig, run  # noqa: E402
+from sstq_fl.flower.apps.sstq_server import run_flower  # noqa: E402
+
+from ..flower.faults import faulty_app  # noqa: E402
 
 from .test_engine import same_rounds  # noqa: E402
 
@@ -15,6 +18,7 @@ CFG = dict(task="lsq", dim=20, n=400, clients=8, batch=20, clip=1.0, lr=0.5, rou
 
 
 def test_flower_engine_matches_vectorized_and_survives_faulty_clients(tmp_path, monkeypatch):
+    """The shipped app ignores ``$SSTQ_FL_FAULTS``; the test app (tests/flower/faults.py) injects them."""
     ref = run(RunConfig(**CFG), tmp_path / "v", progress=False)
     flw = run(RunConfig(engine="flower", **CFG), tmp_path / "f", progress=False)
     assert same_rounds(flw["rounds"], ref["rounds"], rel=1e-6)
@@ -22,7 +26,10 @@ def test_flower_engine_matches_vectorized_and_survives_faulty_clients(tmp_path, 
 
     monkeypatch.setenv("SSTQ_FL_FAULTS", json.dumps([{"client": 3, "round": 2, "kind": "raise"},
                                                      {"client": 5, "round": 3, "kind": "garbage"}]))
-    bad = run(RunConfig(engine="flower", **CFG), tmp_path / "bad", progress=False)
+    shipped = run(RunConfig(engine="flower", **{**CFG, "rounds": 3}), tmp_path / "shipped", progress=False)
+    assert all(not r["dropped"] for r in shipped["rounds"])  # no environment variable changes what it sends
+    assert same_rounds(shipped["rounds"], ref["rounds"][:3], rel=1e-6)
+    bad = run_flower(RunConfig(engine="flower", **CFG), tmp_path / "bad", client_app=faulty_app)
     r2, r3 = bad["rounds"][1], bad["rounds"][2]
     assert [d["client"] for d in r2["dropped"]] == [3] and "client raised" in r2["dropped"][0]["reason"]
     assert [d["client"] for d in r3["dropped"]] == [5] and "truncated" in r3["dropped"][0]["reason"]
@@ -62,8 +69,8 @@ def test_a_client_that_times_out_is_left_out_and_the_run_goes_on(tmp_path, monke
     monkeypatch.setenv("SSTQ_FL_FAULTS", json.dumps([{"client": 2, "round": 2, "kind": "sleep:20"}]))
     monkeypatch.setenv("SSTQ_FL_ROUND_TIMEOUT", "12")  # above a round on a loaded 2-core box, below the sleep
     # in secure mode (client keys drawn inside the ClientApps, participants from the server's CSPRNG)
-    res = run(RunConfig(engine="flower", randomness="secure", pooled_diagnostics=True, **{**CFG, "rounds": 3}),
-              tmp_path / "slow", progress=False)
+    res = run_flower(RunConfig(engine="flower", randomness="secure", pooled_diagnostics=True, **{**CFG, "rounds": 3}),
+                     tmp_path / "slow", client_app=faulty_app)
     r2 = res["rounds"][1]
     assert [d["client"] for d in r2["dropped"]] == [2] and "timeout" in r2["dropped"][0]["reason"]
     pooled = json.loads((tmp_path / "slow" / "pooled_diagnostics.json").read_text())["rounds"]

@@ -141,7 +141,9 @@ def test_the_server_validates_and_charges_each_virtual_client_on_its_own(run_ide
 
 
 def test_injected_faults_hit_one_virtual_client_or_its_whole_node(run_identity, monkeypatch):
-    from sstq_fl.flower.apps.sstq_client import cohort, fault_injection_mod
+    from sstq_fl.flower.apps.sstq_client import cohort
+
+    from .faults import fault_injection_mod
 
     cfg = RunConfig(randomness="reproducible", **CFG)
     theta = Trainer(cfg).task.init_params(0).numpy()

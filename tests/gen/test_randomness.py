@@ -15,6 +15,7 @@ import pytest
 
 from sstq_fl import rng
 from sstq_fl.data.workload import WorkloadData
+from sstq_fl.gen.releases import AGGREGATOR_RELEASE
 from sstq_fl.gen.runner import ClientContext, DPRunner, InProcessPool, register_client_task
 from sstq_fl.privacy.events import RandomizedResponseEvent
 
@@ -109,7 +110,7 @@ def test_secure_shuffle_and_label_rr_are_fresh_and_keep_their_law():
     assert np.all(np.abs(np.bincount(outs[0], minlength=10) - expect) < 4 * np.sqrt(expect))
 
 
-@register_client_task("test.coins")
+@register_client_task("test.coins", AGGREGATOR_RELEASE)
 def _coins(ctx: ClientContext, payload, config):
     return {"u": ctx.uniform("s", 1000), "v": ctx.uniform("s", 1000), "k": ctx.randint("s", 1000, 1, 10).astype(float),
             "secure": np.array([float(ctx.secure)])}

@@ -25,6 +25,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 from flwr.serverapp import Grid, ServerApp
 
 from sstq_fl.data.workload import WorkloadData
+from sstq_fl.flower.apps.gen_client import TRUST_AGGREGATOR, trusts_aggregator
 from sstq_fl.flower.plumbing import (
     WORKLOAD_TIMEOUT_S,
     StoppableGrid,
@@ -74,12 +75,27 @@ class FlowerPool(ClientPool):
         self.dropped.append({"task": task, "client": cid, "reason": why})
 
 
+SIMULATION_NODES = {TRUST_AGGREGATOR: True}
+"""The node config of the nodes :func:`run_on_flower` starts: their operator (this process) opts in to a trusted
+aggregator, as the in-process engine's clients implicitly do."""
+
+
 def run_on_flower(pipeline: Callable[[ClientPool], dict[str, Any]], data: WorkloadData, device: str = "cpu",
-                  client_cpus: float = 1.0) -> dict[str, Any]:
+                  client_cpus: float = 1.0, node_config: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run ``pipeline`` in a ``ServerApp`` on Flower's simulation engine (Ray), one SuperNode per client.
     With ``device="cuda"`` each client asks Flower for a share of a GPU (client resources).  One Ctrl-C
-    stops it within seconds and raises ``KeyboardInterrupt`` (:func:`~sstq_fl.flower.plumbing.simulate`)."""
-    from sstq_fl.flower.apps.sstq_client import app as client_app
+    stops it within seconds and raises ``KeyboardInterrupt`` (:func:`~sstq_fl.flower.plumbing.simulate`).
+
+    ``node_config``: what the simulated nodes' operator sets (default :data:`SIMULATION_NODES`, the opt-in to a
+    trusted aggregator, said in the log), e.g. a ``client-budget-epsilon`` every client's ledger must keep."""
+    from sstq_fl.flower.apps.sstq_client import make_client_app
+
+    nodes = dict(SIMULATION_NODES if node_config is None else node_config)
+    if trusts_aggregator(nodes):
+        log.warning("the %d simulated clients opt in to a trusted aggregator (node config %s=true): they send "
+                    "clipped sums unnoised to this process, whose noise is the guarantee", data.clients,
+                    TRUST_AGGREGATOR)
+    client_app = make_client_app(node_defaults=nodes)
 
     result: dict[str, Any] = {}
     server, stop = ServerApp(), threading.Event()

@@ -21,7 +21,10 @@ OS-CSPRNG key) and replies with one wire message per virtual client
 (:mod:`sstq_fl.flower.cohort`); a one-shot ``flwr-clientapp`` process (a deployment) refuses them.
 
 ``train.gen`` messages run a registered client task of a DP generative workload
-(:mod:`sstq_fl.flower.apps.gen_client`).  ``query`` reports the node's partition
+(:mod:`sstq_fl.flower.apps.gen_client`), through the client's ledger like every other reply: an LDP
+release is charged, a sum for a trusted aggregator needs the node operator's opt-in.  Every handler
+:func:`make_client_app` registers releases through a ledger (``query`` releases only the node's public
+partition id); no environment variable changes what a client sends.  ``query`` reports the node's partition
 (:func:`sstq_fl.flower.plumbing.answer_query`); a long-lived process (a simulation actor) warms
 its heavy imports up meanwhile, a one-shot ``flwr-clientapp`` process does not.
 """
@@ -29,9 +32,7 @@ its heavy imports up meanwhile, a one-shot ``flwr-clientapp`` process does not.
 from __future__ import annotations
 
 import json
-import os
-import time
-from collections.abc import Callable
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,7 @@ import numpy as np
 import scipy.stats  # noqa: F401  (the exact pure-ε composition's binomial terms, idem)
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.clientapp.typing import Mod
 
 from sstq_fl.flower import LdpEncodeMod, LdpSettings, client_ledger
 from sstq_fl.flower.cohort import (
@@ -49,12 +51,11 @@ from sstq_fl.flower.cohort import (
     cohort_of,
     cohort_record,
     deployment_process,
-    message_key,
     node_clients,
     refusal_record,
     refuse_in_deployment,
 )
-from sstq_fl.flower.mod import WIRE_KEY, check_server, encoder_for, server_round, wire_array
+from sstq_fl.flower.mod import check_server, encoder_for, server_round
 from sstq_fl.flower.plumbing import answer_query
 
 from .gen_client import run_task
@@ -93,37 +94,6 @@ def _client_data(cfg_json: str) -> ClientData:
     return ClientData(RunConfig(**json.loads(cfg_json)))
 
 
-def _injected_faults(clients: list[int], t: int) -> dict[int, str]:
-    """``SSTQ_FL_FAULTS``: a JSON list of ``{"client": c, "round": t, "kind": "raise" | "garbage" | "sleep:S"}``;
-    the faults of ``clients`` in round ``t``, by client."""
-    return {int(f["client"]): str(f["kind"]) for f in json.loads(os.environ.get("SSTQ_FL_FAULTS", "[]"))
-            if int(f["client"]) in clients and int(f["round"]) == t}
-
-
-def fault_injection_mod(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
-    """A mod for tests of the server's fault handling (outermost): raise, sleep, or replace the wire
-    message by garbage bytes, for the client and round ``$SSTQ_FL_FAULTS`` names.  On a cohort node
-    a raise or a sleep hits the node (all its clients), garbage that virtual client's message only."""
-    conf: Any = msg.content.config_records.get("config", {})
-    cohort = msg.metadata.message_type.endswith(f".{COHORT_ACTION}")
-    clients = cohort_of(msg) if cohort else [int(context.node_config["partition-id"])]
-    faults = _injected_faults(clients, int(conf.get("server-round", -1)))
-    if "raise" in faults.values():
-        raise RuntimeError(f"injected fault: client {min(c for c, f in faults.items() if f == 'raise')} raises")
-    for f in faults.values():
-        if f.startswith("sleep:"):
-            time.sleep(float(f.split(":", 1)[1]))
-    reply = call_next(msg, context)
-    for c in [c for c, f in faults.items() if f == "garbage"] if not reply.has_error() else []:
-        key = message_key(c) if cohort else WIRE_KEY
-        reply.content.array_records["arrays"][key] = wire_array(b"\x00garbage")
-    return reply
-
-
-app = ClientApp()
-
-
-@app.query()
 def query(msg: Message, context: Context) -> Message:
     if not deployment_process():  # a flwr-clientapp handles one message; warm a long-lived process up
         import torch  # noqa: F401
@@ -132,7 +102,6 @@ def query(msg: Message, context: Context) -> Message:
     return answer_query(msg, context)
 
 
-@app.train(mods=[fault_injection_mod, LdpEncodeMod(settings=ldp_settings, metrics="num-examples")])
 def train(msg: Message, context: Context) -> Message:
     """One SGD step at unit learning rate: reply ``θ − g`` (float64, so that ``θ − (θ − g) = g`` exactly)."""
     import torch
@@ -150,7 +119,6 @@ def train(msg: Message, context: Context) -> Message:
                                "metrics": MetricRecord({"num-examples": cfg.batch})}), reply_to=msg)
 
 
-@app.train(COHORT_ACTION, mods=[fault_injection_mod])
 def cohort(msg: Message, context: Context) -> Message:
     """A cohort node (simulation): its virtual clients the message names, batched as the in-process engine
     batches a round (:meth:`sstq_fl.fl.engine.ClientData.messages`): one wire message per client, each
@@ -186,7 +154,25 @@ def _cohort_ids(msg: Message, context: Context, cfg: RunConfig) -> list[int]:
     return ids
 
 
-@app.train("gen")
-def gen(msg: Message, context: Context) -> Message:
-    """A DP generative workload's client task (``train.gen``)."""
-    return run_task(msg, context)
+def make_client_app(mods: Sequence[Mod] = (), node_defaults: Mapping[str, Any] | None = None) -> ClientApp:
+    """The project's ClientApp: ``train`` (through :class:`~sstq_fl.flower.LdpEncodeMod`), ``train.cohort``,
+    ``train.gen`` and ``query``.  ``mods`` wrap every handler (outermost first: Flower's ``ClientApp(mods=...)``);
+    ``node_defaults``: node config for the nodes a simulation starts, which have none of their own (the node's
+    own config wins), e.g. ``{"trust-aggregator": True}`` where the CLI opts in for the nodes it starts."""
+    defaults = dict(node_defaults or {})
+    client_app = ClientApp(mods=list(mods))
+    client_app.query()(query)
+    client_app.train(mods=[LdpEncodeMod(settings=ldp_settings, metrics="num-examples")])(train)
+    client_app.train(COHORT_ACTION)(cohort)
+
+    def gen(msg: Message, context: Context) -> Message:
+        """A DP generative workload's client task (``train.gen``), through the client's ledger."""
+        return run_task(msg, context, defaults)
+
+    client_app.train("gen")(gen)
+    return client_app
+
+
+app = make_client_app()
+"""The ClientApp of ``flwr run`` and of the simulations the package starts (no node defaults: a deployment's
+SuperNode sets its own node config)."""

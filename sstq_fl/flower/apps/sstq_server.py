@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvgM
 
@@ -253,7 +254,7 @@ def main(grid: Grid, context: Context) -> None:
 
 def run_flower(cfg: RunConfig, out: Path, resume: bool = False, progress: bool | None = None,
                client_cpus: float | None = None, ray_address: str | None = None, client_gpus: float | None = None,
-               keep_checkpoints: bool = False) -> dict[str, Any]:
+               keep_checkpoints: bool = False, client_app: ClientApp | None = None) -> dict[str, Any]:
     """Run ``cfg`` on Flower's simulation engine (Ray), one SuperNode per client, or, with
     ``cfg.clients_per_node`` M > 1, one per cohort of M virtual clients (:mod:`sstq_fl.flower.cohort`).
 
@@ -261,29 +262,31 @@ def run_flower(cfg: RunConfig, out: Path, resume: bool = False, progress: bool |
     of starting a local one; the nodes run on Ray actors spread over the cluster's workers.  Each
     node's actor gets ``client_cpus`` CPUs (default 0.5, or 1 for cohort nodes, which compute a
     batch) and ``client_gpus`` GPUs (default: 0.25 when CUDA is available, else 0), through
-    Flower's client resources.
+    Flower's client resources.  ``client_app``: the nodes' ClientApp (default: the project's,
+    :data:`sstq_fl.flower.apps.sstq_client.app`), e.g. one built by
+    :func:`~sstq_fl.flower.apps.sstq_client.make_client_app` with mods of your own.
     """
     return run_flower_many([(cfg, out, resume)], progress, client_cpus, ray_address, client_gpus,
-                           keep_checkpoints=keep_checkpoints)[0]
+                           keep_checkpoints=keep_checkpoints, client_app=client_app)[0]
 
 
 def run_flower_many(jobs: list[tuple[RunConfig, Path, bool]], progress: bool | None = None,
                     client_cpus: float | None = None, ray_address: str | None = None, client_gpus: float | None = None,
-                    on_result: Callable[[int, dict[str, Any]], None] | None = None, keep_checkpoints: bool = False
-                    ) -> list[dict[str, Any]]:
+                    on_result: Callable[[int, dict[str, Any]], None] | None = None, keep_checkpoints: bool = False,
+                    client_app: ClientApp | None = None) -> list[dict[str, Any]]:
     """Run several configs (e.g. one per encoder) one after another in **one** Flower simulation.
 
     The SuperNodes and their Ray actors are started once; each message carries its run's config, so
     the clients switch encoder with the server.  All jobs need the same ``clients`` and ``clients_per_node``.
     ``on_result(i, metrics)`` is called (in the ServerApp's thread) as soon as job ``i`` ends, so a
     caller can report each run while the next one trains; ``keep_checkpoints``: leave each completed
-    run's checkpoint.
+    run's checkpoint; ``client_app``: as in :func:`run_flower`.
 
     One SIGINT (Ctrl-C) stops the simulation within seconds (:func:`~sstq_fl.flower.plumbing.simulate`):
     the round in progress is abandoned, every completed round is in its run's checkpoint, and
     ``KeyboardInterrupt`` is raised here once Flower has stopped its threads and Ray.
     """
-    from sstq_fl.flower.apps.sstq_client import app as client_app
+    from sstq_fl.flower.apps.sstq_client import app as project_app
 
     nodes, cpus = _simulated_nodes(jobs, client_cpus)
     results: list[dict[str, Any]] = []
@@ -297,7 +300,7 @@ def run_flower_many(jobs: list[tuple[RunConfig, Path, bool]], progress: bool | N
             if on_result is not None:
                 on_result(i, results[-1])
 
-    simulate(server, client_app, nodes, backend_config(cpus, ray_address, client_gpus), stop)
+    simulate(server, client_app or project_app, nodes, backend_config(cpus, ray_address, client_gpus), stop)
     if len(results) < len(jobs):
         if stop.is_set():
             raise KeyboardInterrupt

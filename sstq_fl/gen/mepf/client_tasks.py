@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ..config import parse_ints
+from ..releases import AGGREGATOR_RELEASE
 from ..runner import Arrays, ClientContext, Scalar, register_client_task
 from .features import FeatureExtractor, embedded_class_sums
 
@@ -40,7 +41,7 @@ def extractor_payload(fx: nn.Module) -> Arrays:
     return {f"phi/{k}": v.detach().cpu().numpy() for k, v in fx.state_dict().items()}
 
 
-@register_client_task("mepf.class_sums")
+@register_client_task("mepf.class_sums", AGGREGATOR_RELEASE)
 def mepf_class_sums(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]) -> Arrays:
     """DP-MEPF's labelled statistics on the client: apply the broadcast public Φ, unit-normalise the moments
     per record, and sum per class."""

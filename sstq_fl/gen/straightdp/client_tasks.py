@@ -32,6 +32,7 @@ import numpy as np
 
 from ...privacy.clipping import clip_rows
 from ..dpsgd import dpsgd_clipped_sum, sampled_clipped_sum
+from ..releases import AGGREGATOR_RELEASE
 from ..runner import Arrays, ClientContext, Scalar, register_client_task
 from . import flow  # registers the model "straightdp-flow"
 from .autoencoder import LATENT_SHAPE, client_encoder, encode_images, encoder_digest, split_payload
@@ -66,7 +67,7 @@ def client_features(ctx: ClientContext, payload: Arrays, config: dict[str, Scala
     return features(z, p, m_pub, float(config["r_f"]))
 
 
-@register_client_task("straightdp.class_moments")
+@register_client_task("straightdp.class_moments", AGGREGATOR_RELEASE)
 def class_moments(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]) -> Arrays:
     """``{"counts": [Y], "sums_w": [Y, p]}``: Σ over own records of ``(e_y, f/(2R_f))``, each record's joint
     contribution clipped to ``bound`` (module docstring)."""
@@ -79,7 +80,7 @@ def class_moments(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]
     return {"counts": sums[:, :classes].sum(0), "sums_w": sums[:, classes:]}
 
 
-@register_client_task("straightdp.second_moment")
+@register_client_task("straightdp.second_moment", AGGREGATOR_RELEASE)
 def second_moment(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]) -> Arrays:
     """``{"m2": Σ_i f_i f_iᵀ}`` over own records, each ``f_i f_iᵀ`` clipped to Frobenius norm ``bound``."""
     f = client_features(ctx, payload, config)
@@ -99,14 +100,14 @@ def _latent_context(ctx: ClientContext, payload: Arrays) -> tuple[ClientContext,
     return ClientContext(ctx.cid, z, ctx.y, ctx.seed, ctx.round, ctx.device, ctx.randomness), rest
 
 
-@register_client_task("straightdp.latent_clipped_sum")
+@register_client_task("straightdp.latent_clipped_sum", AGGREGATOR_RELEASE)
 def latent_clipped_sum(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]) -> Arrays:
     """``dpsgd.clipped_sum`` on the client's latents: Poisson sampling at ``q``, the per-example flow-matching loss
     of the latent model, each gradient clipped to ``clip``, the sum (zero if nothing was sampled)."""
     return dpsgd_clipped_sum(*_latent_context(ctx, payload), config)
 
 
-@register_client_task("straightdp.latent_sampled_clipped_sum")
+@register_client_task("straightdp.latent_sampled_clipped_sum", AGGREGATOR_RELEASE)
 def latent_sampled_clipped_sum(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]) -> Arrays:
     """``dpsgd.sampled_clipped_sum`` on the client's latents (the ``ε = ∞`` reference's rounds)."""
     return sampled_clipped_sum(*_latent_context(ctx, payload), config)

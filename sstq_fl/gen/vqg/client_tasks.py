@@ -24,14 +24,18 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from ...privacy.events import PrivacyEvent
+from ..releases import ldp_release, plan_event
 from ..runner import Arrays, ClientContext, Scalar, register_client_task
 from . import tokenizer as vqt
-from .mechanism import argmin_tokens, release_tokens, rr_labels
+from .mechanism import argmin_tokens, release_tokens, rr_labels, stage2_plan
 
 PREFIX = "theta/"
 NUM_CLASSES = 10
@@ -97,7 +101,17 @@ def released_labels(ctx: ClientContext, eps_y: float, labels: str) -> np.ndarray
     return rr_labels(y, eps_y, NUM_CLASSES, ctx.uniform("label-rr", 2 * len(y)).reshape(len(y), 2))
 
 
-@register_client_task("vqg.tokens")
+def tokens_event(config: Mapping[str, Any], out: Mapping[str, np.ndarray]) -> PrivacyEvent:
+    """What one record's row released, computed by the client from what it applied: ``HW`` EM draws at ``ε₀``
+    and the label's RR at ``ε_y`` (:func:`~sstq_fl.gen.vqg.mechanism.stage2_plan`).  True labels sent because
+    the request calls them public are, for the client, labels sent without protection (``ε_y = ∞``): the
+    server's word that they are public data is not the client's guarantee."""
+    labels, eps_y = str(config.get("labels", "private")), float(config["eps_y"])
+    return plan_event(stage2_plan(float(config["eps0"]), int(out["tokens"].shape[1]),
+                                  math.inf if labels == "public" else eps_y))
+
+
+@register_client_task("vqg.tokens", ldp_release(tokens_event))
 def vqg_tokens(ctx: ClientContext, payload: Arrays, config: dict[str, Scalar]) -> Arrays:
     """Stage II on one client (module docstring): only ``{"tokens": [n, HW], "labels": [n]}`` leave it.
 
