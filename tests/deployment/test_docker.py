@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from flwr.common.config import parse_config_args
 
 from .harness import DOCKER, ROOT, load_docker_module
 
@@ -86,7 +87,8 @@ def _parse(role: str, argv: list[str]):
 ENVS = {
     "superlink": [{}, {"SSTQ_TLS_DIR": "/certs", "SSTQ_DATABASE": "/state/db", "SSTQ_SUPERNODE_AUTH": "1"}],
     "supernode": [{"SSTQ_PARTITION_ID": "2", "SSTQ_NUM_PARTITIONS": "3"},
-                  {"SSTQ_PARTITION_ID": "0", "SSTQ_NUM_PARTITIONS": "5", "SSTQ_TLS_DIR": "/certs", "SSTQ_AUTH_KEY": "/k"}],
+                  {"SSTQ_PARTITION_ID": "0", "SSTQ_NUM_PARTITIONS": "5", "SSTQ_TLS_DIR": "/certs", "SSTQ_AUTH_KEY": "/k",
+                   "SSTQ_TRUST_AGGREGATOR": "true"}],
 }
 
 
@@ -106,7 +108,10 @@ def test_commands_parse_with_flowers_own_argument_parsers(role):
             assert ns.enable_supernode_auth is bool(env.get("SSTQ_SUPERNODE_AUTH"))
             assert (ns.host, ns.port) == ("0.0.0.0", 9093)
         else:
-            assert ns.node_config == f"partition-id={env['SSTQ_PARTITION_ID']} num-partitions={env['SSTQ_NUM_PARTITIONS']}"
+            trust = env.get("SSTQ_TRUST_AGGREGATOR", "false")  # the operator's opt-in, off by default
+            assert ns.node_config == (f"partition-id={env['SSTQ_PARTITION_ID']} num-partitions={env['SSTQ_NUM_PARTITIONS']}"
+                                      f" trust-aggregator={trust}")
+            assert parse_config_args([ns.node_config])["trust-aggregator"] is (trust == "true")
             assert ns.root_certificates == ("/certs/ca.crt" if tls else None)
             assert ns.auth_supernode_private_key == env.get("SSTQ_AUTH_KEY")
             assert ns.superlink == "superlink:9093" and ns.host == "127.0.0.1"
