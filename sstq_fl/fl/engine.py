@@ -248,6 +248,8 @@ class Trainer:
         self.ledger = PrivacyLedger("replace_one", notes={"threat_model": "identified: the server sees each client's "
                                                           "messages; epsilon is that of the client who joined most rounds",
                                                           "encoder": self.enc.spec, "randomness": cfg.randomness,
+                                                          "encoder_config": cfg.encoder, "sampling_rate": cfg.sampling_rate,
+                                                          "trust": cfg.trust,
                                                           "run_id": uuid.uuid4().hex[:12],
                                                           **({"randomness_warning": REPRODUCIBLE_WARNING}
                                                              if cfg.randomness == "reproducible" else {})})

@@ -20,9 +20,10 @@ from typing import Any
 
 from .errors import TranscriptError, short_repr
 from .ledger import PrivacyLedger
+from .run_metrics import CENTRAL_TRUSTS, central_checks, training_checks
 from .transcript import CHAINED_FROM, REPLAY_RTOL, epsilon_close, parse_transcript, read_limited
 
-Check = tuple[str, Any, Any]  # (the metrics field, its value, what the replayed transcript gives)
+CENTRAL_TRANSCRIPT = "transcript_central.jsonl"  # a trusted stage's transcript, beside the run's own
 
 
 def replay(path: str | Path, delta: float | None = None) -> dict[str, Any]:
@@ -101,67 +102,66 @@ def check_binding(metrics: dict[str, Any], transcript_path: str | Path) -> None:
 
 def check_metrics(metrics: dict[str, Any], transcript_path: str | Path) -> None:
     """Refuse (:class:`TranscriptError`, naming the field) metrics whose binding (:func:`check_binding`) or
-    any ε-bearing field disagrees with the replayed transcript: a training run's ``final.epsilon_total``,
-    ``final.delta``, ``config.delta``, ``config.rounds`` (the plan), each round's ``epsilon_spent`` and
-    the rounds charged, and ``config.epsilon`` (every event's per-message ε); a pipeline's ``epsilon``,
-    ``delta`` and ``relation``.  ε is recomputed, never read from the transcript's summary."""
-    check_binding(metrics, transcript_path)
-    led, summary = PrivacyLedger.from_transcript(transcript_path)
+    any privacy-bearing field disagrees with the replayed transcripts.
+
+    A training run: final ε and δ, the plan, each round's ε and the rounds charged, per-message ε, the
+    randomness mode, sampling rate, encoder, trust and threat model (bound to the transcript's notes),
+    the amplified ε (recomputed), and with a trust model the central ε, final and per round, against
+    ``transcript_central.jsonl``; ``transcript_path`` may be either transcript, and both must lie in one
+    folder.  A pipeline: ``epsilon``, ``delta`` and ``relation``.  ε is recomputed, never read from a
+    summary; a transcript older than version :data:`CHAINED_FROM` (unchained) is refused."""
+    local, central = _run_transcripts(metrics, Path(transcript_path))
+    led, summary = _chained_ledger(local)
     delta = summary["delta"]
-    checks: list[Check] = []
     if isinstance(metrics.get("final"), dict):
-        checks += _training_checks(metrics, led, delta, parse_transcript(read_limited(transcript_path),
-                                                                         str(transcript_path)).version)
+        if not isinstance(metrics.get("rounds"), list) or not all(isinstance(r, dict) for r in metrics["rounds"]):
+            raise TranscriptError("the metrics' rounds must be a list of round records")
+        cled = _chained_ledger(central)[0] if central is not None else None
+        checks = training_checks(metrics, led, delta) + central_checks(metrics, led, cled, delta)
     else:
-        checks += [("epsilon", metrics.get("epsilon", "<absent>"), led.epsilon(delta)),
-                   ("delta", metrics.get("delta", "<absent>"), delta),
-                   ("relation", metrics.get("relation", "<absent>"), led.relation)]
+        checks = [("epsilon", metrics.get("epsilon", "<absent>"), led.epsilon(delta)),
+                  ("delta", metrics.get("delta", "<absent>"), delta),
+                  ("relation", metrics.get("relation", "<absent>"), led.relation)]
     for name, have, want in checks:
         if not _agrees(have, want):
             raise TranscriptError(f"the metrics' {name} is {short_repr(have)}, but replaying {transcript_path} gives "
                                   f"{want!r}")
 
 
-def _training_checks(metrics: dict[str, Any], led: PrivacyLedger, delta: float, version: int) -> list[Check]:
-    """A training run's ε-bearing fields (see :func:`check_metrics`) beside what the ledger gives."""
-    final, cfg, rounds = metrics["final"], _object(metrics.get("config")), metrics.get("rounds")
-    if not isinstance(rounds, list) or not all(isinstance(r, dict) for r in rounds):
-        raise TranscriptError("the metrics' rounds must be a list of round records")
-    planned = None if led.plan is None else sum(n for _, n in led.plan)
-    checks: list[Check] = [("final.epsilon_total", final.get("epsilon_total", "<absent>"), led.epsilon(delta)),
-                           ("final.delta", final.get("delta", "<absent>"), delta),
-                           ("config.delta", cfg.get("delta", "<absent>"), delta),
-                           ("config.rounds", cfg.get("rounds", "<absent>"), planned if planned is not None
-                            else cfg.get("rounds")),
-                           ("rounds (how many)", len(rounds), cfg.get("rounds") if led.complete else len(rounds))]
-    for e in led.entries:
-        if e.event.kind != "non_private":
-            pure = e.event.pure_epsilon()
-            checks.append(("config.epsilon (per message)", cfg.get("epsilon"), f"a {e.event.kind} event" if pure is None
-                           else pure))
-    return checks + (_round_checks(rounds, led, delta) if version >= CHAINED_FROM else [])
+def _run_transcripts(metrics: dict[str, Any], path: Path) -> tuple[Path, Path | None]:
+    """The run's local transcript and, where its notes name a trust model, its central one, each checked
+    against its binding in ``metrics``; ``path`` may name either (the other lies beside it)."""
+    final = metrics.get("final") if isinstance(metrics, dict) else None
+    central_entry = final.get("epsilon_central") if isinstance(final, dict) else None
+    cbind = central_entry.get("binding") if isinstance(central_entry, dict) else None
+    local = path
+    if path.name == CENTRAL_TRANSCRIPT or (isinstance(cbind, dict) and cbind.get("sha256") ==
+                                           transcript_binding(path)["sha256"]):
+        local = path.parent / "transcript.jsonl"
+    check_binding(metrics, local)
+    trust = parse_transcript(read_limited(local), str(local)).notes.get("trust")
+    if trust not in CENTRAL_TRUSTS:
+        if local != path:
+            raise TranscriptError(f"the metrics' config.trust is {short_repr(trust)}: {path} is no central transcript "
+                                  f"of this run")
+        return local, None
+    central = path.parent / CENTRAL_TRANSCRIPT
+    if not isinstance(cbind, dict):
+        raise TranscriptError("the metrics' final.epsilon_central carries no binding to the central transcript")
+    try:
+        check_binding({"privacy_transcript": cbind}, central)
+    except TranscriptError as exc:
+        raise TranscriptError(f"the metrics' final.epsilon_central.binding: {exc}") from None
+    return local, central
 
 
-def _round_checks(rounds: list[dict[str, Any]], led: PrivacyLedger, delta: float) -> list[Check]:
-    """The round of each charge (``meta.round``: increasing, one of the metrics' rounds) and each round's
-    ``epsilon_spent`` beside the ε of the charges up to that round."""
-    out: list[Check] = []
-    last = 0
-    for e in led.entries:
-        t = e.meta.get("round")
-        if isinstance(t, int) and not isinstance(t, bool) and last < t <= len(rounds):
-            out.append(("rounds (the round of a charge)", t, t))
-            last = t
-        else:
-            out.append(("rounds (the round of a charge)", t, f"a round in {last + 1}..{len(rounds)}"))
-    k, done = 0, {0: PrivacyLedger(led.relation, led.discretization).epsilon(delta)}
-    for i, r in enumerate(rounds, 1):
-        while k < len(led.entries) and led.entries[k].meta.get("round") == i:
-            k += 1
-        if k not in done:
-            done[k] = PrivacyLedger(led.relation, led.discretization, led.entries[:k]).epsilon(delta)
-        out.append((f"rounds[{i - 1}].epsilon_spent", r.get("epsilon_spent", "<absent>"), done[k]))
-    return out
+def _chained_ledger(path: Path) -> tuple[PrivacyLedger, dict[str, Any]]:
+    """The replayed ledger of a hash-chained transcript (an older, unchained one refused for ``--metrics``)."""
+    version = parse_transcript(read_limited(path), str(path)).version
+    if version < CHAINED_FROM:
+        raise TranscriptError(f"{path} is a version-{version} transcript, without the hash chain: replay --metrics "
+                              f"checks version {CHAINED_FROM} or later only")
+    return PrivacyLedger.from_transcript(path)
 
 
 def _agrees(have: Any, want: Any) -> bool:
@@ -170,10 +170,6 @@ def _agrees(have: Any, want: Any) -> bool:
         have = math.inf if have is None else have
         return isinstance(have, int | float) and epsilon_close(float(have), want)
     return type(have) is type(want) and have == want
-
-
-def _object(v: Any) -> dict[str, Any]:
-    return v if isinstance(v, dict) else {}
 
 
 def read_metrics(path: str | Path) -> dict[str, Any]:
