@@ -458,12 +458,14 @@ def _privacy_parsers(sub: Any) -> None:
     rp = ps.add_parser("replay", help="recompute epsilon from a transcript alone (strict: malformed transcripts "
                                       "are refused with exit 2; a recomputed epsilon off the recorded one by more "
                                       "than a relative 1e-6 exits 1)")
-    rp.add_argument("file", help="a run's transcript.jsonl")
+    rp.add_argument("file", help="a run's transcript.jsonl (or, with --metrics, its transcript_central.jsonl)")
     rp.add_argument("--delta", type=probability, default=None, help="answer at this delta (default: the summary's)")
     rp.add_argument("--metrics", default=None, metavar="FILE",
                     help="the run's metrics.json: refuse unless its privacy_transcript binding (run id, sha256, "
-                         "epsilon, delta) names this transcript and every epsilon-bearing field (final epsilon, "
-                         "delta, relation, rounds and each round's epsilon, per-message epsilon) agrees with its replay")
+                         "epsilon, delta) names this transcript and every privacy-bearing field (final, amplified and "
+                         "central epsilon, delta, relation, rounds and each round's epsilon, per-message epsilon, "
+                         "randomness, sampling rate, encoder, trust, threat model) agrees with the replay of the run's "
+                         "transcripts (both, beside each other, for a run with a trust model; version 3 or later)")
     rp.add_argument("--json", action="store_true", help="print the result as JSON")
     rp.set_defaults(fn=cmd_privacy_replay)
 
