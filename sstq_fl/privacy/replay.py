@@ -108,8 +108,8 @@ def check_metrics(metrics: dict[str, Any], transcript_path: str | Path) -> None:
     randomness mode, sampling rate, encoder, trust and threat model (bound to the transcript's notes),
     the amplified ε (recomputed), and with a trust model the central ε, final and per round, against
     ``transcript_central.jsonl``; ``transcript_path`` may be either transcript, and both must lie in one
-    folder.  A pipeline: ``epsilon``, ``delta`` and ``relation``.  ε is recomputed, never read from a
-    summary; a transcript older than version :data:`CHAINED_FROM` (unchained) is refused."""
+    folder.  A pipeline: ``epsilon``, ``delta``, ``relation`` and ``randomness`` (the transcript's notes).
+    ε is recomputed, never read from a summary; a transcript older than version :data:`CHAINED_FROM` (unchained) is refused."""
     local, central = _run_transcripts(metrics, Path(transcript_path))
     led, summary = _chained_ledger(local)
     delta = summary["delta"]
@@ -121,7 +121,8 @@ def check_metrics(metrics: dict[str, Any], transcript_path: str | Path) -> None:
     else:
         checks = [("epsilon", metrics.get("epsilon", "<absent>"), led.epsilon(delta)),
                   ("delta", metrics.get("delta", "<absent>"), delta),
-                  ("relation", metrics.get("relation", "<absent>"), led.relation)]
+                  ("relation", metrics.get("relation", "<absent>"), led.relation),
+                  ("randomness", metrics.get("randomness", "<absent>"), led.notes.get("randomness", "<absent>"))]
     for name, have, want in checks:
         if not _agrees(have, want):
             raise TranscriptError(f"the metrics' {name} is {short_repr(have)}, but replaying {transcript_path} gives "

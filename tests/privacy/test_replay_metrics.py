@@ -128,3 +128,31 @@ def test_a_version_2_transcript_is_refused_for_metrics(runs, tmp_path, capsys):
     assert cli(path, tmp_path / "m.json") == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "version-2 transcript" in err, err
+
+
+def test_the_cells_of_a_comparison_pass(tmp_path):
+    """Each cell of ``sstq-fl compare`` is a training run whose metrics replay against its transcripts."""
+    from sstq_fl.experiments.compare import compare
+
+    base = RunConfig(**BASE, encoder="sqkr", trust="shuffler", sampling_rate=0.5)  # type: ignore[arg-type]
+    compare(base, ["sqkr", "sstq-flat:b=4"], tmp_path / "cmp")
+    cells = sorted(p.parent for p in (tmp_path / "cmp").glob("*/metrics.json"))
+    assert len(cells) == 2
+    for cell in cells:
+        for which in ("transcript.jsonl", "transcript_central.jsonl"):
+            check_metrics(metrics_of(cell), cell / which)
+
+
+@pytest.mark.parametrize("mode", ["reproducible", "secure"])
+def test_a_pipelines_result_passes_and_its_randomness_is_bound(mode, tmp_path, capsys):
+    from sstq_fl.gen.runner import DPRunner, InProcessPool
+    from tests.gen.test_randomness import DATA
+
+    dp = DPRunner(InProcessPool(DATA), "t", "replace_one", seed=0, randomness=mode)
+    dp.additive_release("s", "stats.class_sums", {}, {}, 2.0, 1.0)
+    res = dp.finish(tmp_path, 1e-5)
+    check_metrics(res, tmp_path / "transcript.jsonl")
+    other = "secure" if mode == "reproducible" else "reproducible"
+    (tmp_path / "m.json").write_text(json.dumps({**res, "randomness": other}))
+    assert cli(tmp_path / "transcript.jsonl", tmp_path / "m.json") == 2
+    assert "the metrics' randomness is" in capsys.readouterr().err
