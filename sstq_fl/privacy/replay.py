@@ -4,8 +4,8 @@
 :meth:`~sstq_fl.privacy.ledger.PrivacyLedger.from_transcript`), recomputes ε and compares it with
 the recorded one to the relative tolerance :data:`~sstq_fl.privacy.transcript.REPLAY_RTOL`.
 :func:`transcript_binding` / :func:`check_binding` bind a run's ``metrics.json`` to its
-transcript by run id and sha256, and :func:`check_metrics` checks every ε-bearing field of the
-metrics against the replayed ledger (final ε and δ, relation, rounds, per-round ε, per-message ε).
+transcript by run id and sha256, and :func:`check_metrics` checks every privacy-bearing field of the
+metrics against the replayed ledgers, local and central (:mod:`sstq_fl.privacy.run_metrics`).
 An unkeyed digest catches accidents and partial edits; whoever rewrites every file can rewrite
 both consistently (what protects a client against the server is its own ledger).
 """
@@ -109,7 +109,8 @@ def check_metrics(metrics: dict[str, Any], transcript_path: str | Path) -> None:
     the amplified ε (recomputed), and with a trust model the central ε, final and per round, against
     ``transcript_central.jsonl``; ``transcript_path`` may be either transcript, and both must lie in one
     folder.  A pipeline: ``epsilon``, ``delta``, ``relation`` and ``randomness`` (the transcript's notes).
-    ε is recomputed, never read from a summary; a transcript older than version :data:`CHAINED_FROM` (unchained) is refused."""
+    ε is recomputed, never read from a summary; an unchained transcript (version < :data:`CHAINED_FROM`)
+    is refused."""
     local, central = _run_transcripts(metrics, Path(transcript_path))
     led, summary = _chained_ledger(local)
     delta = summary["delta"]
