@@ -65,6 +65,7 @@ from .checkpoint import finished_run, read_checkpoint, remove_checkpoints
 from .config import RunConfig
 from .partition import client_coins, encoder_seeds, minibatches, participates
 from .partitioners import partition_for
+from .resume import check_prefix, epsilon_by_round, saved_rounds
 from .tasks import LeastSquaresTask, Task, make_task
 from .trust import TRANSCRIPT as CENTRAL_TRANSCRIPT
 from .trust import trusted_stage
@@ -256,6 +257,7 @@ class Trainer:
         self.ledger.start([(self.enc.privacy_event(), cfg.rounds)],
                           Budget(cfg.budget_epsilon, cfg.delta) if cfg.budget_epsilon else None)
         self.trusted = trusted_stage(cfg, self.enc.privacy_event().pure_epsilon(), str(self.ledger.run_id))
+        self.out: Path | None = None  # the run's folder, once ``train`` starts: round charges are written there
 
     def participants(self, t: int) -> np.ndarray:
         cfg = self.cfg
@@ -274,6 +276,7 @@ class Trainer:
         assert st.theta is not None
         t = st.round + 1
         sent = self.participants(t)
+        self.charge_round(st, t, sent)  # charged, and written, before any message leaves
         blobs, stats = self.client_messages(st.theta, t, sent)
         if self.trusted is not None:  # a shuffler: the decoder gets the bytes in random order, no senders
             blobs = self.trusted.shuffle(blobs, t)
@@ -298,9 +301,6 @@ class Trainer:
             if mean is not None:
                 with stage("aggregate"):
                     st.theta = st.theta - cfg.lr * mean
-            st.joins[ids] += 1
-            with stage("ledger"):
-                charge_joins(self.ledger, self.enc, st.joins, t)
         else:
             rec["bits_per_client"] = 0
         with stage("evaluate"):
@@ -309,9 +309,27 @@ class Trainer:
             rec["epsilon_spent"] = self.ledger.epsilon(cfg.delta)
         if self.trusted is not None:
             rec["messages_central"] = len(blobs)
-            self.trusted.charge(len(blobs), t)
             rec["epsilon_central"] = self.trusted.epsilon(cfg.delta)
         return rec
+
+    def charge_round(self, st: RoundState, t: int, ids: np.ndarray) -> None:
+        """Charge round ``t``'s messages of clients ``ids`` (the busiest client's new ones; with a trusted stage
+        its event over them) and write the transcripts, before the clients encode: a message that leaves is
+        always charged, even if the round never completes."""
+        assert st.joins is not None
+        st.joins[ids] += 1
+        with stage("ledger"):
+            charge_joins(self.ledger, self.enc, st.joins, t)
+            if self.trusted is not None:
+                self.trusted.charge(len(ids), t)
+            if self.out is not None:
+                self.write_transcripts(self.out)
+
+    def write_transcripts(self, out: Path) -> None:
+        """The run's transcript and, with a trusted stage, its central one (each rewritten whole, atomically)."""
+        self.ledger.write_transcript(out / "transcript.jsonl", delta=self.cfg.delta)
+        if self.trusted is not None:
+            self.trusted.ledger.write_transcript(out / CENTRAL_TRANSCRIPT, delta=self.cfg.delta)
 
     def evaluate_into(self, st: RoundState, rec: dict[str, Any]) -> None:
         """Add the evaluation of ``st.theta`` to the round's record ``rec``; in secure mode the values computed
@@ -338,8 +356,8 @@ class Trainer:
         np.save(buf, st.theta.numpy(), allow_pickle=False)
         name = f"checkpoint_theta-{st.round:06d}.npy"
         atomic_write_bytes(out / name, buf.getvalue())
-        self.ledger.write_transcript(out / "transcript.jsonl", delta=self.cfg.delta)
-        ck = {"config": asdict(self.cfg), "round": st.round, "rounds": st.rounds, "wall_s": st.wall_s,
+        self.write_transcripts(out)
+        ck = {"config": asdict(self.cfg), "round": st.round, "rounds": saved_rounds(st.rounds), "wall_s": st.wall_s,
               "run_id": self.ledger.run_id, "theta_file": name, "transcript": self.ledger.chain_head()}
         if self.cfg.pooled_diagnostics:
             ck["pooled_diagnostics"] = st.pooled
@@ -349,17 +367,23 @@ class Trainer:
                 old.unlink(missing_ok=True)
 
     def load(self, out: Path) -> RoundState:
-        """The state checkpointed in ``out`` (its config must be this run's); the ledger is the replay of the
-        transcript prefix the checkpoint names."""
+        """The state checkpointed in ``out`` (its config must be this run's): the ledgers are the replay of the
+        whole transcripts (the main one extending the prefix the checkpoint names), the round records' ε the
+        replayed ledgers' figures (:mod:`sstq_fl.fl.resume`)."""
         ck = read_checkpoint(out, self.cfg)
         theta = self.load_theta(out, ck["theta_file"])
         self.ledger = self.resumed_ledger(out / "transcript.jsonl", ck)
         joins = self.rebuilt_joins(ck["round"], sum(e.count for e in self.ledger.entries))
+        rounds = saved_rounds(ck["rounds"])
+        for rec, eps in zip(rounds, epsilon_by_round(self.ledger, ck["round"], self.cfg.delta), strict=True):
+            rec["epsilon_spent"] = eps
         if self.trusted is not None:
             self.trusted = trusted_stage(self.cfg, self.enc.privacy_event().pure_epsilon(), str(self.ledger.run_id))
             assert self.trusted is not None
-            self.trusted.rebuild(ck["rounds"])
-        return RoundState(ck["round"], theta, ck["rounds"], joins, float(ck["wall_s"]), list(ck.get("pooled_diagnostics", [])))
+            self.trusted.resume(out / CENTRAL_TRANSCRIPT, ck)
+            for rec, eps in zip(rounds, self.trusted.figures(ck["round"], self.cfg.delta), strict=True):
+                rec["messages_central"], rec["epsilon_central"] = int(rec.get("clients", 0)), eps
+        return RoundState(ck["round"], theta, rounds, joins, float(ck["wall_s"]), list(ck.get("pooled_diagnostics", [])))
 
     def load_theta(self, out: Path, name: str) -> torch.Tensor:
         """The checkpoint's model file ``name``: refused unless it is a finite array of θ's shape and dtype."""
@@ -379,23 +403,20 @@ class Trainer:
         return torch.from_numpy(arr)
 
     def resumed_ledger(self, path: Path, ck: dict[str, Any]) -> PrivacyLedger:
-        """The replay of the transcript prefix ``ck`` names; refused unless it is this run's (plan, budget,
-        encoder, run id) and records no round after the checkpoint's."""
+        """The replay of the whole transcript, refused unless it extends the prefix ``ck`` names, is this run's
+        (plan, budget, encoder, run id) and that prefix charges exactly the checkpoint's rounds
+        (:func:`~sstq_fl.fl.resume.check_prefix`); the charges written after the prefix are kept."""
         from ..privacy.errors import TranscriptError
 
         head = ck["transcript"]
         try:
-            led = PrivacyLedger.from_prefix(path, head["lines"], head["sha256"])
+            led, named = PrivacyLedger.from_chain(path, head["lines"], head["sha256"])
         except TranscriptError as exc:
             raise ValueError(f"--resume: {exc}") from None
         ours = (led.relation, led.plan, led.budget, led.notes.get("encoder"), led.run_id)
         if ours != (self.ledger.relation, self.ledger.plan, self.ledger.budget, self.enc.spec, ck["run_id"]):
             raise ValueError(f"--resume: {path} is not this run's transcript (another plan, budget, encoder or run id)")
-        late = [e.meta.get("round") for e in led.entries if not isinstance(e.meta.get("round"), int)
-                or e.meta["round"] > ck["round"]]
-        if late:
-            raise ValueError(f"--resume: {path} charges round {short_repr(late[0])}, not one of the checkpoint's "
-                             f"{ck['round']} rounds")
+        check_prefix(self.cfg, led.entries[:named], ck, path)
         return led
 
     def rebuilt_joins(self, rounds: int, charged: int) -> np.ndarray:
@@ -437,7 +458,7 @@ class Trainer:
 
     def train(self, out: str | Path, resume: bool = False, progress: bool | None = None) -> dict[str, Any]:
         """Run (or with ``resume`` continue) into ``out``; Ctrl-C raises :class:`RunInterrupted`."""
-        out = Path(out)
+        out = self.out = Path(out)
         st = self.initial_state(out, resume)
         show = sys.stderr.isatty() if progress is None else progress
         try:

@@ -59,6 +59,8 @@ class TrustedStage(ABC):
         self.seed, self.randomness = seed, randomness
         self.ledger = PrivacyLedger("replace_one", notes={"threat_model": self.threat_model, "run_id": run_id})
         self.rounds = 0
+        self.replayed: set[int] = set()  # reproducible resume: later rounds already charged in the transcript
+        self.delta = 1e-5  # the δ of the run's figures (set by the engine)
 
     def shuffle(self, blobs: list[bytes], round: int) -> list[bytes]:
         """What the decoder receives of the round's messages (default: all of them, in the clients' order)."""
@@ -74,7 +76,7 @@ class TrustedStage(ABC):
 
     def charge(self, messages: int, round: int) -> None:
         """One round in which ``messages`` messages reached the stage (none charges nothing)."""
-        if messages:
+        if messages and round not in self.replayed:
             self.ledger.record(self.event(messages), meta={"round": round})
         self.rounds = round
 
@@ -82,10 +84,41 @@ class TrustedStage(ABC):
         with np.errstate(over="ignore"):
             return self.ledger.epsilon(delta)
 
-    def rebuild(self, rounds: list[dict[str, Any]]) -> None:
-        """The ledger as it stood after ``rounds`` (a resumed run: each round's record names its messages)."""
-        for rec in rounds:
-            self.charge(int(rec.get("messages_central", 0)), int(rec["round"]))
+    def resume(self, path: Path, ck: dict[str, Any]) -> None:
+        """The ledger as the replay of the whole central transcript ``path``, refused (one line) unless it is this
+        run's and charges the checkpoint's rounds ``r`` exactly ``event(clients_r)`` each, in order; charges of
+        later rounds are kept (reproducible mode: their re-run sends the same messages, charged once)."""
+        from ..privacy.errors import TranscriptError
+        from ..privacy.transcript import line_hash, parse_transcript, read_limited
+
+        try:
+            parsed = parse_transcript(read_limited(path), str(path))
+            last = parsed.summary_line - 1
+            led, _ = PrivacyLedger.from_chain(path, last, line_hash(parsed.texts[last - 1]))
+        except TranscriptError as exc:
+            raise ValueError(f"--resume: {exc}") from None
+        if (led.relation, led.plan, led.run_id) != (self.ledger.relation, self.ledger.plan, self.ledger.run_id):
+            raise ValueError(f"--resume: {path} is not this run's central transcript (another plan or run id)")
+        t = ck["round"]
+        mine = [(e.meta.get("round"), e.event) for e in led.entries if e.meta.get("round", t + 1) <= t]
+        want = [(int(r["round"]), self.event(int(r["clients"]))) for r in ck["rounds"] if r.get("clients")]
+        if mine != want or any(e.count != 1 or not isinstance(e.meta.get("round"), int) for e in led.entries):
+            raise ValueError(f"--resume: {path} charges {len(mine)} round(s), not the {len(want)} rounds with "
+                             f"participants the checkpoint's {t} rounds imply")
+        self.ledger, self.rounds = led, t
+        if self.randomness == "reproducible":
+            self.replayed = {int(e.meta["round"]) for e in led.entries if e.meta["round"] > t}
+
+    def figures(self, rounds: int, delta: float) -> list[float]:
+        """Each round ``1..rounds``'s central ε, from the replayed ledger."""
+        from .resume import epsilon_by_round
+
+        with np.errstate(over="ignore"):
+            return epsilon_by_round(self.ledger, rounds, delta, lambda led, r: self.epsilon_of(led, r, delta))
+
+    def epsilon_of(self, ledger: PrivacyLedger, rounds: int, delta: float | None = None) -> float:
+        """The central ε of ``ledger`` after ``rounds`` rounds (default: its own composition)."""
+        return ledger.epsilon(self.delta if delta is None else delta)
 
     def report(self, out: Path, delta: float, complete: bool) -> dict[str, Any]:
         """Write the transcript (marked complete with the run); the ``epsilon_central`` entry of ``metrics.json``
@@ -128,6 +161,9 @@ class Shuffler(TrustedStage):
     def epsilon(self, delta: float) -> float:
         """The central ε at ``δ``, capped by the local ε of a client in every round so far."""
         return capped_central_epsilon(self.ledger, self.epsilon0, self.rounds, delta)
+
+    def epsilon_of(self, ledger: PrivacyLedger, rounds: int, delta: float | None = None) -> float:
+        return capped_central_epsilon(ledger, self.epsilon0, rounds, self.delta if delta is None else delta)
 
 
 class Curator(TrustedStage):

@@ -367,6 +367,17 @@ class PrivacyLedger:
         led._prefix, led._prefix_entries = parsed.texts[:lines], len(led.entries)
         return led
 
+    @classmethod
+    def from_chain(cls, path: str | Path, lines: int, sha256: str) -> tuple[PrivacyLedger, int]:
+        """The ledger of the whole transcript (every event line, kept verbatim so that what it writes extends
+        them), refused unless the file holds the prefix ``(lines, sha256)``; also how many of its entries that
+        prefix holds.  A resumed run keeps the charges written after its checkpoint: a message that may have
+        left stays charged."""
+        named = cls.from_prefix(path, lines, sha256)  # checks the whole file and the prefix
+        parsed = parse_transcript(read_limited(path), str(path))
+        last = parsed.summary_line - 1
+        return cls.from_prefix(path, last, line_hash(parsed.texts[last - 1])), len(named.entries)
+
     def _set_plan_from(self, parsed: ParsedTranscript) -> None:
         if parsed.plan is None:
             if parsed.budget is not None:

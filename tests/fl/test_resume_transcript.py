@@ -81,14 +81,14 @@ def test_join_counts_in_a_checkpoint_no_longer_change_epsilon(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("randomness", ["reproducible", "secure"])
-def test_a_checkpoint_claiming_more_rounds_than_its_transcript_charged_is_charged_anyway(tmp_path, randomness):
-    """The transcript holds round 1's charge; a checkpoint claiming 2 rounds resumes, and ε still counts
-    every message of the busiest client (recounted from the seed, or all clients as busy as the busiest)."""
+def test_a_checkpoint_claiming_more_rounds_than_its_transcript_charged_is_refused(tmp_path, randomness):
+    """The transcript holds round 1's charge; a checkpoint claiming 2 rounds names a prefix that does not cover
+    them (round 2 had participants and is not charged): refused, one line."""
     out = stopped_after(tmp_path / "k", randomness=randomness)
     edit_checkpoint(out, lambda ck: {**ck, "round": 2, "rounds": ck["rounds"] * 2})
-    m = run(RunConfig(**CFG, randomness=randomness), out, resume=True, progress=False)  # type: ignore[arg-type]
-    want = 9.0 if randomness == "reproducible" else 6.0  # secure: round 2 never ran, nobody was charged for it
-    assert m["final"]["epsilon_total"] == pytest.approx(want, abs=1e-3)
+    with pytest.raises(ValueError, match=r"^--resume: .*prefix charges") as exc:
+        run(RunConfig(**CFG, randomness=randomness), out, resume=True, progress=False)  # type: ignore[arg-type]
+    assert "\n" not in str(exc.value)
 
 
 def test_a_resumed_transcript_only_appends_and_its_ledger_is_the_replay(tmp_path):
