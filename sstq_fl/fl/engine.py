@@ -16,11 +16,16 @@ private training data: a non-private simulation diagnostic, labelled so in a rep
 ``metrics.json`` and left out of deployment metrics (``publish_train_loss=False``).
 
 State is checkpointed atomically after every round (and at round 0); ``resume`` continues
-from the last completed round with identical results (reproducible mode).  A resumed run's ledger
-is the replay of its hash-chained transcript up to the prefix the checkpoint names, never counts
-kept in the checkpoint: each client's messages so far are recounted from the seed (reproducible
-mode) or, where participation was never recorded (secure mode), taken as the busiest client's for
-every client, an upper bound.  In secure mode nothing data-dependent is published: no per-client
+from the last completed round with identical results (reproducible mode).  Round ``t`` is charged,
+and its transcript written, before any of its messages is encoded.  A resumed run's ledger is the
+replay of the whole hash-chained transcript, which must extend the prefix the checkpoint names, that
+prefix charging exactly the checkpoint's rounds; charges written after it are kept (a re-sent round
+is charged again in secure mode; in reproducible mode its same messages are charged once).  The
+checkpoint holds no ε: each round's ``epsilon_spent`` (with a trusted stage ``epsilon_central``,
+replayed from its central transcript) is rebuilt from the replayed ledgers.  Each client's messages
+so far are recounted from the seed (reproducible mode) or, where participation was never recorded
+(secure mode), taken as the busiest client's for every client, an upper bound.
+In secure mode nothing data-dependent is published: no per-client
 participation, and the pooled-data diagnostics (``train_loss``, ``distance_to_optimum``) only in
 ``pooled_diagnostics.json`` with ``pooled_diagnostics``, never in ``metrics.json``.  Ctrl-C (SIGINT) is held while a
 checkpoint is written and otherwise stops the run at once: :class:`RunInterrupted` names the

@@ -3,7 +3,7 @@ figures, and the ledgers as the replay of the whole hash-chained transcripts, ch
 the checkpoint claims.
 
 A checkpoint holds no ε: each round's ``epsilon_spent`` (and with a trusted stage ``epsilon_central``,
-``messages_central``) is recomputed from the replayed charges.  The round of round ``t``'s figure is the
+``messages_central``) is recomputed from the replayed charges.  Round ``t``'s figure is the
 ledger just after round ``t``'s last charge, in transcript order (the charges are written before the
 messages leave, so a charge may precede a checkpoint that never recorded its round: it stays).
 

@@ -21,7 +21,8 @@
   there is no guarantee.
 
 The central ledger of either is written with its assumption to ``transcript_central.jsonl`` and to
-``metrics.json`` (``final.epsilon_central``), its running figure to each round's ``epsilon_central``.
+``metrics.json`` (``final.epsilon_central``), its running figure to each round's ``epsilon_central``; the
+transcript is written at every checkpoint, and a resumed run's central ledger is its replay.
 """
 
 from __future__ import annotations
