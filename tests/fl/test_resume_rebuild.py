@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from sstq_fl.cli import main
 from sstq_fl.fl.engine import ClientData, RunConfig, Trainer, run
 from sstq_fl.fl.resume import ACCOUNTING
 from sstq_fl.privacy.errors import PlanExceededError
@@ -127,3 +128,4 @@ def test_a_reproducible_resume_gives_the_uninterrupted_metrics(tmp_path, trust):
         assert {k: v for k, v in a.items() if k not in (*ACCOUNTING, "dropped")} == pytest.approx(
             {k: v for k, v in b.items() if k not in (*ACCOUNTING, "dropped")}, rel=1e-9)
     assert got["final"]["epsilon_total"] == ref["final"]["epsilon_total"]
+    assert main(["privacy", "replay", str(out / "transcript.jsonl"), "--metrics", str(out / "metrics.json")]) == 0
