@@ -250,6 +250,9 @@ def _run_values(doc: dict[str, Any], lines: list[str], path: str) -> tuple[dict[
             if not value:
                 raise ValueError(f"{where}: {key} is an empty list (give at least one value)")
             axes[name] = [check_value(name, *fields[name], v, where) for v in value]
+            twice = next((v for i, v in enumerate(axes[name]) if v in axes[name][:i]), None)
+            if twice is not None:
+                raise ValueError(f"{where}: {key} lists {short(twice)} twice (each cell would run twice)")
         else:
             fixed[name] = check_value(name, *fields[name], value, where)
     return fixed, axes
