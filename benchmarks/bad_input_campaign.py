@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import subprocess
 import sys
@@ -34,8 +33,10 @@ def experiment_cases() -> list[Case]:
     files = {
         "deep-array": "a = " + "[" * 50000 + "]" * 50000 + "\n", "deep-inline-table": "a = " + "{b=" * 3000 + "1" +
         "}" * 3000 + "\n", "deep-params": BASE + "[task_params]\nx = " + "[" * 40 + "]" * 40 + "\n",
-        "alias-twice": BASE + "sampling-rate = 1.0\nsampling_rate = 0.5\n", "title-list": BASE + '[experiment]\ntitle = ["a"]\n',
-        "title-int": BASE + "[experiment]\ntitle = 3\n", "description-table": BASE + "[experiment]\ndescription = {a=1}\n",
+        "alias-twice": BASE + "sampling-rate = 1.0\nsampling_rate = 0.5\n",
+        "title-list": BASE + '[experiment]\ntitle = ["a"]\n',
+        "title-int": BASE + "[experiment]\ntitle = 3\n",
+        "description-table": BASE + "[experiment]\ndescription = {a=1}\n",
         "experiment-not-table": BASE + "experiment = 3\n", "params-not-table": BASE + "task_params = 3\n",
         "params-date": 'task = "lsq"\n[task_params]\nd = 1979-05-27\n', "params-on-builtin": BASE + "[task_params]\nrecords = 5\n",
         "over-budget": BASE + "budget-epsilon = 0.5\n", "empty-list": BASE + "seed = []\n", "seed-dup": BASE + "seed = [0, 0]\n",
@@ -99,12 +100,14 @@ def run_cases() -> list[Case]:
                        ("run", "out-blank", ["run", *LSQ, "--out", "  "], {}),
                        ("run", "resume-nothing", ["run", *LSQ, "--out", "OUT", "--resume"], {}),
                        ("run", "config-missing", ["run", *LSQ, "--config", "nope.toml", "--out", "OUT"], {}),
-                       ("run", "config-list", ["run", "--config", "e.toml", "--out", "OUT"], {"e.toml": BASE + "seed = [0, 1]\n"}),
+                       ("run", "config-list", ["run", "--config", "e.toml", "--out", "OUT"],
+                        {"e.toml": BASE + "seed = [0, 1]\n"}),
                        ("run", "config-deep", ["run", "--config", "e.toml", "--out", "OUT"],
                         {"e.toml": "a = " + "[" * 50000 + "]" * 50000 + "\n"}),
                        ("run", "config-alias-twice", ["run", "--config", "e.toml", "--out", "OUT"],
                         {"e.toml": BASE + "sampling-rate = 1.0\nsampling_rate = 0.5\n"}),
-                       ("run", "config-seed-neg", ["run", "--config", "e.toml", "--out", "OUT"], {"e.toml": BASE + "seed = -1\n"})]
+                       ("run", "config-seed-neg", ["run", "--config", "e.toml", "--out", "OUT"],
+                        {"e.toml": BASE + "seed = -1\n"})]
     for flag, values in {"--seed": ["-1", "abc", "1.5"], "--rounds": ["0", "99999999999999999999", "abc"],
                          "--dim": ["0", "100000000000"], "--epsilon": ["0", "nan", "inf", "-1"],
                          "--budget-epsilon": ["0.5", "-1", "nan"], "--task-params": ['{"records": 5}', "[1]", "{"],
