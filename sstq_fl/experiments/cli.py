@@ -90,6 +90,8 @@ def _toml_value(text: str) -> str:
     try:
         tomllib.loads(f"v = {text}")
         return text
+    except RecursionError:
+        return text  # refused as nested too deep when the item is read
     except tomllib.TOMLDecodeError:
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 

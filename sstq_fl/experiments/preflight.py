@@ -46,6 +46,8 @@ def check_task_params(cfg: Any) -> None:
     from ..fl.tasks import BUILTIN_TASKS, TASKS, resolve
 
     task, params = cfg.task, json.loads(cfg.task_params or "{}")
+    if split_task(task) is None and task not in TASKS.names():
+        raise ValueError(f"unknown FL task {task!r}; registered: {', '.join(sorted(TASKS.names()))}")
     if not params:
         return
     if split_task(task) is None and task in BUILTIN_TASKS:
