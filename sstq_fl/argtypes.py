@@ -110,3 +110,10 @@ def at_least_100(s: str) -> int:
     if v < 100:
         raise argparse.ArgumentTypeError(f"expected an integer ≥ 100, got {s!r}")
     return v
+
+
+def out_folder(s: str) -> str:
+    """argparse type for an output folder: a non-empty path (``''`` would write into the working directory)."""
+    if not s.strip() or any(ord(c) < 32 for c in s):
+        raise argparse.ArgumentTypeError(f"expected a folder path (not empty, no control characters), got {s!r}")
+    return s

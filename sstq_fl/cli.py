@@ -15,6 +15,7 @@ from .argtypes import (
     at_least_100,
     device_arg,
     item_list,
+    out_folder,
     plan_epsilon,
     positive_float,
     positive_int,
@@ -278,10 +279,11 @@ def _claim_out(cfg: Any, args: argparse.Namespace) -> None:
     refused unless ``--force`` (which removes them)."""
     from .fl.checkpoint import finished_run, read_checkpoint
     from .fl.engine import existing_outputs
-    from .io import clear_out, mark_kind, refuse_other_kind
+    from .io import clean_temps, clear_out, mark_kind, refuse_other_kind
 
     out = Path(args.out)
     refuse_other_kind(out, "run")
+    clean_temps(out, everything=args.resume)
     if finished_run(out, cfg, args.resume) is not None:  # another config's completed run there: refused
         print(f"the run in {args.out} is complete ({cfg.rounds} rounds): nothing to resume", flush=True)
     elif args.resume:
@@ -431,7 +433,7 @@ def _training_parsers(sub: Any) -> None:
     _training_args(c, skip=("encoder",))
     c.set_defaults(fn=cmd_compare)
     dm = sub.add_parser("demo", help="the built-in default comparison (Fashion-MNIST, 100 clients, Flower + Ray)")
-    dm.add_argument("--out", default="results/demo", help="output folder (one sub-folder per encoder)")
+    dm.add_argument("--out", default="results/demo", type=out_folder, help="output folder (one sub-folder per encoder)")
     add_arguments(dm, RunConfig, only=("rounds", "seed", "engine", "randomness"),
                   defaults={"rounds": 20, "engine": "flower"})
     _resume_force_args(dm)
@@ -498,7 +500,7 @@ def _training_args(r: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
     add_keep_checkpoints(r)
     add_config_option(r)
     add_verbose(r)
-    r.add_argument("--out", required=True, help="output folder")
+    r.add_argument("--out", required=True, type=out_folder, help="output folder")
 
 
 def _last_round(out: Path) -> int | None:

@@ -19,10 +19,11 @@ from . import __version__
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
+    """Write ``data`` to ``path`` atomically: a temporary file ``.NAME.tmp-<pid>-<random>`` in the same
+    folder (:func:`clean_temps` removes one a killed writer left), fsync, rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -33,6 +34,39 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)-[A-Za-z0-9_]+$")
+"""The name of an :func:`atomic_write_bytes` temporary file."""
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def clean_temps(folder: str | os.PathLike[str], everything: bool = False) -> list[Path]:
+    """Remove the temporary files of :func:`atomic_write_bytes` under ``folder`` (recursively) whose
+    writer is no longer alive, or all of them with ``everything`` (a resumed run owns its folder);
+    return those removed.  Other files are never touched."""
+    removed: list[Path] = []
+    root = Path(folder)
+    if not root.is_dir():
+        return removed
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            m = TEMP_NAME.match(name)
+            if m and (everything or not _alive(int(m.group("pid")))):
+                p = Path(dirpath) / name
+                p.unlink(missing_ok=True)
+                removed.append(p)
+    return removed
 
 
 REDACTED = "<redacted>"

@@ -9,13 +9,20 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from ..argtypes import out_folder, positive_int
+from .sweep_limits import MAX_CELLS
+
 
 def add_experiment_parsers(sub: Any, resume_force: Any) -> None:
     """``sweep`` and ``plot`` (``resume_force``: adds the shared ``--resume`` / ``--force`` pair)."""
     s = sub.add_parser("sweep", help="run an experiment file's grid (lists of values) in parallel: tables with 95%% "
                                      "intervals over seeds, plots")
     s.add_argument("experiment", help="experiment TOML file: sstq-fl run's options as keys, any of them a list")
-    s.add_argument("--out", required=True, help="output folder (cells/, results.csv, aggregates.csv, plots)")
+    s.add_argument("--out", required=True, type=out_folder,
+                   help="output folder (cells/, results.csv, aggregates.csv, plots)")
+    s.add_argument("--max-cells", type=positive_int, default=None, metavar="N",
+                   help=f"refuse a grid of more than N cells (default {MAX_CELLS:,}: a larger grid is refused unless "
+                        f"this option allows it)")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="override a key of the file (a TOML value; repeatable), e.g. --set rounds=5")
     s.add_argument("--executor", choices=("ray", "local"), default="ray",
@@ -54,17 +61,28 @@ def add_config_option(p: argparse.ArgumentParser) -> None:
 
 
 def parse_overrides(items: list[str], path: str) -> dict[str, Any]:
-    """``--set KEY=VALUE`` items as checked field values (each VALUE a TOML value; a bare word a string)."""
-    from .spec import parse_experiment
+    """``--set KEY=VALUE`` items as checked field values (each VALUE a TOML value; a bare word a string;
+    ``task_params`` a TOML inline table).  Refused in one line: a newline or control character, an
+    option set twice (under either spelling), the ``[experiment]`` table, an unknown key."""
+    from .spec import key_name, parse_experiment, task_params_value
 
-    lines = []
+    out: dict[str, Any] = {}
+    given: dict[str, str] = {}
     for item in items:
+        if any(ord(c) < 32 and c != "\t" for c in item):
+            raise ValueError(f"--set {item!r}: one KEY=VALUE per --set (no newlines or control characters)")
         key, eq, value = item.partition("=")
-        if not eq or not key.strip():
+        key = key.strip()
+        if not eq or not key:
             raise ValueError(f"--set {item!r}: expected KEY=VALUE")
-        lines.append(f"{key.strip()} = {_toml_value(value.strip())}")
-    exp = parse_experiment("\n".join(lines).encode(), "--set")
-    return {**exp.fixed, **exp.axes}
+        if key.split(".")[0].strip("\"' ") == "experiment":
+            raise ValueError(f"--set {key}: the [experiment] table (title, description) is the file's own, not settable")
+        exp = parse_experiment(f"{key} = {_toml_value(value.strip())}".encode(), f"--set {key}")
+        for name, v in {**task_params_value(exp.task_params, f"--set {key}"), **exp.fixed, **exp.axes}.items():
+            if name in out:
+                raise ValueError(f"--set {given[name]} and --set {key} are one option ({key_name(name)}): give it once")
+            out[name], given[name] = v, key
+    return out
 
 
 def _toml_value(text: str) -> str:
@@ -72,6 +90,8 @@ def _toml_value(text: str) -> str:
     try:
         tomllib.loads(f"v = {text}")
         return text
+    except RecursionError:
+        return text  # refused as nested too deep when the item is read
     except tomllib.TOMLDecodeError:
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -90,7 +110,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     exp = load_experiment(args.experiment)
     overrides = parse_overrides(args.overrides, args.experiment)
     opts = SweepOptions(args.executor, args.cpus_per_cell, args.ray_address, args.resume, args.force,
-                        args.keep_checkpoints)
+                        args.keep_checkpoints, args.max_cells or MAX_CELLS)
     s = sweep(exp, args.out, opts, **overrides)
     c, eff = s["counts"], s["parallel_efficiency"]
     print(f"sweep {exp.title}: {c['done']} cells run, {c['skipped']} already complete, {c['failed']} failed, "

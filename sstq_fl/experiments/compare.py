@@ -18,7 +18,7 @@ from typing import Any
 
 from ..fl.checkpoint import read_checkpoint
 from ..fl.engine import RunConfig, existing_outputs, trainers
-from ..io import atomic_write_bytes, atomic_write_json, clear_out, mark_kind, refuse_other_kind, run_meta
+from ..io import atomic_write_bytes, atomic_write_json, clean_temps, clear_out, mark_kind, refuse_other_kind, run_meta
 from ..rng import REPRODUCIBLE_WARNING
 from .figures import plot_all
 from .results import metric_name, write_tables
@@ -44,6 +44,7 @@ def prepare_out(cells: list[Cell], out: Path, resume: bool, force: bool) -> None
     refused unless ``force`` (then those files are removed).  With ``resume``, at least one
     encoder's run must be there (started: its checkpoint, made with this config; or complete)."""
     refuse_other_kind(out, "comparison")
+    clean_temps(out, everything=resume)
     if not resume:
         files = existing_outputs(out, COMPARISON_FILES) + [f for c in cells for f in existing_outputs(out / c.name)]
         clear_out(files, out, force)
@@ -72,7 +73,10 @@ def compare(base: RunConfig, encoders: list[str], out: str | Path, resume: bool 
     Every spec is checked (its trainer built) and ``out`` is checked (:func:`prepare_out`)
     before the first round is trained; nothing is written if either check fails.  ``experiment``:
     the file the comparison's values came from (``--config``), recorded with each run."""
+    from .preflight import check_distinct_encoders
+
     out = Path(out)
+    check_distinct_encoders(encoders, "--encoders")
     built = trainers(base, encoders)
     for t in built.values():
         t.keep_checkpoints = keep_checkpoints

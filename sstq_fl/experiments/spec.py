@@ -18,10 +18,13 @@
 
 The grid is the product of the list-valued keys, in the file's order (:meth:`Experiment.cells`).
 Keys are the options of :class:`~sstq_fl.fl.config.RunConfig` as written on the command line
-(``sampling-rate``; ``sampling_rate`` is accepted too).  Every value is checked when the file is
-read: an unknown key or a bad value is a one-line ``ValueError`` naming the file, its line and the
-key.  A cell's cross-field checks (e.g. ``diagnostics`` needs reproducible randomness) name the
-cell's values.
+(``sampling-rate``; ``sampling_rate`` is accepted too, but not both for one option).  Every value is
+checked when the file is read, its type and its range (seeds ≥ 0, sizes within the array limit,
+rounds within the accountant's limit): an unknown key or a bad value is a one-line ``ValueError``
+naming the file, its line and the key; a file nested deeper than :data:`MAX_DEPTH` is refused.  A
+cell's cross-field checks (e.g. ``diagnostics`` needs reproducible randomness) name the cell's
+values; :func:`~sstq_fl.experiments.preflight.preflight` checks each cell's task parameters and
+budget before a sweep writes anything.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ from ..options import ABSENT, base_type, declared, expected, flag_of, in_range
 
 TABLES = ("task_params", "experiment")
 EXPERIMENT_KEYS = ("title", "description")
+MAX_DEPTH = 32
+"""The deepest nesting of tables and lists an experiment file may hold."""
 
 
 @dataclass(frozen=True)
@@ -165,21 +170,56 @@ def load_experiment(path: str | Path) -> Experiment:
 
 def parse_experiment(raw: bytes, path: str = "experiment.toml") -> Experiment:
     """An :class:`Experiment` from the TOML text ``raw`` (``path`` names it in errors and results)."""
+    doc = parse_toml(raw, path)
+    lines = raw.decode("utf-8").splitlines()
+    fixed, axes = _run_values(doc, lines, path)
+    params = _table(doc, "task_params", lines, path)
+    task_params_value(params, path)
+    meta = _meta(_table(doc, "experiment", lines, path), lines, path)
+    title = meta.get("title") or Path(path).name
+    return Experiment(path, hashlib.sha256(raw).hexdigest(), title, fixed, axes, params, meta.get("description", ""))
+
+
+def parse_toml(raw: bytes, path: str) -> dict[str, Any]:
+    """The TOML document ``raw``; one line naming ``path`` when it is not UTF-8 TOML or is nested deeper
+    than :data:`MAX_DEPTH` (the parser's own recursion included)."""
     try:
         doc = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not valid TOML: {exc}") from None
-    lines = raw.decode("utf-8").splitlines()
-    fixed, axes = _run_values(doc, lines, path)
-    params = _table(doc, "task_params", lines, path)
-    meta = _table(doc, "experiment", lines, path)
-    for k in meta:
+    except RecursionError:
+        raise ValueError(f"{path}: nested too deep (at most {MAX_DEPTH} levels of tables and lists)") from None
+    if depth(doc) > MAX_DEPTH:
+        raise ValueError(f"{path}: nested too deep (at most {MAX_DEPTH} levels of tables and lists)")
+    return doc
+
+
+def depth(value: Any) -> int:
+    """How deeply ``value`` nests dicts and lists (a scalar: 0), found without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict | list):
+            deepest = max(deepest, d + 1)
+            stack.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
+def _meta(meta: dict[str, Any], lines: list[str], path: str) -> dict[str, str]:
+    """The ``[experiment]`` table, checked: known keys only, each a string."""
+    for k, v in meta.items():
+        where = _where(path, lines, k, "experiment")
         if k not in EXPERIMENT_KEYS:
-            raise ValueError(f"{_where(path, lines, k, 'experiment')}: unknown key {k!r} in [experiment] "
-                             f"(known: {', '.join(EXPERIMENT_KEYS)})")
-    title = str(meta.get("title") or Path(path).name)
-    return Experiment(path, hashlib.sha256(raw).hexdigest(), title, fixed, axes, params,
-                      str(meta.get("description", "")))
+            raise ValueError(f"{where}: unknown key {k!r} in [experiment] (known: {', '.join(EXPERIMENT_KEYS)})")
+        if not isinstance(v, str):
+            raise ValueError(f"{where}: [experiment] {k} must be a string, got {short(v)}")
+    return meta
+
+
+def short(value: Any) -> str:
+    """``repr(value)``, cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _table(doc: dict[str, Any], name: str, lines: list[str], path: str) -> dict[str, Any]:
@@ -194,18 +234,25 @@ def _run_values(doc: dict[str, Any], lines: list[str], path: str) -> tuple[dict[
     keys, fields = run_keys(), {f.name: (f, opt) for f, opt in declared(RunConfig)}
     fixed: dict[str, Any] = {}
     axes: dict[str, list[Any]] = {}
+    seen: dict[str, str] = {}
     for key, value in doc.items():
         if key in TABLES:
             continue
         name = keys.get(key) or keys.get(key.replace("_", "-"))
-        if name is None:
-            raise ValueError(f"{_where(path, lines, key)}: unknown key {key!r} (the options of sstq-fl run, e.g. "
-                             f"{', '.join(list(keys)[:6])}, ...; see sstq-fl options)")
         where = _where(path, lines, key)
+        if name is None:
+            raise ValueError(f"{where}: unknown key {key!r} (the options of sstq-fl run, e.g. "
+                             f"{', '.join(list(keys)[:6])}, ...; see sstq-fl options)")
+        if name in seen:
+            raise ValueError(f"{where}: {seen[name]!r} and {key!r} are one option ({key_name(name)}): give it once")
+        seen[name] = key
         if isinstance(value, list):
             if not value:
                 raise ValueError(f"{where}: {key} is an empty list (give at least one value)")
             axes[name] = [check_value(name, *fields[name], v, where) for v in value]
+            twice = next((v for i, v in enumerate(axes[name]) if v in axes[name][:i]), None)
+            if twice is not None:
+                raise ValueError(f"{where}: {key} lists {short(twice)} twice (each cell would run twice)")
         else:
             fixed[name] = check_value(name, *fields[name], value, where)
     return fixed, axes
@@ -225,13 +272,38 @@ def check_value(name: str, f: Any, opt: Any, value: Any, where: str) -> Any:
           isinstance(value, str))
     if not ok:
         what = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(base, str(base))
-        raise ValueError(f"{where}: {key} must be {what}, got {value!r}")
+        raise ValueError(f"{where}: {key} must be {what}, got {short(value)}")
     value = float(value) if base is float else value
     if opt.choices is not None and value not in opt.choices:
-        raise ValueError(f"{where}: {key} must be one of {', '.join(map(str, opt.choices))}, got {value!r}")
+        raise ValueError(f"{where}: {key} must be one of {', '.join(map(str, opt.choices))}, got {short(value)}")
     if base in (int, float) and (opt.low is not None or opt.high is not None or opt.finite) and not in_range(value, opt):
-        raise ValueError(f"{where}: {key} must be {expected(base, opt)}, got {value!r}")
+        raise ValueError(f"{where}: {key} must be {expected(base, opt)}, got {short(value)}")
+    if base is int:
+        bounded(name, value, where)
     return value
+
+
+MAX_SEED = 2**63 - 1
+"""The largest run seed (a signed 64-bit integer)."""
+
+
+def bounded(name: str, value: int, where: str) -> None:
+    """Refuse an integer option no run can use: a seed outside ``[0, 2**63)``, rounds beyond the
+    accountant's limit, or a size (clients, dimension, samples, batch, ...) beyond the array limit."""
+    from ..checks import check_array
+    from ..privacy.errors import MAX_EVENTS
+
+    key = key_name(name)
+    if name == "seed":
+        if not 0 <= value <= MAX_SEED:
+            raise ValueError(f"{where}: seed must be an integer in [0, 2**63), got {short(value)}")
+    elif name == "rounds" and value > MAX_EVENTS:
+        raise ValueError(f"{where}: rounds must be at most {MAX_EVENTS} (the accountant's limit), got {short(value)}")
+    else:
+        try:
+            check_array(f"{key} = {short(value)}", value)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
 
 
 def _where(path: str, lines: list[str], key: str, table: str = "") -> str:

@@ -21,11 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..io import atomic_write_json, mark_kind, refuse_other_kind, run_meta
+from ..io import KIND_FILE, atomic_write_json, clean_temps, mark_kind, refuse_other_kind, run_meta
 from .figures import FIGURES, plot_all
+from .preflight import preflight
 from .results import aggregate, final_rows, write_tables
 from .runner import CellResult, LocalExecutor, RayExecutor, pending_jobs, run_flower_cells
 from .spec import Cell, Experiment
+from .sweep_limits import MAX_CELLS, check_grid
 
 log = logging.getLogger("sstq_fl.sweep")
 SWEEP_FILES = ("sweep.json", "results.csv", "results.csv.gz", "results.json", "aggregates.csv", "final.csv",
@@ -42,14 +44,16 @@ class SweepOptions:
     resume: bool = False
     force: bool = False
     keep_checkpoints: bool = False
+    max_cells: int = MAX_CELLS
 
 
 def claim(out: Path, opts: SweepOptions) -> None:
     """Check ``out`` before anything runs: ``resume`` needs a sweep there; otherwise a folder holding
-    a sweep is refused unless ``force`` (which removes its cells and tables)."""
+    a sweep is refused unless ``force`` (which removes its cells and tables).  A sweep stopped before its
+    first cell (its folder marked, nothing else) resumes from the first cell."""
     refuse_other_kind(out, "sweep")
     held = (out / "sweep.json").exists() or (out / "cells").exists()
-    if opts.resume and not held:
+    if opts.resume and not held and not (out / KIND_FILE).is_file():
         raise ValueError(f"--resume: no sweep in {out} (nothing to resume; run without --resume)")
     if held and not opts.resume:
         if not opts.force:
@@ -64,16 +68,22 @@ def claim(out: Path, opts: SweepOptions) -> None:
 def sweep(exp: Experiment, out: str | Path, opts: SweepOptions | None = None, **overrides: Any) -> dict[str, Any]:
     """Run ``exp``'s grid (``overrides``: command-line values) into ``out``; return ``sweep.json``'s content.
 
-    Every cell's config is checked and ``out`` is claimed before the first cell runs."""
+    The grid's size, every cell's config (:func:`~sstq_fl.experiments.preflight.preflight`) and ``out`` are
+    checked before anything is written; then stale temporary files are removed and this session is
+    recorded in ``sweep.json`` before the first cell runs."""
     opts, out = opts or SweepOptions(), Path(out)
+    check_grid(exp.path, exp.axes, overrides, opts.max_cells)
     cells = exp.cells(**overrides)
+    preflight(cells, exp.path)
     claim(out, opts)
+    clean_temps(out, everything=opts.resume)
     jobs = [(c, out / "cells" / c.name) for c in cells]
-    log.info("sweep %s: %d cells -> %s (%s)", exp.title, len(cells), out, _how(opts))
-    results, t0, cores = run_jobs(jobs, exp.provenance(), opts)
     header = {"experiment": exp.provenance(), "fixed": exp.fixed, "axes": exp.axes, "task_params": exp.task_params,
               "overrides": overrides}
-    summary = write_summary(out, header, cells, results, time.perf_counter() - t0, cores, opts)
+    session = start_session(out, header, cells, opts)
+    log.info("sweep %s: %d cells -> %s (%s)", exp.title, len(cells), out, _how(opts))
+    results, t0, cores = run_jobs(jobs, exp.provenance(), opts)
+    summary = write_summary(out, header, cells, results, time.perf_counter() - t0, cores, session)
     doc = write_tables(out, cells, [f for _, f in jobs], header)
     summary["figures"] = [str(p.relative_to(out)) for p in plot_all(doc, out)]
     return summary
@@ -117,23 +127,36 @@ def run_jobs(jobs: list[tuple[Cell, Path]], provenance: dict[str, Any], opts: Sw
     return results, t0, (executor.cores or 1) if local else 1
 
 
+def start_session(out: Path, header: dict[str, Any], cells: list[Cell], opts: SweepOptions) -> dict[str, Any]:
+    """Record this session in ``sweep.json`` (status ``running``) before any cell runs, appended to the
+    sessions already there (a resume keeps every earlier one, killed or not); return its entry."""
+    before = _previous(out) if opts.resume else {}
+    session = {"id": f"{os.getpid()}-{time.time_ns()}", "status": "running", "executor": opts.executor,
+               "cpus_per_cell": opts.cpus, "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    cells_now = before.get("cells") or [{"name": c.name, "values": c.values, "status": "not run"} for c in cells]
+    atomic_write_json(out / "sweep.json", {**before, **header, "cells": cells_now,
+                                           "sessions": [*before.get("sessions", []), session]})
+    return session
+
+
 def write_summary(out: Path, header: dict[str, Any], cells: list[Cell], results: dict[str, CellResult], wall: float,
-                  cores: int, opts: SweepOptions) -> dict[str, Any]:
+                  cores: int, session: dict[str, Any]) -> dict[str, Any]:
     """``sweep.json``: the experiment (``header``: its provenance, values and the command line's overrides),
     each cell's end (a cell skipped now keeps the seconds of the session that ran it), and one entry per
-    session (this run, and each earlier one a resume continued): wall time, cores, parallel efficiency."""
-    before = _previous(out) if opts.resume else {}
+    session (every one recorded at its start; this one completed now): wall time, cores, parallel efficiency."""
+    before = _previous(out)
     ran = [r for r in results.values() if r.status == "done"]
     busy = sum(r.seconds for r in ran)
-    session = {"executor": opts.executor, "cpus_per_cell": opts.cpus, "wall_s": wall, "cores": cores,
+    session = {**session, "status": "completed", "wall_s": wall, "cores": cores,
                "counts": {s: sum(1 for r in results.values() if r.status == s) for s in ("done", "skipped", "failed")},
                "cell_seconds": busy, "parallel_efficiency": busy / (wall * cores) if ran and wall > 0 else None,
                "meta": {**run_meta(), "cpu_count": os.cpu_count()}}
     earlier = {c["name"]: c for c in before.get("cells", [])}
+    sessions = [s for s in before.get("sessions", []) if s.get("id") != session["id"]]
     summary = {**header, **{k: session[k] for k in ("counts", "wall_s", "cores", "parallel_efficiency")},
                "cells": [{"name": c.name, "values": c.values, **_end(results.get(c.name), earlier.get(c.name))}
                          for c in cells],
-               "sessions": [*before.get("sessions", []), session]}
+               "sessions": [*sessions, session]}
     atomic_write_json(out / "sweep.json", summary)
     return summary
 
