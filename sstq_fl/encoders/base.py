@@ -32,6 +32,8 @@ from ..stages import stage
 from . import formula
 
 ENTRY_POINT_GROUP = "sstq_fl.encoders"
+MIN_EPSILON = 1e-12
+"""The smallest per-message ε an encoder accepts (a subnormal ε is charged as a PLD of 0)."""
 
 
 @dataclass(frozen=True)
@@ -122,8 +124,8 @@ class Encoder(ABC):
         require_declarations(type(self))
         if not (isinstance(dim, int | np.integer) and dim >= 1):
             raise ValueError(f"dim must be a positive integer, got {dim!r}")
-        if self.private and not (epsilon > 0 and math.isfinite(epsilon)):
-            raise ValueError(f"epsilon must be positive and finite, got {epsilon!r}")
+        if self.private and not (epsilon >= MIN_EPSILON and math.isfinite(epsilon)):
+            raise ValueError(f"epsilon must be finite and at least {MIN_EPSILON:g}, got {epsilon!r}")
         if not (radius > 0 and math.isfinite(radius)):
             raise ValueError(f"radius must be positive and finite, got {radius!r}")
         if int(seed) < 0:
