@@ -90,8 +90,9 @@ def task_cases() -> list[Case]:
                     pre=f"    y = torch.randn(40); y[2] = float('{v}')\n", model="lambda: torch.nn.Linear(4, 1)", extra=""))),
                 (f"task-loss-{v}", argv, task_file(TASK.format(pre="", model=LIN,
                                                                extra=f", loss=lambda o, y: o.sum() * float('{v}')"))),
-                (f"task-metric-{v}", argv, task_file(TASK.format(pre="", model=LIN, extra=f", metric=lambda o, y: float('{v}')")))]
-    deep = "[" * 100000 + "]" * 100000
+                (f"task-metric-{v}", argv, task_file(TASK.format(pre="", model=LIN,
+                                                                 extra=f", metric=lambda o, y: float('{v}')")))]
+    deep = "[" * 30000 + "]" * 30000  # within the kernel's 128 KiB per argument
     out += [("task-params-deep-json", [*argv, "--task-params", '{"a": ' + deep + "}"], task_file(TASK.format(
         pre="", model=LIN, extra="").replace("def make_task():", "def make_task(**kw):")))]
     return out

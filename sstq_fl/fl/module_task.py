@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 
 import torch
 from torch.func import functional_call, grad
@@ -250,7 +251,7 @@ def batch_statistics_layer(module: torch.nn.Module) -> str | None:
     return None
 
 
-def finite(where: str, rec: dict[str, object]) -> dict[str, float]:
+def finite(where: str, rec: Mapping[str, object]) -> dict[str, float]:
     """``rec`` with every value a finite float; else a one-line ``ValueError`` naming the first that is not
     (raised from evaluation, so a run stops before its next round is charged)."""
     for k, v in rec.items():
