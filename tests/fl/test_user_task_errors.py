@@ -52,3 +52,11 @@ def test_metric_turning_nan_in_training_stops_before_next_charge(tmp_path: Path,
                "--encoder", "sstq-flat", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err.strip().splitlines()[-1]  # INFO log lines come first
     assert rc == 2 and err.startswith("sstq-fl: error:") and "test_metric is nan" in err and "charged" in err, err
+
+
+def test_deeply_nested_task_params_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    deep = "[" * 30000 + "]" * 30000
+    rc = main(["run", "--task", "lsq", "--task-params", '{"a": ' + deep + "}", "--clients", "4", "--rounds", "2",
+               "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert rc == 2 and "recursion limit" in err and not (tmp_path / "out").exists(), err
