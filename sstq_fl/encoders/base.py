@@ -32,16 +32,34 @@ from ..stages import stage
 from . import formula
 
 ENTRY_POINT_GROUP = "sstq_fl.encoders"
+MIN_EPSILON = 1e-12
+"""The smallest per-message ε an encoder accepts (a subnormal ε is charged as a PLD of 0)."""
 
 
 @dataclass(frozen=True)
 class Param:
-    """A declared encoder parameter: its type, default, meaning and allowed values."""
+    """A declared encoder parameter: its type, default, meaning and allowed values.
+
+    ``low`` / ``high``: the closed range a numeric value must lie in (``None``: unbounded on that side;
+    a float must be finite either way); ``above``: an open lower bound (``value > above``)."""
 
     type: type
     default: Any
     doc: str
     choices: tuple[Any, ...] | None = None
+    low: float | None = None
+    high: float | None = None
+    above: float | None = None
+
+    def out_of_range(self, val: Any) -> str | None:
+        """Why the cast ``val`` is outside the declared range (``None``: it is inside)."""
+        if self.type is float and not math.isfinite(val):
+            return "a finite number"
+        low_ok = val > self.above if self.above is not None else self.low is None or val >= self.low
+        if low_ok and (self.high is None or val <= self.high):
+            return None
+        lo = f"> {self.above:g}" if self.above is not None else f">= {self.low:g}" if self.low is not None else ""
+        return " and ".join(filter(None, (lo, f"<= {self.high:g}" if self.high is not None else "")))
 
 
 @dataclass(frozen=True)
@@ -106,8 +124,8 @@ class Encoder(ABC):
         require_declarations(type(self))
         if not (isinstance(dim, int | np.integer) and dim >= 1):
             raise ValueError(f"dim must be a positive integer, got {dim!r}")
-        if self.private and not (epsilon > 0 and math.isfinite(epsilon)):
-            raise ValueError(f"epsilon must be positive and finite, got {epsilon!r}")
+        if self.private and not (epsilon >= MIN_EPSILON and math.isfinite(epsilon)):
+            raise ValueError(f"epsilon must be finite and at least {MIN_EPSILON:g}, got {epsilon!r}")
         if not (radius > 0 and math.isfinite(radius)):
             raise ValueError(f"radius must be positive and finite, got {radius!r}")
         if int(seed) < 0:
@@ -295,6 +313,9 @@ def resolve_params(name: str, declared: dict[str, Param], given: dict[str, Any])
             raise ValueError(f"encoder {name!r}: parameter {key!r} must be {p.type.__name__}, got {val!r}") from exc
         if p.choices is not None and val not in p.choices:
             raise ValueError(f"encoder {name!r}: parameter {key!r} must be one of {list(p.choices)}, got {val!r}")
+        why = p.out_of_range(val) if p.type in (int, float) else None
+        if why is not None:
+            raise ValueError(f"encoder {name!r}: parameter {key!r} must be {why}, got {val!r}")
         out[key] = val
     return out
 
@@ -359,14 +380,19 @@ def registry() -> dict[str, type[Encoder]]:
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
-    """``'name:k=v,k2=v2'`` → ``('name', {'k': 'v', 'k2': 'v2'})``."""
+    """``'name:k=v,k2=v2'`` → ``('name', {'k': 'v', 'k2': 'v2'})``.  An empty name, an empty parameter list
+    after ``:``, an empty item (``b=4,,``), an empty key or value, or a key given twice is refused naming the spec."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"an encoder spec must be a non-empty string, got {spec!r}")
-    name, _, rest = spec.strip().partition(":")
+    name, colon, rest = spec.strip().partition(":")
+    if not name.strip():
+        raise ValueError(f"encoder spec {spec!r} has no encoder name before ':'")
     params: dict[str, str] = {}
-    for part in filter(None, (p.strip() for p in rest.split(","))):
+    for part in (p.strip() for p in rest.split(",")) if colon else ():
         key, eq, val = part.partition("=")
-        if not eq or not key.strip():
+        if not part:
+            raise ValueError(f"empty parameter in encoder spec {spec!r} (expected name:key=value,...)")
+        if not eq or not key.strip() or not val.strip():
             raise ValueError(f"malformed parameter {part!r} in encoder spec {spec!r} (expected key=value)")
         if key.strip() in params:
             raise ValueError(f"duplicate parameter {key.strip()!r} in encoder spec {spec!r} (give each key once)")

@@ -60,14 +60,15 @@ FRAME_PARAMS: dict[str, Param] = {
     "frame": Param(str, "hadamard", "public frame: randomized partial Hadamard (one stage), hadamard2/hadamard3 "
                    "(two or three stages, permutations between them), hd2/hd3 (two or three stages, no "
                    "permutation; hd3: no Walsh flats at about 3x the encode time) or dense Haar", tuple(FRAME_KINDS)),
-    "rho": Param(float, 2.5, "frame redundancy: N = 2^ceil(log2(rho d))"),
+    "rho": Param(float, 2.5, "frame redundancy: N = 2^ceil(log2(rho d))", above=1.0),
     "kashin": Param(str, "linf", "Kashin method: linf (level-targeted, default), lv (Lyubarskii-Vershynin) or ap "
                     "(alternating projections)", METHODS),
-    "eta": Param(float, 0.55, "LV truncation ratio eta"),
-    "delta": Param(float, 0.9, "LV uncertainty parameter delta"),
-    "passes": Param(int, 40, "maximum LV passes"),
-    "level": Param(float, LINF_LEVEL, "public level for kashin=linf, target level for kashin=ap (units of R/sqrt(N))"),
-    "iters": Param(int, 300, "iteration cap for kashin=linf and kashin=ap"),
+    "eta": Param(float, 0.55, "LV truncation ratio eta", above=0.0, high=0.999999),
+    "delta": Param(float, 0.9, "LV uncertainty parameter delta", above=0.0, high=1.0),
+    "passes": Param(int, 40, "maximum LV passes", low=1),
+    "level": Param(float, LINF_LEVEL, "public level for kashin=linf, target level for kashin=ap (units of R/sqrt(N))",
+                   above=1.0),
+    "iters": Param(int, 300, "iteration cap for kashin=linf and kashin=ap", low=1),
     "guarantee": Param(str, "none", "unbiased: the public level becomes the frame's certified level sqrt(N) max_j "
                        "|Q_j| (sqrt(d) on the one-stage frame), which no input exceeds: never clipped, exactly unbiased on "
                        "every input (sstq-flat, sqkr), at (level/1.9)^2 the MSE; none: the level option", GUARANTEES),

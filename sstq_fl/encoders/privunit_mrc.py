@@ -186,8 +186,10 @@ class HadamardCandidates:
 @register_encoder("privunit-mrc")
 class PrivUnitMRC(Encoder):
     params: ClassVar[dict[str, Param]] = {
-        "bits": Param(int, 12, "index bits: N = 2^bits public candidates per message"),
-        "seed_bits": Param(int, 20, "bits of the per-message candidate seed sent (coin=message)"),
+        "bits": Param(int, 12, "index bits: N = 2^bits public candidates per message", low=1,
+                     high=MAX_BITS),
+        "seed_bits": Param(int, 20, "bits of the per-message candidate seed sent (coin=message)", low=0,
+                          high=32),
         "coin": Param(str, "message", "candidate seed drawn by the client and sent, or derived from the public "
                       "per-client coins", ("message", "public")),
     }

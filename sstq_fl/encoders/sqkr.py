@@ -29,8 +29,8 @@ from .framed import FRAME_PARAMS, FramedEncoder
 class SQKR(FramedEncoder):
     params: ClassVar[dict[str, Param]] = {
         **FRAME_PARAMS,
-        "k": Param(int, 0, "sampled coordinates (0: min(ceil(eps log2 e), b0))"),
-        "b0": Param(int, 4, "bit budget cap for the automatic k"),
+        "k": Param(int, 0, "sampled coordinates (0: min(ceil(eps log2 e), b0))", low=0, high=16),
+        "b0": Param(int, 4, "bit budget cap for the automatic k", low=1, high=16),
         "coin": Param(str, "private", "private coin sends indices; public coin derives them from coins", ("private", "public")),
     }
     unbiased = False  # not at a chosen level (Walsh flats need more); guarantee=unbiased instances are (framed.py)

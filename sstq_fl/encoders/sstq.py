@@ -57,7 +57,8 @@ from .maths.kashin import kashin
 
 
 class _SSTQ(FramedEncoder):
-    params: ClassVar[dict[str, Param]] = {**FRAME_PARAMS, "b": Param(int, 4, "bits per label (M = 2^b codewords)")}
+    params: ClassVar[dict[str, Param]] = {**FRAME_PARAMS, "b": Param(int, 4, "bits per label (M = 2^b codewords)",
+                                                                            low=1, high=16)}
     bits_formula = "ceil(log2(N)) + b"
 
     def __init__(self, *args: Any, **kw: Any):

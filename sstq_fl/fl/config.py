@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -166,10 +167,14 @@ def canonical_params(text: str) -> str:
         return ""
     try:
         value = json.loads(text)
+        canonical = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    except RecursionError:
+        raise ValueError(f"task-params nest deeper than Python's recursion limit ({sys.getrecursionlimit()}) "
+                         f"allows ({len(text)} characters)") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"task-params must be a JSON object such as '{{\"records\": 2000}}', got {text!r} ({exc.msg})") \
             from None
     if not isinstance(value, dict):
         raise ValueError(f"task-params must be a JSON object such as '{{\"records\": 2000}}', got a JSON "
                          f"{type(value).__name__}: {text!r}")
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return canonical

@@ -17,12 +17,14 @@ evaluate the same model for the same θ.
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Mapping
 
 import torch
 from torch.func import functional_call, grad
 
 from .. import rng
-from ..errors import described
+from ..errors import described, user_code
 from .grouped import grouped_reason, layer_grads, per_client_loss
 from .task_base import Dataset, into
 from .task_base import Task as EngineTask
@@ -42,8 +44,8 @@ PROBE_RTOL = 1e-4
 class ModuleTask(EngineTask):
     """A :class:`~sstq_fl.fl.user_task.Task` run on a flat parameter vector (``dim`` = the model's parameter count)."""
 
-    def __init__(self, name: str, spec: Task, seed: int = 0):
-        self.name, self.spec = name, spec
+    def __init__(self, name: str, spec: Task, seed: int = 0, where: str | None = None):
+        self.name, self.spec, self.where = name, spec, where or f"task {name}"
         self.module = self.build(seed)
         params = dict(self.module.named_parameters())
         if not params:
@@ -71,7 +73,7 @@ class ModuleTask(EngineTask):
         torch generator is left as it was)."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(rng.derive_seed(seed, 0x0D17) % 2**63)
-            module = self.spec.model()
+            module = user_code(f"{self.where}: model constructor", self.spec.model)
         if not isinstance(module, torch.nn.Module):
             raise ValueError(f"Task model must return a torch.nn.Module, got {type(module).__name__}")
         return module
@@ -104,6 +106,13 @@ class ModuleTask(EngineTask):
         loss = self.loss_of(out, y)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise ValueError(f"Task loss must return a scalar tensor, got {_shape(loss)}")
+        if not bool(torch.isfinite(loss).all()):
+            raise ValueError(f"{self.where}: the loss of the initial model on two training records is {float(loss)}")
+        if self.spec.metric is not None:  # probed on two test records, before anything is written
+            with torch.no_grad():
+                probe = self.forward(self.flat(self.module), self.data.x_test[:2], train=False)
+            finite(self.where, {"test_metric": user_code(f"{self.where}: metric", self.spec.metric, probe,
+                                                         self.data.y_test[:2])})
 
     def flat(self, module: torch.nn.Module) -> torch.Tensor:
         """``module``'s parameters as one flat vector (in ``named_parameters`` order)."""
@@ -122,7 +131,7 @@ class ModuleTask(EngineTask):
     def loss_of(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The user's loss, else cross-entropy (integer labels) or mean squared error."""
         if self.spec.loss is not None:
-            return self.spec.loss(out, y)
+            return user_code(f"{self.where}: loss", self.spec.loss, out, y)  # type: ignore[return-value]
         if self.integer:
             return torch.nn.functional.cross_entropy(out, y)
         return torch.nn.functional.mse_loss(out.reshape(y.shape), y)
@@ -215,12 +224,13 @@ class ModuleTask(EngineTask):
             out_train, out_test = self.outputs(theta, d.x_train), self.outputs(theta, d.x_test)
             rec = {"train_loss": float(self.loss_of(out_train, d.y_train))}
             if self.spec.metric is not None:
-                rec["test_metric"] = float(self.spec.metric(out_test, d.y_test))
+                rec["test_metric"] = float(user_code(f"{self.where}: metric", self.spec.metric, out_test,  # type: ignore[arg-type]
+                                                     d.y_test))
             elif self.integer:
                 rec["test_accuracy"] = float((out_test.argmax(1) == d.y_test).float().mean())
             else:
                 rec["test_loss"] = float(self.loss_of(out_test, d.y_test))
-        return rec
+        return finite(self.where, rec)
 
     def outputs(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The model's eval-mode outputs on all of ``x``, computed :data:`EVAL_CHUNK` records at a time."""
@@ -239,6 +249,20 @@ def batch_statistics_layer(module: torch.nn.Module) -> str | None:
         if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) or "BatchNorm" in type(m).__name__:
             return f"{type(m).__name__} at {name!r} uses batch statistics"
     return None
+
+
+def finite(where: str, rec: Mapping[str, object]) -> dict[str, float]:
+    """``rec`` with every value a finite float; else a one-line ``ValueError`` naming the first that is not
+    (raised from evaluation, so a run stops before its next round is charged)."""
+    for k, v in rec.items():
+        try:
+            ok = math.isfinite(float(v))  # type: ignore[arg-type]
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"{where}: {k} is {type(v).__name__}, not a number") from None
+        if not ok:
+            raise ValueError(f"{where}: {k} is {float(v)} (not finite): stopped before the next round "  # type: ignore[arg-type]
+                             "is charged")
+    return {k: float(v) for k, v in rec.items()}  # type: ignore[arg-type]
 
 
 def _shape(value: object) -> str:

@@ -203,6 +203,11 @@ def _built(name: str, factory: Callable[..., Any], seed: int, params: dict[str, 
     takes_seed = next(iter(_parameters(factory)), None) == "seed"
     try:
         made = factory(seed, **{**kw, **params}) if takes_seed else factory(**params)
+    except (ArithmeticError, LookupError, RuntimeError, AttributeError, AssertionError, OSError, SystemExit) as exc:
+        if name in BUILTIN_TASKS and isinstance(exc, OSError):
+            raise
+        raise ValueError(f"{where_of(name)}: factory {getattr(factory, '__name__', name)} raised "
+                         f"{described(exc) if str(exc) else type(exc).__name__}") from None
     except TypeError as exc:
         raise ValueError(f"task {name!r}: calling it with task params {json.dumps(params)} failed: {described(exc)}") \
             from None
@@ -215,9 +220,17 @@ def _built(name: str, factory: Callable[..., Any], seed: int, params: dict[str, 
     if not isinstance(made, UserTask):
         raise ValueError(f"task {name!r} returned {type(made).__name__}, not an sstq_fl.Task")
     try:
-        return ModuleTask(name, made, seed)
+        return ModuleTask(name, made, seed, where_of(name))
     except ValueError as exc:
         raise ValueError(f"task {name!r}: {exc}") from None
+
+
+def where_of(name: str) -> str:
+    """``task file X.py`` / ``task module PKG.MODULE`` / ``task NAME``: how messages about user code name the task."""
+    parts = split_task(name)
+    if parts is None:
+        return f"task {name}"
+    return f"task file {parts[0]}" if parts[0].endswith(".py") else f"task module {parts[0]}"
 
 
 def _parameters(fn: Callable[..., Any]) -> list[str]:
@@ -253,7 +266,7 @@ def _import(name: str, module: str) -> types.ModuleType:
         if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
             raise ValueError(f"task {name!r}: no module named {module!r} (on sys.path or in {cwd})") from None
         raise ValueError(f"task {name!r}: importing {module} failed: {described(exc)}") from None
-    except Exception as exc:  # the user's module: any failure is a one-line refusal
+    except (Exception, SystemExit) as exc:  # the user's module: any failure is a one-line refusal
         raise ValueError(f"task {name!r}: importing {module} failed: {described(exc)}") from None
 
 
@@ -271,7 +284,7 @@ def _load_file(name: str, path: Path) -> types.ModuleType:
     sys.modules[key] = module  # dataclasses and pickling look the module up by name
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: any failure is a one-line refusal
+    except (Exception, SystemExit) as exc:  # the user's file: any failure (sys.exit too) is a one-line refusal
         del sys.modules[key]
         raise ValueError(f"task {name!r}: loading {path} failed: {described(exc)}") from None
     return module

@@ -76,6 +76,10 @@ def materialise(data: Any, split: str) -> Pair:
         raise ValueError(f"Task {split}: x has {len(x)} records but y has {len(y)}")
     if not len(x):
         raise ValueError(f"Task {split} has no records")
+    for part, v in (("x", x), ("y", y)):
+        if (v.is_floating_point() or v.is_complex()) and not bool(torch.isfinite(v).all()):
+            bad = int((~torch.isfinite(v)).reshape(len(v), -1).any(1).nonzero()[0])
+            raise ValueError(f"Task {split} {part} has NaN or infinite values (first at record {bad})")
     return x, y
 
 

@@ -73,11 +73,19 @@ def pld_composition(epsilon: float, rounds: int, delta: float, discretization: f
     return led.epsilon(delta)
 
 
+MIN_EPSILON = 1e-12
+"""The smallest per-message ε planned or charged: ``1e-8`` of the PLD accountant's default discretisation
+interval (1e-4), far below any useful ε; a subnormal ε (``1e-320``) composed to "PLD 0"."""
+
+
 def ldp_plan_report(epsilon: float, rounds: int, delta: float, sampling_rate: float = 1.0,
                     discretization: float = 1e-4, shuffle: int | None = None) -> dict[str, Any]:
     """Per-message, basic, advanced and PLD totals (plus labelled sampled variants if ``q < 1``, and
     the central figure under a shuffler of ``shuffle`` messages a round)."""
     PureDpEvent(epsilon)  # validates epsilon
+    if not epsilon >= MIN_EPSILON:
+        raise ValueError(f"--ldp-epsilon must be at least {MIN_EPSILON:g} (below it the PLD accountant's grid cannot "
+                         f"represent the loss), got {epsilon!r}")
     if not (isinstance(rounds, int) and not isinstance(rounds, bool) and 1 <= rounds <= MAX_EVENTS):
         raise ValueError(f"rounds must be a positive integer of at most {MAX_EVENTS}, got {rounds!r}")
     if not 0 < delta < 1:
