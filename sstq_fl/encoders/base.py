@@ -34,6 +34,16 @@ from . import formula
 ENTRY_POINT_GROUP = "sstq_fl.encoders"
 MIN_EPSILON = 1e-12
 """The smallest per-message ε an encoder accepts (a subnormal ε is charged as a PLD of 0)."""
+MAX_EPSILON = 30.0
+"""The largest per-message ε an encoder accepts unless it declares another ``max_epsilon``.
+
+The encoders draw their coins as 53-bit uniforms (:func:`sstq_fl.rng.uniform`), so a probability is
+realised only to within ``2⁻⁵³``.  Flat ``M``-ary randomized response flips with probability
+``(M−1)/(e^ε+M−1)``: at ε = 30 that is at least ``9.4·10⁻¹⁴``, realised to a relative ``1.2·10⁻³``
+(the realised ratio stays below ``e^{30.0012}``); from ε ≈ 37.4 + ln(M−1) the keep probability rounds
+to 1 and an output has probability 0 for some input, which is ε = ∞, whatever the label says.  It is
+PrivUnit's cap too (:data:`sstq_fl.encoders.privunit.MAX_EPSILON`), where its cap coin stops being
+resolved."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +126,7 @@ class Encoder(ABC):
     unbiased: ClassVar[bool]  # E[x̂] = clip(x) for every input; no default (see require_declarations)
     unbiased_unless_clipped: ClassVar[bool] = False  # E[x̂] = clip(x) for every input the encoder does not clip
     private: ClassVar[bool] = True
+    max_epsilon: ClassVar[float] = MAX_EPSILON  # the largest ε whose output probabilities float64 realises
     bits_formula: ClassVar[str] = ""
     summary: ClassVar[str] = ""
 
@@ -126,6 +137,9 @@ class Encoder(ABC):
             raise ValueError(f"dim must be a positive integer, got {dim!r}")
         if self.private and not (epsilon >= MIN_EPSILON and math.isfinite(epsilon)):
             raise ValueError(f"epsilon must be finite and at least {MIN_EPSILON:g}, got {epsilon!r}")
+        if self.private and epsilon > self.max_epsilon:
+            raise ValueError(f"{self.name} supports epsilon <= {self.max_epsilon:g}, got epsilon={epsilon:g} (beyond it "
+                             f"float64 coins cannot realise the e^epsilon output ratio)")
         if not (radius > 0 and math.isfinite(radius)):
             raise ValueError(f"radius must be positive and finite, got {radius!r}")
         if int(seed) < 0:

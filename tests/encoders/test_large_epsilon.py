@@ -1,5 +1,8 @@
 """A very large ε is answered (numerically stable formulas) or refused with one line naming the limit.
 
+Encoders refuse ε above :data:`sstq_fl.encoders.base.MAX_EPSILON` (30): past it their 53-bit coins
+cannot realise the ``e^ε`` ratio (from ε ≈ 37.4 an output has probability 0: ε = ∞ in fact).
+
 Before: ``math.exp(1000)`` raised OverflowError in sstq-flat, sqkr, vqsgd, the flat RR event, the
 advanced-composition bound, the amplified per-round ε and the exact pure composition; PrivUnit
 raised ZeroDivisionError from ε ≈ 37 (ε ≈ 20 at d = 2).
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 
 import numpy as np
@@ -18,6 +22,7 @@ import torch
 from sstq_fl import rng
 from sstq_fl.cli import main
 from sstq_fl.encoders import make_encoder
+from sstq_fl.encoders.base import MAX_EPSILON as ENCODER_MAX
 from sstq_fl.encoders.privunit import MAX_EPSILON
 from sstq_fl.privacy.errors import AccountingLimitError
 from sstq_fl.privacy.events import PureDpEvent, RandomizedResponseEvent, flat_rr_probabilities
@@ -31,32 +36,45 @@ STABLE = ["sstq-flat:b=4", "sstq-flat:b=3,codebook=optimized", "sstq-ma:b=4", "s
           "sqkr:coin=public", "vqsgd"]
 
 
-@pytest.mark.parametrize("eps", [710.0, 1000.0, 1e6, 1.7e308])
+@pytest.mark.parametrize("eps", [30.5, 40.0, 710.0, 1e6, 1.7e308])
 @pytest.mark.parametrize("spec", STABLE)
-def test_encoders_answer_at_huge_epsilon(spec, eps):
-    enc = make_encoder(spec, 12, eps, radius=1.0, seed=4)
+def test_encoders_refuse_epsilon_their_coins_cannot_realise(spec, eps):
+    with pytest.raises(ValueError, match=re.escape(f"supports epsilon <= {ENCODER_MAX:g}, got epsilon={eps:g}")):
+        make_encoder(spec, 12, eps, radius=1.0, seed=4)
+
+
+@pytest.mark.parametrize("spec", STABLE)
+def test_encoders_answer_at_their_maximum_epsilon(spec):
+    enc = make_encoder(spec, 12, ENCODER_MAX, radius=1.0, seed=4)
     x = unit_rows(30, 12, seed=1) * 0.7
     msgs = enc.encode(x, np.arange(30), coins=np.arange(30))
-    est = enc.decode(msgs, coins=np.arange(30))
-    assert torch.isfinite(est).all()
-    if hasattr(enc, "label_channel"):  # a probability matrix, no NaN
-        ch = enc.label_channel()
-        assert bool((ch >= 0).all()) and torch.allclose(ch.sum(1), torch.ones(ch.shape[0], dtype=ch.dtype))
-    if hasattr(enc, "p"):  # flat RR: keep w.p. 1/(1+(M−1)e^{−ε}) = 1 in float64
-        assert enc.p == 1.0 and 0.0 <= enc.q < 1e-300
+    assert torch.isfinite(enc.decode(msgs, coins=np.arange(30))).all()
 
 
-def test_flat_channel_keeps_every_label_at_huge_epsilon():
-    """With keep probability 1/(1+(M−1)e^{−ε}) = 1 in float64, the label is never flipped."""
-    enc = make_encoder("sstq-flat:b=4", 12, 1000.0, seed=4)
-    v = torch.arange(16).repeat(20)
-    z = enc._channel(v, rng.as_seeds(np.arange(len(v))))
-    assert torch.equal(z, v)
+@pytest.mark.parametrize("spec", ["sstq-flat:b=4", "sstq-flat:b=1", "sstq-ma:b=4"])
+def test_at_the_maximum_every_label_is_reachable_and_the_ratio_is_e_to_the_epsilon(spec):
+    """Exact channel at ε = 30: every ``P[Z = i | V = k] > 0``; within each output column the largest over
+    the smallest is at most ``e^ε``, and the flat channel attains it; the 53-bit keep coin still flips
+    (``P[u < p] < 1`` on the grid ``k/2⁵³``)."""
+    enc = make_encoder(spec, 12, ENCODER_MAX, seed=4)
+    ch = enc.label_channel()
+    assert bool((ch > 0).all())
+    ratio = float((ch.max(0).values / ch.min(0).values).max())
+    assert ratio <= math.exp(ENCODER_MAX) * (1 + 1e-9)
+    if hasattr(enc, "p"):
+        assert ratio == pytest.approx(math.exp(ENCODER_MAX), rel=1e-9)
+        assert math.ceil(enc.p * 2**53) < 2**53  # some uniform on the 53-bit grid flips the label
 
 
-def test_vqsgd_scale_is_the_noiseless_limit():
-    enc = make_encoder("vqsgd", 8, 1000.0, radius=2.0)
-    assert enc.scale == pytest.approx(2.0)
+def test_flat_channel_flips_at_its_maximum_epsilon():
+    """At ε = 30 the flip probability 15/(e^30+15) ≈ 1.4·10⁻¹² is resolved by the 53-bit coin."""
+    enc = make_encoder("sstq-flat:b=4", 12, ENCODER_MAX, seed=4)
+    assert 0 < 1 - enc.p == pytest.approx(15 / (math.exp(ENCODER_MAX) + 15), rel=1e-3)
+
+
+def test_vqsgd_scale_near_the_noiseless_limit():
+    enc = make_encoder("vqsgd", 8, ENCODER_MAX, radius=2.0)
+    assert enc.scale == pytest.approx(2.0, rel=1e-9)
 
 
 @pytest.mark.parametrize("eps", [0.3, 3.0, 30.0, 700.0])
