@@ -70,7 +70,7 @@ from .checkpoint import finished_run, read_checkpoint, remove_checkpoints
 from .config import RunConfig
 from .partition import client_coins, encoder_seeds, minibatches, participates
 from .partitioners import partition_for
-from .resume import check_prefix, epsilon_by_round, saved_rounds
+from .resume import check_plan, check_prefix, epsilon_by_round, saved_rounds
 from .tasks import LeastSquaresTask, Task, make_task
 from .trust import TRANSCRIPT as CENTRAL_TRANSCRIPT
 from .trust import trusted_stage
@@ -410,7 +410,8 @@ class Trainer:
     def resumed_ledger(self, path: Path, ck: dict[str, Any]) -> PrivacyLedger:
         """The replay of the whole transcript, refused unless it extends the prefix ``ck`` names, is this run's
         (plan, budget, encoder, run id) and that prefix charges exactly the checkpoint's rounds
-        (:func:`~sstq_fl.fl.resume.check_prefix`); the charges written after the prefix are kept."""
+        (:func:`~sstq_fl.fl.resume.check_prefix`); the charges written after the prefix are kept, and in secure
+        mode refused where the rounds to come could exceed the plan (:func:`~sstq_fl.fl.resume.check_plan`)."""
         from ..privacy.errors import TranscriptError
 
         head = ck["transcript"]
@@ -422,11 +423,13 @@ class Trainer:
         if ours != (self.ledger.relation, self.ledger.plan, self.ledger.budget, self.enc.spec, ck["run_id"]):
             raise ValueError(f"--resume: {path} is not this run's transcript (another plan, budget, encoder or run id)")
         check_prefix(self.cfg, led.entries[:named], ck, path)
+        check_plan(self.cfg, led.entries, ck, path)
         return led
 
     def rebuilt_joins(self, rounds: int, charged: int) -> np.ndarray:
         """Each client's messages in the first ``rounds`` rounds, for charging the rounds to come: recounted
-        from the seed in reproducible mode (an upper bound where a Flower reply was lost); in secure mode,
+        from the seed in reproducible mode (as the Flower server charges them: every client it asks, reply or not;
+        an upper bound for a sampled client whose node was not connected); in secure mode,
         where participation is never recorded, ``charged`` (the busiest client's) for every client."""
         cfg = self.cfg
         if cfg.randomness == "secure":

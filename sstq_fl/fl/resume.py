@@ -73,6 +73,21 @@ def check_prefix(cfg: Any, entries: list[Entry], ck: dict[str, Any], path: Path)
                          f"message(s)), which the checkpoint's {t} rounds of participants do not imply")
 
 
+def check_plan(cfg: Any, entries: list[Entry], ck: dict[str, Any], path: Path) -> None:
+    """Secure mode: refuse (one line) a resume whose remaining rounds could charge the busiest client past the
+    plan (``cfg.rounds`` messages): every round after the checkpoint charges at most one more message, and a
+    round charged after the checkpoint (sent, then rolled back or interrupted) is charged again when re-sent.
+    Refused before anything of the resumed run is encoded or sent."""
+    if cfg.randomness != "secure":
+        return  # reproducible mode charges a re-sent round's same messages once: the seed's count fits the plan
+    t, charged = ck["round"], sum(e.count for e in entries)
+    if charged + cfg.rounds - t > cfg.rounds:
+        over = t + cfg.rounds - charged + 1
+        raise ValueError(f"--resume: round {over} would charge message {cfg.rounds + 1} of the planned {cfg.rounds}: "
+                         f"{path} charges {charged} for the checkpoint's {t} rounds (a round sent after it is charged "
+                         f"again when re-sent)")
+
+
 def epsilon_by_round(led: PrivacyLedger, rounds: int, delta: float, figure: Any = None) -> list[float]:
     """Each round ``1..rounds``'s ε: of the ledger's entries up to the last one naming a round ``≤ r``, in order
     (``figure(ledger, r)``: another reading of that ledger, e.g. a shuffler's capped ε)."""

@@ -122,6 +122,10 @@ class CohortDecoding(LdpDecoding):
         """How many virtual clients this round's messages asked for."""
         return sum(len(cohort_of(m)) for m in self._sent)
 
+    def sent_clients(self) -> list[int]:
+        """The virtual clients this round's messages ask (each node's cohort), one message each."""
+        return [c for m in self._sent for c in cohort_of(m)]
+
     def _collect(self, replies: list[Message]) -> tuple[list[int], list[bytes], list[Message], list[dict[str, Any]]]:
         """Each asked virtual client's wire message; the others, with why they are left out."""
         asked = {int(m.metadata.dst_node_id): cohort_of(m) for m in self._sent}

@@ -22,7 +22,9 @@ ClientApp.  Overriding only what differs, in the manner of Flower's DP wrappers:
   FedProx's proximal term is the clients'.  Robust aggregators (Krum, median) see one aggregate:
   individual LDP estimates are too noisy to rank.
 * The privacy ledger (:attr:`ledger`, :class:`sstq_fl.privacy.ledger.PrivacyLedger`) is charged one
-  ``enc.privacy_event()`` per message of the busiest client (:func:`sstq_fl.aggregation.charge_joins`);
+  ``enc.privacy_event()`` per message of the busiest client (:func:`sstq_fl.aggregation.charge_joins`)
+  in ``configure_train``, for every client the round's messages ask, before they leave (then
+  ``on_charge`` is called, e.g. to write the transcript): a client whose reply is lost stays charged;
   ``epsilon-spent`` is added to the round's train metrics.
 * A round in which clients were asked and no valid message arrived raises :class:`EmptyRound`,
   whose message is the one-line cause (an encoder mismatch naming both configurations in full,
@@ -129,13 +131,15 @@ class LdpDecoding(Strategy):
     ``ledger``: an already planned ledger to charge (default: a new one, planned in :meth:`start`
     for ``num_rounds`` messages per client, refusing a plan over ``budget_epsilon``).
     ``allow_empty_rounds``: a round without a valid message leaves the model as it is instead of
-    raising :class:`EmptyRound`."""
+    raising :class:`EmptyRound`.  ``on_charge``: called once a round's charge is in the ledger, before
+    its messages are returned to be sent (e.g. to write the transcript)."""
 
     def __init__(self, strategy: Strategy, encoder: str, epsilon: float, radius: float, *, frame_seed: int = 0,
                  server_cap: float | None = None, delta: float = 1e-5, budget_epsilon: float | None = None,
                  ledger: PrivacyLedger | None = None, identify: Callable[[int], int] | None = None,
-                 allow_empty_rounds: bool = False):
+                 allow_empty_rounds: bool = False, on_charge: Callable[[], None] | None = None):
         super().__init__()
+        self.on_charge = on_charge
         self.allow_empty_rounds = allow_empty_rounds
         self.strategy, self.settings = strategy, LdpSettings(encoder, float(epsilon), float(radius), frame_seed=frame_seed)
         self.server_cap, self.delta, self.budget_epsilon = server_cap, delta, budget_epsilon
@@ -187,7 +191,22 @@ class LdpDecoding(Strategy):
         self._global = arrays
         self._sent = list(self.strategy.configure_train(server_round, arrays, config, grid))
         self._round = int(config.get("server-round", server_round))  # type: ignore[arg-type]
+        self.charge_sent()
         return self._sent
+
+    def sent_clients(self) -> list[int]:
+        """The clients this round's messages ask, one message each (as ``identify`` names their nodes)."""
+        return [self.identify(int(m.metadata.dst_node_id)) for m in self._sent]
+
+    def charge_sent(self) -> None:
+        """Charge the ledger for this round's messages (each asked client's, valid reply or not: the busiest
+        client's new ones) and call ``on_charge``, before the messages leave."""
+        assert self.enc is not None and self.ledger is not None
+        for c in self.sent_clients():
+            self.joins[c] = self.joins.get(c, 0) + 1
+        charge_joins(self.ledger, self.enc, list(self.joins.values()), self._round)
+        if self.on_charge is not None:
+            self.on_charge()
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         assert self.enc is not None and self.ledger is not None
@@ -197,9 +216,6 @@ class LdpDecoding(Strategy):
         clients, blobs, kept = [clients[i] for i in order], [blobs[i] for i in order], [kept[i] for i in order]
         got = decode_mean(self.enc, blobs, self._round, self.server_cap, _dtype(self._global))
         dropped += [{"client": clients[i], "reason": why} for i, why in got.rejected]
-        for c in clients:  # every message a client sent is charged, valid or not
-            self.joins[c] = self.joins.get(c, 0) + 1
-        charge_joins(self.ledger, self.enc, list(self.joins.values()), self._round)
         ok = set(range(len(clients))) - {i for i, _ in got.rejected}
         self.last = {"round": self._round, "clients": self.asked_clients(), "dropped": dropped,
                      "senders": [clients[i] for i in sorted(ok)],

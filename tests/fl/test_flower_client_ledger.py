@@ -1,5 +1,6 @@
-"""The clients' own ledgers in a Flower simulation: they agree with the server's, and a client past its
-budget refuses and is recorded as a dropout with its reason."""
+"""The clients' own ledgers in a Flower simulation: the server's charges bound them (each sampled client is
+charged before its message leaves), and a client past its budget refuses and is recorded as a dropout with
+its reason."""
 
 import json
 from pathlib import Path
@@ -39,8 +40,9 @@ def test_client_ledgers_agree_with_the_server_and_a_spent_client_is_left_out(tmp
     assert {c: led[c].messages for c in led} == {0: 3, 1: 1, 2: 3, 3: 3}
     for lc in led.values():
         assert lc.report(DELTA)["epsilon"] == pytest.approx(pure_composition_epsilon(3.0, lc.messages, DELTA), rel=1e-12)
-    assert res["final"]["epsilon_total"] == pytest.approx(max(lc.report(DELTA)["epsilon"] for lc in led.values()),
-                                                          rel=1e-12)
+    # the server charges each sampled client before its message leaves: client 3's refused fourth message too
+    assert res["final"]["epsilon_total"] == pytest.approx(pure_composition_epsilon(3.0, 4, DELTA), rel=1e-12)
+    assert res["final"]["epsilon_total"] > max(lc.report(DELTA)["epsilon"] for lc in led.values())
     last = int(np.nonzero(sampled[:, 3])[0][-1])  # the round of client 3's fourth sampling
     dropped = [d for r in res["rounds"] for d in r["dropped"]]
     assert [d["client"] for d in dropped] == [3] and BUDGET_SPENT in dropped[0]["reason"]

@@ -2,8 +2,8 @@
 
 Before: a checkpoint edit alone lowered the published ε: a header-only transcript prefix with every round's
 ``epsilon_spent`` at 0 gave ε 0 (true 9), in secure mode 3 of 9 from a round-2 checkpoint; a checkpoint rolled
-back one round re-sent that round uncharged (4 messages sent, 3 charged; now 3 sent, 3 charged, the 4th refused
-by the plan before it is encoded); a shuffler run's central ledger was
+back one round re-sent that round uncharged (4 messages sent, 3 charged; now 2 sent, 2 charged: the resume is
+refused in one ``--resume:`` line, its re-sent round would take the run past its plan); a shuffler run's central ledger was
 rebuilt from the checkpoint's ``messages_central`` (×1000 lowered the central ε).  Now the checkpoint keeps no
 ε, the prefix must charge exactly its rounds, each round is charged before its messages leave, and the
 ledgers are the replay of the whole transcripts.
@@ -12,6 +12,7 @@ ledgers are the replay of the whole transcripts.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from sstq_fl.fl.resume import ACCOUNTING
 from sstq_fl.privacy.errors import PlanExceededError
 from sstq_fl.privacy.ledger import PrivacyLedger
 from sstq_fl.privacy.transcript import line_hash
-from tests.fl.test_resume_transcript import CFG, edit_checkpoint, stopped_after
+from tests.fl.test_resume_transcript import CFG, FLAGS, edit_checkpoint, stopped_after
 
 
 def header_only(ck: dict[str, Any], out: Path) -> dict[str, Any]:
@@ -69,10 +70,9 @@ def spy_messages(monkeypatch: pytest.MonkeyPatch) -> dict[int, int]:
     return sent
 
 
-def test_a_rolled_back_secure_checkpoint_charges_every_message_sent(tmp_path, monkeypatch):
-    """(c) a round-1 checkpoint restored after round 2 ran: round 2 is sent again with fresh coins, and the
-    ledger counts every message of the busiest client (main: 4 sent, 3 charged)."""
-    sent = spy_messages(monkeypatch)
+def rolled_back(tmp_path: Path) -> Path:
+    """A secure run's round-1 checkpoint restored after round 2 ran (its charge in the transcript): resuming
+    re-sends round 2 with fresh coins, charged again, so round 3 would be the busiest client's 4th of 3."""
     out = stopped_after(tmp_path / "k", after=1, randomness="secure")
     saved = tmp_path / "r1"
     saved.mkdir()
@@ -87,11 +87,38 @@ def test_a_rolled_back_secure_checkpoint_charges_every_message_sent(tmp_path, mo
         p.unlink()
     for p in saved.iterdir():
         shutil.copy(p, out / p.name)
-    with pytest.raises(PlanExceededError):  # round 3 would be a 4th message: refused before it is encoded
+    return out
+
+
+PAST_PLAN = (r"^--resume: round 3 would charge message 4 of the planned 3: .*transcript.jsonl charges 2 for the "
+             r"checkpoint's 1 rounds \(a round sent after it is charged again when re-sent\)$")
+
+
+def test_a_rolled_back_secure_checkpoint_charges_every_message_sent(tmp_path, monkeypatch):
+    """(c) every message sent is charged (main: 4 sent, 3 charged), and a resume whose re-sent round would take
+    the run past its plan is refused in one line before it encodes anything (was: a raw PlanExceededError
+    at round 3, after round 2 was sent again)."""
+    sent = spy_messages(monkeypatch)
+    out = rolled_back(tmp_path)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(ValueError, match=PAST_PLAN) as exc:
         run(RunConfig(**CFG, randomness="secure"), out, resume=True, progress=False)  # type: ignore[arg-type]
+    assert not isinstance(exc.value, PlanExceededError) and "\n" not in str(exc.value)
     led, _ = PrivacyLedger.from_transcript(out / "transcript.jsonl")
-    assert max(sent.values()) == 3 and sum(e.count for e in led.entries) == 3
-    assert [e.meta["round"] for e in led.entries] == [1, 2, 2]
+    assert max(sent.values()) == 2 and sum(e.count for e in led.entries) == 2
+    assert [e.meta["round"] for e in led.entries] == [1, 2]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_the_cli_refuses_a_resume_past_the_plan_in_one_line(tmp_path, monkeypatch, capsys):
+    """``sstq-fl run ... --resume`` of the rolled-back secure checkpoint: exit 2, the one ``--resume:`` line."""
+    sent = spy_messages(monkeypatch)
+    out = rolled_back(tmp_path)
+    capsys.readouterr()
+    assert main(["run", *FLAGS, "--randomness", "secure", "--out", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "PlanExceededError" not in err
+    assert re.search(PAST_PLAN[1:-1], err) and max(sent.values()) == 2
 
 
 def test_an_edited_messages_central_does_not_change_the_central_epsilon(tmp_path):

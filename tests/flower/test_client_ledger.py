@@ -174,6 +174,8 @@ def _round(strategy: LdpDecoding, mod: LdpEncodeMod, contexts: dict[int, Context
 
 
 def test_the_server_leaves_a_refusing_client_out_with_its_reason_and_the_ledgers_agree(run_identity):
+    """The server charges every asked client before its message leaves: its ledger is the client's while the
+    client sends, an upper bound once it refuses."""
     budget = pure_composition_epsilon(EPS, 2, DELTA)
     strategy = LdpDecoding(FedAvg(fraction_evaluate=0.0), SPEC, EPS, 0.5, allow_empty_rounds=True)
     strategy.prepare(_theta(), None)
@@ -187,12 +189,13 @@ def test_the_server_leaves_a_refusing_client_out_with_its_reason_and_the_ledgers
             server[c].record(PureDpEvent(EPS), n)
         for c in contexts:
             assert LdpEncodeMod.report(contexts[c], DELTA)["epsilon"] == pytest.approx(
-                server[c].epsilon(DELTA) if c in server else 0.0, rel=1e-12)
-    assert strategy.joins == {1: 2, 2: 2, 3: 1}
+                min(server[c].epsilon(DELTA), budget if c < 3 else pure_composition_epsilon(EPS, 1, DELTA)), rel=1e-12)
+    assert strategy.joins == {1: 3, 2: 3, 3: 3}
     dropped = strategy.last["dropped"]
     assert sorted(d["client"] for d in dropped) == [1, 2, 3] and all(cl.BUDGET_SPENT in d["reason"] for d in dropped)
     assert dropped[0]["reason"].startswith("client mod refused (code 6): LdpEncodeMod: client budget spent")
-    assert strategy.ledger is not None and strategy.ledger.epsilon(DELTA) == pytest.approx(budget, rel=1e-12)
+    assert strategy.ledger is not None and strategy.ledger.epsilon(DELTA) == pytest.approx(
+        pure_composition_epsilon(EPS, 3, DELTA), rel=1e-12)
 
 
 def test_each_virtual_client_of_a_cohort_node_keeps_its_own_ledger_and_refusal(run_identity):

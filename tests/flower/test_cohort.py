@@ -137,7 +137,8 @@ def test_the_server_validates_and_charges_each_virtual_client_on_its_own(run_ide
     assert new is not None and ldp.last["senders"] == [0, 1, 10] and ldp.last["clients"] == 7
     assert "holds no message for it" in reasons[2] and "truncated" in reasons[11] and "client raised" in reasons[20]
     assert "did not ask" in reasons[30] and "epsilon-spent" in got
-    assert ldp.joins == {0: 1, 1: 1, 10: 1, 11: 1}  # every message a virtual client sent is charged to it
+    # every asked virtual client is charged before its node's message leaves, whatever its reply
+    assert ldp.joins == {0: 1, 1: 1, 2: 1, 10: 1, 11: 1, 20: 1, 30: 1}
 
 
 def test_injected_faults_hit_one_virtual_client_or_its_whole_node(run_identity, monkeypatch):

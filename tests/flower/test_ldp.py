@@ -194,7 +194,7 @@ def _plain(msg: Message, context: Context, call_next: Any) -> Message:
 def test_a_round_without_a_valid_message_stops_the_server_with_its_cause(run_identity):
     grads = {n: np.full(D, 0.01, np.float32) for n in (1, 2)}
     ldp = LdpDecoding(FedAvg(), encoder=SPEC, epsilon=2.0, radius=0.5)
-    ldp.prepare(_theta(), 1)
+    ldp.prepare(_theta(), 2)  # two rounds sent: each charged before it leaves
     with pytest.raises(EmptyRound, match=r"^no LDP message in any reply of round 1: is LdpEncodeMod in the ClientApp's mods\?$"):
         _round(ldp, grads, _plain)  # type: ignore[arg-type]
     assert isinstance(EmptyRound("x"), ValueError) and EmptyRound.exit_code == ExitCode.SERVERAPP_STRATEGY_PRECONDITION_UNMET

@@ -12,8 +12,11 @@ ArrayRecord ``arrays`` (key ``theta``), the round as ``server-round``, the clien
   participants are sampled from ``(seed, round)`` exactly as the in-process engine samples them
   (Flower's node sampler knows no partitions), mapped to nodes by discovery
   (:func:`sstq_fl.flower.plumbing.discover`), re-mapped when a SuperNode restarts.
-* The wrapper validates and decodes the wire bytes (invalid replies left out with their reason),
-  averages in frame coordinates, caps at ``server-cap`` and charges the run's privacy ledger.
+* The wrapper charges the run's privacy ledger for every client a round's train messages ask, and
+  the transcript is written (``Trainer.write_transcripts``), before the messages are sent: a message
+  that leaves is always charged, a client whose reply is lost stays charged.  It validates and decodes
+  the wire bytes (invalid replies left out with their reason), averages in frame coordinates and caps
+  at ``server-cap``.
 * Cohort nodes (simulation, ``clients_per_node`` M > 1, ``--clients-per-node`` / run-config key
   ``clients-per-node``): node ``k`` hosts the virtual clients ``k·M .. k·M + M − 1``; a round sends
   each node with sampled clients one ``train.cohort`` message naming them, and
@@ -221,7 +224,8 @@ def serve(grid: Grid, cfg: RunConfig, out: Path, resume: bool = False, progress:
         decoding = CohortDecoding if cfg.clients_per_node > 1 else LdpDecoding
         ldp = decoding(inner, cfg.encoder, cfg.epsilon, cfg.clip, frame_seed=cfg.seed, server_cap=cfg.server_cap,
                        delta=cfg.delta, ledger=tr.ledger, identify=inner.client_of,
-                       allow_empty_rounds=True)  # as the in-process engine: a round nobody answered leaves θ and is recorded
+                       allow_empty_rounds=True,  # as the in-process engine: a round nobody answered leaves θ
+                       on_charge=lambda: tr.write_transcripts(out))  # the round's charge written before it is sent
         ldp.joins = {c: int(n) for c, n in enumerate(st.joins if st.joins is not None else [])}
         record = RunRecorder(tr, st, out, inner, ldp, progress)
         assert st.theta is not None
