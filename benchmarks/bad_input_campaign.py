@@ -127,7 +127,22 @@ def compare_cases() -> list[Case]:
     return out
 
 
-SURFACES: list[Callable[[], list[Case]]] = [experiment_cases, set_cases, sweep_option_cases, run_cases, compare_cases]
+def numeric_cases() -> list[Case]:
+    """Encoder specs and parameters, ε options, task code raising or exiting, non-finite data
+    (:mod:`bad_input_cases_numeric`), and ε above each encoder's representable maximum."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bad_input_cases_numeric as numeric
+
+    out: list[Case] = [("numeric", name, argv, files) for name, argv, files in numeric.cases()]
+    for spec in ("sstq-flat:b=4", "sstq-ma:b=4", "sqkr", "vqsgd", "privunit", "privunit-mrc"):
+        for eps in ("30.5", "709.8", "1e6"):
+            out.append(("max-epsilon", f"{spec} eps={eps}", ["encoders", "check", spec, "--epsilon", eps,
+                                                              *numeric.FAST], {}))
+    return out
+
+
+SURFACES: list[Callable[[], list[Case]]] = [experiment_cases, set_cases, sweep_option_cases, run_cases, compare_cases,
+                                            numeric_cases]
 """Every surface's cases (another surface: one more function here)."""
 
 
