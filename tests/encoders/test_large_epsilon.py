@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 import torch
 
-from sstq_fl import rng
 from sstq_fl.cli import main
 from sstq_fl.encoders import make_encoder
 from sstq_fl.encoders.base import MAX_EPSILON as ENCODER_MAX

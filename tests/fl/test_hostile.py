@@ -393,7 +393,8 @@ def test_a_restarted_supernode_is_remapped_and_dead_nodes_get_no_message(tmp_pat
     rec = s.aggregate(2, [_reply(NODES[0], _wire(blobs[0]), t=2), _reply(2001, _wire(blobs[1]), t=2), late,
                           _reply(NODES[2], _wire(blobs[2]), t=2)])
     assert rec["dropped"] == [{"client": -1, "reason": "reply from node 1001, which this round did not ask"}]
-    assert s.ldp.last["senders"] == [0, 1, 2] and s.inner.silent == set() and list(s.st.joins) == [2, 2, 2]  # client 1: asked in round 1, charged
+    # client 1: asked in round 1, charged
+    assert s.ldp.last["senders"] == [0, 1, 2] and s.inner.silent == set() and list(s.st.joins) == [2, 2, 2]
     # round 3: partition 2's node is gone and nobody took its place: no message to it, and it is recorded as such
     grid.dead = {1001, 1002}
     msgs = s.configure(3, grid)
