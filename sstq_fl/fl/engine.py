@@ -342,6 +342,7 @@ class Trainer:
         ``pooled_diagnostics``."""
         assert st.theta is not None
         ev = self.task.evaluate(st.theta)
+        self.stop_if_diverged(st.theta, ev, rec["round"])
         if not self.publish_train_loss:
             ev.pop("train_loss", None)
         if self.cfg.randomness == "secure":
@@ -349,6 +350,19 @@ class Trainer:
             if self.cfg.pooled_diagnostics and pooled:
                 st.pooled.append({"round": rec["round"], **pooled})
         rec.update(ev)
+
+    def stop_if_diverged(self, theta: torch.Tensor, ev: dict[str, Any], t: int) -> None:
+        """Raise a one-line ``ValueError`` when the public model ``theta`` or a published evaluation value is
+        not finite: a run that goes on would charge epsilon for a model that no longer trains.  In secure mode
+        the values computed on pooled private data (:data:`POOLED_KEYS`) are not looked at, so the stop
+        depends on public values only."""
+        public = {k: v for k, v in ev.items() if self.cfg.randomness != "secure" or k not in POOLED_KEYS}
+        bad = [f"{k} is {float(v)}" for k, v in public.items() if not math.isfinite(float(v))]
+        if not bool(torch.isfinite(theta).all()):
+            bad.insert(0, "the model has non-finite parameters")
+        if bad:
+            raise ValueError(f"round {t}: {bad[0]} (the model diverged; lr {self.cfg.lr:g}); "
+                             f"the run stops before round {t + 1} is charged")
 
     # ---------------------------------------------------------------- persistence
     def save(self, out: Path, st: RoundState) -> None:

@@ -116,6 +116,7 @@ def _reference_with_dropout(cfg: dict, out: Path, missing: dict[int, list[int]])
     st = tr.initial_state(out, False)
     for t in range(1, cfg["rounds"] + 1):
         sent = tr.participants(t)
+        tr.charge_round(st, t, sent)  # the server charges every client it asks, reply or not
         alive = np.array([c for c in sent if int(c) not in missing.get(t, [])], dtype=np.int64)
         blobs, stats = tr.client_messages(st.theta, t, alive)
         dropped = [{"client": c, "reason": "no reply before the round timeout"} for c in missing.get(t, [])]

@@ -72,13 +72,13 @@ def test_a_folder_holding_a_sweep_is_refused_without_resume_or_force(tmp_path: P
 
 def test_a_failing_cell_is_reported_in_one_line_and_the_others_finish(tmp_path: Path, capsys) -> None:
     f = tmp_path / "bad.toml"
-    f.write_bytes(GRID.replace(b'"sqkr"', b'"sstq-flat:b=99"'))
+    f.write_bytes(GRID + b"lr = [0.2, 1e300]\n")  # the second learning rate diverges in round 1 (a run-time failure)
     code = main(["sweep", str(f), "--out", str(tmp_path / "o"), "--executor", "local", "--set", "seed=0",
-                 "--set", "epsilon=3"])
+                 "--set", "epsilon=3", "--set", 'encoder="sqkr"'])
     out = capsys.readouterr()
     assert code == 1 and "1 cells run, 0 already complete, 1 failed" in out.out
     failed = [c for c in json.loads((tmp_path / "o" / "sweep.json").read_text())["cells"] if c["status"] == "failed"]
-    assert len(failed) == 1 and "b" in failed[0]["error"] and "\n" not in failed[0]["error"]
+    assert len(failed) == 1 and "diverged" in failed[0]["error"] and "\n" not in failed[0]["error"]
 
 
 def test_t_interval_matches_the_student_t_formula() -> None:

@@ -124,6 +124,27 @@ def test_a_nan_gradient_is_encoded_as_the_null_input_not_declined(tmp_path):
     assert zero.client_messages(theta, 1, np.arange(3))[1] == {}  # no diagnostics unless asked for
 
 
+def test_a_diverged_model_stops_the_run_before_the_next_round_is_charged(tmp_path):
+    """A learning rate that sends the loss to inf stops the run in one line after round 1: the transcript
+    charges round 1 only (round 2 would spend epsilon on a model that no longer trains)."""
+    with pytest.raises(ValueError, match=r"^round 1: train_loss is inf \(the model diverged; lr 1e\+300\); "
+                                         r"the run stops before round 2 is charged$"):
+        run(RunConfig(encoder="sqkr", epsilon=1.0, **{**LSQ, "lr": 1e300}), tmp_path / "d", progress=False)
+    led, _ = PrivacyLedger.from_transcript(tmp_path / "d" / "transcript.jsonl")
+    one = run(RunConfig(encoder="sqkr", epsilon=1.0, **{**LSQ, "rounds": 1}), tmp_path / "one", progress=False)
+    assert led.epsilon(1e-5) == pytest.approx(one["final"]["epsilon_total"], rel=1e-12)
+
+
+def test_secure_mode_stops_on_public_values_only(tmp_path):
+    """In secure mode the pooled training loss is not looked at: a diverging loss with a finite model and no
+    public metric that is not finite does not stop the run (the stop would depend on private data)."""
+    tr = Trainer(RunConfig(encoder="sqkr", epsilon=1.0, randomness="secure", **{**LSQ, "rounds": 1}))
+    theta = tr.task.init_params(0)
+    tr.stop_if_diverged(theta, {"train_loss": float("inf"), "distance_to_optimum": float("inf")}, 1)
+    with pytest.raises(ValueError, match="non-finite parameters"):
+        tr.stop_if_diverged(theta * float("nan"), {}, 1)
+
+
 def test_budget_refusal_and_sampling_labels(tmp_path):
     with pytest.raises(BudgetExceededError, match="budget"):
         run(RunConfig(encoder="sstq-flat", budget_epsilon=5.0, **LSQ), tmp_path / "x", progress=False)

@@ -73,7 +73,7 @@ def test_bad_knobs_are_one_line_errors(kwargs, words):
 
 
 @pytest.mark.parametrize("spec,words", [("no-such-encoder", "unknown encoder 'no-such-encoder'"),
-                                        ("vqsgd:b=3", "no parameter"), ("sstq-flat:b=40", "bit width")])
+                                        ("vqsgd:b=3", "no parameter"), ("sstq-flat:b=40", "parameter 'b' must be")])
 def test_unbuildable_specs_are_one_line_value_errors(spec, words):
     with pytest.raises(ValueError, match=words) as exc:
         check_encoder(spec)
