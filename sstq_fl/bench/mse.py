@@ -65,24 +65,29 @@ def bootstrap_interval(e: np.ndarray, resamples: int = 2000, level: float = 0.95
 
 
 def measure(label: str, d: int, epsilon: float, bits: int, norm: float, trials: int, chunk: int = 250) -> dict[str, Any]:
-    """``E‖ĝ − g‖²`` of one encoder at dimension ``d`` from ``trials`` (≥ 2) encodings, with its interval."""
+    """``E‖ĝ − g‖²`` of one encoder at dimension ``d`` from ``trials`` (≥ 2) encodings, with its interval; each
+    chunk of ``chunk`` trials on the frame of the next round (rounds 1, 2, … with ``draw=round``), and the exact
+    MSE averaged over the same frames."""
     if trials < 2:
         raise ValueError(f"mse-vs-dim needs at least 2 trials for an interval, got {trials}")
     enc = make_encoder(with_bits(label, bits), d, epsilon, radius=norm)
     g = test_vector(d, norm)
-    errs = []
+    errs, exacts = [], []
     with progress(trials, f"{label} d={d} trials", level=logging.DEBUG) as bar:
         for start in range(0, trials, chunk):
             n = min(chunk, trials - start)
             seeds = np.arange(start, start + n)
-            msgs = enc.encode(g.repeat(n, 1), seeds, coins=seeds + 10**9)
-            est = enc.decode(msgs, coins=seeds + 10**9)
+            rnd = enc.for_round(1 + start // chunk)  # each chunk of trials on the next round's frame (draw=round)
+            msgs = rnd.encode(g.repeat(n, 1), seeds, coins=seeds + 10**9)
+            est = rnd.decode(msgs, coins=seeds + 10**9)
             errs.append(((est - g.to(est.device)) ** 2).sum(1).cpu())
+            exact_r = rnd.mse(g[None, :])
+            exacts.append(None if exact_r is None else float(exact_r[0]) * n)
             bar.advance(n)
     e = torch.cat(errs).double().numpy()
     mean = float(e.mean())
     low, high = bootstrap_interval(e)
-    exact = enc.mse(g[None, :])
+    exact = None if None in exacts else [sum(exacts) / trials]  # type: ignore[arg-type]
     return {"encoder": label, "d": d, "mse": mean, "ci_low": min(low, mean), "ci_high": max(high, mean),
             "ci_method": CI_METHOD,
             "mse_exact": None if exact is None else float(exact[0]), "bits_per_message": enc.payload_bits(),

@@ -98,3 +98,34 @@ def add_speed_parser(bs: Any, table: Any, device: str) -> None:
     s.add_argument("--no-secure", action="store_true", help="skip the secure-mode columns (reproducible mode only)")
     s.add_argument("--out", default="results/encode_speed.json", help="result JSON")
     s.set_defaults(fn=cmd)
+
+
+def add_frame_round_parser(bs: Any, table: Any) -> None:
+    """``bench frame-round`` (``table(rows, cols)`` prints a result table)."""
+    from ..argtypes import positive_int
+
+    def cmd(args: argparse.Namespace) -> int:
+        from .frame_round import CONFIGS, frame_round_clipping
+
+        bad = [c for c in args.configs or [] if c not in CONFIGS]
+        if bad:
+            raise ValueError(f"unknown configuration {bad[0]!r}; choose from {', '.join(CONFIGS)}")
+        res = frame_round_clipping(args.out, args.dim, args.rounds, gradients=args.gradients, configs=args.configs,
+                                   data_dir=args.data_dir, seed=args.seed)
+        rows = [{"config": k, "pairs": v["pairs"], "clipped": v["clipped"], "upper95": v["upper95"],
+                 "public_level": v["public_level"], "max_level": v["max_level"], "passes_max": v["passes_max"]}
+                for k, v in res["configs"].items()]
+        table(rows, ["config", "pairs", "clipped", "upper95", "public_level", "max_level", "passes_max"])
+        print(f"wrote {args.out}")
+        return 0
+
+    p = bs.add_parser("frame-round", help="clipping of adversarial inputs on per-round frames: counts and 95%% bounds")
+    p.add_argument("--dim", type=positive_int, default=25450, help="input dimension d")
+    p.add_argument("--rounds", type=positive_int, default=25, help="rounds (fresh frames) per configuration")
+    p.add_argument("--gradients", type=int, default=16, choices=range(0, 101), metavar="0..100",
+                   help="Fashion-MNIST clients whose real gradients join each round's inputs (d must be 25,450)")
+    p.add_argument("--configs", nargs="+", default=None, help="configurations to measure (default: all)")
+    p.add_argument("--data-dir", default=None, help="Fashion-MNIST folder (as sstq-fl run --data-dir)")
+    p.add_argument("--seed", type=int, default=0, choices=range(0, 2**31), metavar="SEED", help="public seed")
+    p.add_argument("--out", default="results/frame_round.json", help="result JSON")
+    p.set_defaults(fn=cmd)

@@ -165,6 +165,12 @@ class Encoder(ABC):
         """CRC-32 of the public configuration: a message from another configuration is foreign."""
         return zlib.crc32(json.dumps(self.describe(), sort_keys=True).encode())
 
+    def for_round(self, t: int) -> Encoder:
+        """The encoder clients and server use in round ``t`` (``t ≥ 1``): this one, unless an encoder's public
+        parameters are drawn afresh each round (a framed encoder's frame, ``draw=round``); engines call it
+        for every round's encode and decode."""
+        return self
+
     @property
     def public_coins(self) -> bool:
         """Whether :meth:`encode` and :meth:`decode` need the caller's public per-client ``coins`` (the built-in

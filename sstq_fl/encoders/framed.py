@@ -37,6 +37,8 @@ frame synthesis is applied once per round (:meth:`_finish`).
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 from abc import abstractmethod
 from functools import lru_cache
@@ -51,7 +53,15 @@ from .base import Encoder, Messages, Param, ball_scale, check_input
 from .maths.frames import FRAME_KINDS, Frame, make_frame
 from .maths.kashin import LINF_LEVEL, METHODS, WARMUPS, KashinConfig, kashin
 
-GUARANTEES = ("none", "unbiased")
+GUARANTEES = ("none", "whp", "unbiased")
+DRAWS = ("round", "fixed")
+WHP_FRAMES = ("hadamard", "haar")
+"""Frames whose coefficients of a fixed unit input are, over a fresh draw, sub-Gaussian with variance proxy 1
+(one-stage Hadamard: a Rademacher sum; Haar: a coordinate of a uniform point of the sphere): ``guarantee=whp``
+needs one of them (:func:`whp_level`)."""
+SECURE_ITERS = 6
+"""Default public number of ``kashin=linf`` iterations (warm-up steps plus Douglas–Rachford iterations) of the
+short secure schedule, chosen by measurement on per-round frames (``benchmarks/results/frame_round/``)."""
 CERTIFIED_MARGIN = 1e-3
 """Relative margin of ``guarantee=unbiased``'s level over the certified ``√N max_j ‖Q_j‖``: float32 transforms
 round the minimum-norm start by far less (about ``log2 N`` float32 ulps of ``‖x‖``)."""
@@ -69,9 +79,19 @@ FRAME_PARAMS: dict[str, Param] = {
     "level": Param(float, LINF_LEVEL, "public level for kashin=linf, target level for kashin=ap (units of R/sqrt(N))",
                    above=1.0),
     "iters": Param(int, 300, "iteration cap for kashin=linf and kashin=ap", low=1),
-    "guarantee": Param(str, "none", "unbiased: the public level becomes the frame's certified level sqrt(N) max_j "
-                       "|Q_j| (sqrt(d) on the one-stage frame), which no input exceeds: never clipped, exactly unbiased on "
-                       "every input (sstq-flat, sqkr), at (level/1.9)^2 the MSE; none: the level option", GUARANTEES),
+    "guarantee": Param(str, "none", "whp: the public level is sqrt(2 ln(2N/whp_delta)), which a fixed input exceeds "
+                       "with probability at most whp_delta over the round's fresh frame (draw=round; hadamard or haar "
+                       "frames): unbiased except with that probability, about 10-14x the MSE; unbiased: the frame's "
+                       "certified level sqrt(N) max_j |Q_j| (sqrt(d) on the one-stage frame), which no input exceeds: "
+                       "never clipped, at (level/1.9)^2 the MSE; none: the level option (measured, not proven)",
+                       GUARANTEES),
+    "whp_delta": Param(float, 1e-6, "guarantee=whp: the probability, over the round's frame, that a fixed input has "
+                       "a coefficient above the public level", above=0.0, high=0.5),
+    "draw": Param(str, "round", "round: the frame is drawn afresh each round from a public round seed (signs and "
+                  "columns; the whp guarantee and the short secure schedule rest on it); fixed: one frame for the run",
+                  DRAWS),
+    "secure_iters": Param(int, SECURE_ITERS, "kashin=linf in secure randomness: the public number of iterations "
+                          "every row runs (warm-up and Douglas-Rachford, no lv fallback), whatever its input", low=1),
     "warmup": Param(str, "schedule", "kashin=linf warm-up: schedule (2 transform pairs on typical inputs) or constant "
                     "(3; the results committed before schedule)", WARMUPS),
 }
@@ -82,39 +102,95 @@ def cached_frame(kind: str, d: int, rho: float, seed: int, device: str) -> Frame
     return make_frame(kind, d, rho, seed, device)
 
 
+def round_frame_seed(seed: int, t: int) -> int:
+    """The public seed of round ``t``'s frame (``t ≥ 1``): a hash of the run's frame seed and the round, so every
+    client and the server draw the same frame and no round's frame is any other's (or the fixed one's)."""
+    return rng.derive_seed(int(seed), 0xF4A3E, int(t))
+
+
+def whp_level(n_frame: int, delta: float) -> float:
+    """``√(2 ln(2N/δ))``: for an input fixed before the frame is drawn, the probability over the draw that any of
+    its ``N`` minimum-norm coefficients exceeds this level (in units of ``‖x‖``) is at most ``δ``.
+
+    Proof.  Scaled coefficients of the minimum-norm representation are ``s_j = √N ⟨Q_j, x⟩``.  On the one-stage
+    Hadamard frame ``Q = (H D)[:, S]/√N`` with fresh signs ``D``, given the column set ``S``,
+    ``s_j = Σ_k H_{j,S_k} D_{S_k} x_k`` is a Rademacher sum with ``Σ_k x_k² = ‖x‖²``, so Hoeffding's inequality
+    gives ``P(|s_j| ≥ t‖x‖) ≤ 2 e^{−t²/2}`` (W. Hoeffding, "Probability inequalities for sums of bounded random
+    variables", JASA 58(301), 1963, Thm. 2).  On a Haar frame ``Q x/‖x‖`` is uniform on the sphere ``S^{N−1}``
+    and the same tail holds for each coordinate of ``√N`` times it (R. Vershynin, *High-Dimensional Probability*,
+    Cambridge 2018, Thm. 3.4.6: the uniform distribution on ``√N S^{N−1}`` is sub-Gaussian with constant 1 in
+    the form ``P(|⟨v, e_j⟩| ≥ t) ≤ 2 e^{−t²/2}``).  A union bound over the ``N`` rows gives
+    ``P(‖s‖_∞ ≥ t‖x‖) ≤ 2N e^{−t²/2} = δ`` at ``t = √(2 ln(2N/δ))``.  ∎"""
+    return math.sqrt(2.0 * math.log(2.0 * n_frame / delta))
+
+
 class FramedEncoder(Encoder):
     params: ClassVar[dict[str, Param]] = dict(FRAME_PARAMS)
 
     def __init__(self, *args: Any, **kw: Any):
         super().__init__(*args, **kw)
         c = self.cfg
-        self.frame = cached_frame(c["frame"], self.dim, c["rho"], self.seed, str(self.device))
+        self.round: int | None = None  # set on the encoders of :meth:`for_round`
         self.certified = c["guarantee"] == "unbiased"  # the level is proven for every input: see _certified_level
-        level = self._certified_level() if self.certified else c["level"]
+        self.whp = c["guarantee"] == "whp"
+        if self.whp and (c["draw"] != "round" or c["frame"] not in WHP_FRAMES):
+            raise ValueError(f"guarantee=whp needs draw=round and frame in {WHP_FRAMES} (a fresh draw whose "
+                             f"coefficients are sub-Gaussian), got draw={c['draw']}, frame={c['frame']}")
+        self._set_frame(cached_frame(c["frame"], self.dim, c["rho"], self.seed, str(self.device)))
+
+    def _set_frame(self, frame: Frame) -> None:
+        """Use ``frame`` and derive the public level, Kashin configurations and coefficient bound from it."""
+        c = self.cfg
+        self.frame, self.N = frame, frame.N
+        if self.whp or self.certified:
+            self._check_direct()
+        level = (self._certified_level() if self.certified else max(c["level"], whp_level(self.N, c["whp_delta"]))
+                 if self.whp else c["level"])
         self.kashin_cfg = KashinConfig(method=c["kashin"], eta=c["eta"], delta=c["delta"], max_passes=c["passes"],
                                        ap_level=c["level"], ap_iters=c["iters"], linf_level=level,
                                        linf_iters=c["iters"], linf_warmup=c["warmup"])
-        self.N = self.frame.N
+        self.secure_cfg = (dataclasses.replace(self.kashin_cfg, linf_iters=c["secure_iters"], linf_fallback=False)
+                           if c["kashin"] == "linf" else self.kashin_cfg)
         self.log2n = int(math.log2(self.N)) if self.N & (self.N - 1) == 0 else math.ceil(math.log2(self.N))
         self.bound = self.kashin_cfg.level * self.radius  # B in scaled units s = √N a
+
+    def for_round(self, t: int) -> FramedEncoder:
+        """The encoder of round ``t`` (``t ≥ 1``): with ``draw=round`` the same configuration on the frame of
+        :func:`round_frame_seed` (its fingerprint names the round, so a message of another round's frame is
+        foreign); with ``draw=fixed``, this encoder."""
+        if self.cfg["draw"] == "fixed":
+            return self
+        if int(t) < 1:
+            raise ValueError(f"a round is a positive integer, got {t}")
+        enc = copy.copy(self)
+        enc.round = int(t)
+        enc._set_frame(cached_frame(self.cfg["frame"], self.dim, self.cfg["rho"], round_frame_seed(self.seed, t),
+                                    str(self.device)))
+        return enc
+
+    def _check_direct(self) -> None:
+        """``guarantee=whp`` and ``unbiased`` encode the minimum-norm start (:meth:`_direct_coefficients`): only
+        for the unbiased-where-not-clipped encoders on ``kashin=linf``."""
+        c = self.cfg
+        if not self.unbiased_unless_clipped:
+            raise ValueError(f"guarantee={c['guarantee']}: {self.name} is biased whatever its level (only sstq-flat "
+                             "and sqkr are unbiased where nothing is clipped)")
+        if c["kashin"] != "linf":
+            raise ValueError(f"guarantee={c['guarantee']} needs kashin=linf (the method that keeps a start within the "
+                             f"level), got kashin={c['kashin']}")
+        if self.certified:
+            self.__dict__["unbiased"] = True  # this instance's declaration; the class's stays False
 
     def _certified_level(self) -> float:
         """``guarantee=unbiased``: the public level ``max(level, (1 + margin) √N max_j ‖Q_j‖)``.  Every input's
         minimum-norm start is then within it (:meth:`~sstq_fl.encoders.maths.frames.Frame.certified_level`), and
         ``kashin=linf`` returns a row's start when it is within the level, so nothing is ever clipped: this
         instance is unbiased on every input (it says so in ``unbiased``, over its class's ``False``)."""
-        c = self.cfg
-        if not self.unbiased_unless_clipped:
-            raise ValueError(f"guarantee=unbiased: {self.name} is biased whatever its level (only sstq-flat and sqkr "
-                             "are unbiased where nothing is clipped)")
-        if c["kashin"] != "linf":
-            raise ValueError(f"guarantee=unbiased needs kashin=linf (the method that keeps a start within the level), "
-                             f"got kashin={c['kashin']}")
-        self.__dict__["unbiased"] = True  # this instance's declaration; the class's stays False
-        return max(c["level"], self.frame.certified_level() * (1.0 + CERTIFIED_MARGIN))
+        return max(self.cfg["level"], self.frame.certified_level() * (1.0 + CERTIFIED_MARGIN))
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "N": self.N, "kashin_level": self.kashin_cfg.level, "B_scaled": self.bound}
+        rnd = {} if self.round is None else {"frame_round": self.round}
+        return {**super().describe(), "N": self.N, "kashin_level": self.kashin_cfg.level, "B_scaled": self.bound, **rnd}
 
     def bits_quantities(self) -> dict[str, Any]:
         """``d``, the parameters and the frame size ``N``."""
@@ -122,7 +198,8 @@ class FramedEncoder(Encoder):
 
     def encode(self, x: torch.Tensor, seeds: Any, coins: Any = None, constant_time: bool | None = None) -> Messages:
         """:meth:`Encoder.encode`; with ``constant_time`` (default: for secure keys) the Kashin step runs its
-        public iteration cap on every row (:func:`~sstq_fl.encoders.maths.kashin.kashin`, ``fixed``)."""
+        public schedule on every row (:func:`~sstq_fl.encoders.maths.kashin.kashin`, ``fixed``): for
+        ``kashin=linf`` the short one of ``secure_iters`` iterations, else the method's cap."""
         with stage("clip"):
             x = check_input(x, self.dim).to(self.device)
         s = rng.as_seeds(seeds, x.shape[0])
@@ -143,10 +220,10 @@ class FramedEncoder(Encoder):
         ``[n, d]`` copy is never made (at 1,000 clients of ``d = 25,450`` it cost more than its arithmetic)."""
         with stage("clip"):
             scale = ball_scale(x, self.radius)
-        if self.certified:
-            return self._certified_coefficients(x, idx, scale)
+        if self.certified or self.whp:
+            return self._direct_coefficients(x, idx, scale)
         with stage("kashin"):
-            res = kashin(self.frame, x, self.kashin_cfg, idx, fixed)
+            res = kashin(self.frame, x, self.secure_cfg if fixed else self.kashin_cfg, idx, fixed)
         s = res.coeffs.double().mul_(scale)
         over = s.abs() > self.bound
         stats = {"clipped": float(over.sum()), "kashin_passes_mean": float(res.passes.double().mean()),
@@ -154,12 +231,13 @@ class FramedEncoder(Encoder):
                  "not_converged": float((~res.converged).sum())}
         return s.clamp(-self.bound, self.bound), stats
 
-    def _certified_coefficients(self, x: torch.Tensor, idx: torch.Tensor, scale: torch.Tensor
-                                ) -> tuple[torch.Tensor, dict[str, float]]:
-        """``guarantee=unbiased``: the minimum-norm representation ``√N Q x`` at ``idx``, which ``kashin=linf``
-        would return unchanged (it is within the certified level), as one transform of every row with no branch
-        on the data: the same operations for every input, so secure mode needs no fixed schedule.  The clip to
-        ``[-B, B]`` is kept as a guard and still counted (never more than 0 up to rounding)."""
+    def _direct_coefficients(self, x: torch.Tensor, idx: torch.Tensor, scale: torch.Tensor
+                             ) -> tuple[torch.Tensor, dict[str, float]]:
+        """``guarantee=unbiased`` or ``whp``: the minimum-norm representation ``√N Q x`` at ``idx`` (what
+        ``kashin=linf`` returns for a start within the level), as one transform of every row with no branch on
+        the data: the same operations for every input, so secure mode needs no schedule.  The clip to ``[-B, B]``
+        is counted: never more than 0 up to rounding with ``unbiased``; with ``whp``, for an input fixed before
+        the round's frame is drawn, with probability at most ``whp_delta``."""
         with stage("kashin"):
             s = torch.gather(self.frame.coef(x), 1, idx.to(x.device)).double().mul_(scale)
         stats = {"clipped": float((s.abs() > self.bound).sum()), "kashin_passes_mean": 0.0,

@@ -217,6 +217,7 @@ class ClientData:
             return [], {}
         keys = client_coins(cfg.randomness, cfg.seed, t, ids)  # secure mode: drawn here, on the client
         grads, bad = self.gradients(theta, t, ids, keys)
+        enc = enc.for_round(t)  # the round's public frame (draw=round), drawn after the gradients
         msgs = enc.encode(grads, encoder_seeds(cfg.seed, t, ids) if keys is None else keys)
         stats = {**msgs.stats, "nonfinite_gradients": float(bad)} if cfg.diagnostics else {}
         with stage("wire"):
@@ -294,7 +295,7 @@ class Trainer:
         assert st.theta is not None and st.joins is not None
         rec: dict[str, Any] = {"round": t, "clients": int(n_sent), "dropped": list(dropped)}
         if len(ids):
-            got = decode_mean(self.enc, blobs, t, cfg.server_cap, st.theta.dtype)
+            got = decode_mean(self.enc.for_round(t), blobs, t, cfg.server_cap, st.theta.dtype)
             shuffled = self.trusted is not None and self.trusted.hides_senders
             rec["dropped"] += [{"shuffled_message": int(i), "reason": why} if shuffled else
                                {"client": int(ids[i]), "reason": why} for i, why in got.rejected]
@@ -510,9 +511,10 @@ class Trainer:
         if t > self.cfg.rounds or key in warmed:  # a sweep's later cells share the task and encoder
             return 0.0
         blobs, _ = self.client_messages(st.theta, t, np.arange(1))
-        got, _ = wire.unpack_lenient(self.enc, blobs, round=t)
+        enc = self.enc.for_round(t)
+        got, _ = wire.unpack_lenient(enc, blobs, round=t)
         if got.n:
-            self.enc.aggregate(got)
+            enc.aggregate(got)
         self.task.evaluate(st.theta)
         warmed.add(key)
         return time.perf_counter() - t0

@@ -186,8 +186,8 @@ class LdpDecoding(Strategy):
         return super().start(grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn)
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        enc = self.enc or self.prepare(arrays, None)
-        config[KEY_FINGERPRINT], config[KEY_ENCODER] = enc.fingerprint, public_spec(enc)
+        enc = (self.enc or self.prepare(arrays, None)).for_round(int(config.get("server-round", server_round)))
+        config[KEY_FINGERPRINT], config[KEY_ENCODER] = enc.fingerprint, public_spec(enc)  # bound to the round
         self._global = arrays
         self._sent = list(self.strategy.configure_train(server_round, arrays, config, grid))
         self._round = int(config.get("server-round", server_round))  # type: ignore[arg-type]
@@ -214,7 +214,7 @@ class LdpDecoding(Strategy):
         clients, blobs, kept, dropped = self._collect(replies)
         order = sorted(range(len(clients)), key=lambda i: clients[i])  # a deterministic sum: client order
         clients, blobs, kept = [clients[i] for i in order], [blobs[i] for i in order], [kept[i] for i in order]
-        got = decode_mean(self.enc, blobs, self._round, self.server_cap, _dtype(self._global))
+        got = decode_mean(self.enc.for_round(self._round), blobs, self._round, self.server_cap, _dtype(self._global))
         dropped += [{"client": clients[i], "reason": why} for i, why in got.rejected]
         ok = set(range(len(clients))) - {i for i, _ in got.rejected}
         self.last = {"round": self._round, "clients": self.asked_clients(), "dropped": dropped,

@@ -186,6 +186,7 @@ class LdpEncodeMod:
             s = self.settings(msg, context)
             _, sent = single(msg.content.array_records, "the server's train message")
             enc = encoder_for(s.encoder, int(flatten(sent).size), s.epsilon, s.radius, s.frame_seed)
+            enc = enc.for_round(server_round(msg))  # the round's public frame: its fingerprint names the round
             check_server(msg, enc)
             found = client_ledger.budgets(s.budget_epsilon, s.budget_delta, context.node_config)
             client_ledger.load(context, partition(context)).check(enc.privacy_event(), found)  # before any work
@@ -237,8 +238,9 @@ def partition(context: Context) -> int:
 def public_spec(enc: Encoder) -> str:
     """An encoder's whole public configuration in one line: canonical spec, dimension, ε, radius,
     frame seed and the wire fingerprint (the CRC-32 of the rest, all a message header carries)."""
-    return (f"{enc.spec} (dim {enc.dim}, epsilon {enc.epsilon:g}, radius {enc.radius:g}, frame seed {enc.seed}, "
-            f"fingerprint {enc.fingerprint:#010x})")
+    rnd = getattr(enc, "round", None)
+    return (f"{enc.spec} (dim {enc.dim}, epsilon {enc.epsilon:g}, radius {enc.radius:g}, frame seed {enc.seed}"
+            f"{'' if rnd is None else f', frame of round {rnd}'}, fingerprint {enc.fingerprint:#010x})")
 
 
 def wrapped_server(msg: Message) -> bool:

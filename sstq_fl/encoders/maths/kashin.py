@@ -100,6 +100,9 @@ class KashinConfig:
     linf_level: float = LINF_LEVEL
     linf_iters: int = 300
     linf_warmup: str = "schedule"
+    linf_fallback: bool = True
+    """Whether a ``linf`` row that reaches ``linf_iters`` above the level gets ``lv``'s representation where
+    that is lower (off in the short secure schedule: the fallback runs ``lv``'s whole pass cap on every row)."""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -433,7 +436,7 @@ def _douglas_rachford(frame: Frame, u: torch.Tensor, s: torch.Tensor, cfg: Kashi
         ok = lvl <= stop
         leave = ok | (it + 1 == cfg.linf_iters)
         if bool(leave.any()):
-            if bool((leave & ~ok).any()):
+            if cfg.linf_fallback and bool((leave & ~ok).any()):
                 _lv_fallback(frame, u, cfg, best, best_lvl, leave & ~ok)
             _leave(out, rows, best, leave, idx)
             conv[rows[leave]] = ok[leave]
@@ -509,8 +512,8 @@ def _lv_fixed(frame: Frame, x: torch.Tensor, cfg: KashinConfig, idx: torch.Tenso
 
 def _linf_fixed(frame: Frame, x: torch.Tensor, cfg: KashinConfig, idx: torch.Tensor | None) -> KashinResult:
     """:func:`_linf_fast` on every row for exactly ``LINF_WARMUP`` warm-up steps, ``linf_iters − LINF_WARMUP``
-    Douglas–Rachford iterations and one ``lv`` fallback (the adaptive method's worst case); a row keeps the
-    iterate it had when it first reached ``K``."""
+    Douglas–Rachford iterations and (with ``linf_fallback``) one ``lv`` fallback (the adaptive method's worst
+    case); a row keeps the iterate it had when it first reached ``K``."""
     n, dev = x.shape[0], x.device
     norms, u = _unit_rows(x)
     out = torch.zeros(n, frame.N if idx is None else idx.shape[1], dtype=x.dtype, device=dev)
@@ -553,8 +556,9 @@ def _douglas_rachford_fixed(frame: Frame, u: torch.Tensor, s: torch.Tensor, cfg:
         best, best_lvl = _masked(better, s, best), torch.where(better, lvl, best_lvl)
         leave = live & (lvl <= stop)
         out, live = _masked(leave, _pick(best, idx), out), live & ~leave
-    alt = _lv_fixed(frame, u, cfg, None).coeffs
-    best = _masked(_sup(alt) < best_lvl, alt, best)
+    if cfg.linf_fallback:
+        alt = _lv_fixed(frame, u, cfg, None).coeffs
+        best = _masked(_sup(alt) < best_lvl, alt, best)
     conv.copy_(conv & ~live)
     return _masked(live, _pick(best, idx), out)
 
