@@ -112,8 +112,8 @@ def frame_round_clipping(out: str, dim: int = 25450, rounds: int = 25, flats: in
     return res
 
 
-def _inputs(enc: FramedEncoder, fixed: FramedEncoder, t: int, suite: dict[str, torch.Tensor], gauss: torch.Tensor, grads: list[torch.Tensor],
-            prev_rows: int, seed: int) -> dict[str, torch.Tensor]:
+def _inputs(enc: FramedEncoder, fixed: FramedEncoder, t: int, suite: dict[str, torch.Tensor], gauss: torch.Tensor,
+            grads: list[torch.Tensor], prev_rows: int, seed: int) -> dict[str, torch.Tensor]:
     """Round ``t``'s inputs: the fixed suite, rows of round ``t − 1``'s frame, Gaussians, the round's gradients."""
     prev = enc.for_round(t - 1) if t > 1 else fixed  # round 1 follows the fixed (round-0) frame
     j = torch.from_numpy(np.random.default_rng([seed, t]).integers(0, enc.N, prev_rows))

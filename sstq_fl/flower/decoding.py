@@ -186,7 +186,7 @@ class LdpDecoding(Strategy):
         return super().start(grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn)
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        enc = (self.enc or self.prepare(arrays, None)).for_round(int(config.get("server-round", server_round)))
+        enc = (self.enc or self.prepare(arrays, None)).for_round(int(config.get("server-round", server_round)))  # type: ignore[arg-type]
         config[KEY_FINGERPRINT], config[KEY_ENCODER] = enc.fingerprint, public_spec(enc)  # bound to the round
         self._global = arrays
         self._sent = list(self.strategy.configure_train(server_round, arrays, config, grid))
