@@ -165,6 +165,12 @@ class Encoder(ABC):
         """CRC-32 of the public configuration: a message from another configuration is foreign."""
         return zlib.crc32(json.dumps(self.describe(), sort_keys=True).encode())
 
+    def unbiasedness(self) -> dict[str, Any]:
+        """What this encoder promises about ``E[x̂] = clip(x)``, for a run's metrics: ``always``,
+        ``unless_clipped`` (every input whose coefficients stay within the public level; clipped ones are
+        counted) or ``no``."""
+        return {"unbiased": "always" if self.unbiased else "unless_clipped" if self.unbiased_unless_clipped else "no"}
+
     def for_round(self, t: int) -> Encoder:
         """The encoder clients and server use in round ``t`` (``t ≥ 1``): this one, unless an encoder's public
         parameters are drawn afresh each round (a framed encoder's frame, ``draw=round``); engines call it

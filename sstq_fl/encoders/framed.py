@@ -31,6 +31,23 @@ the exact MSE of ``sstq-flat:b=4`` is 14.6×, 141× and 1,412× the default leve
 2,774× (``benchmarks/results/frame_stack/e1_certified.json``): a representation that is flat
 by proof is not yet known at these sizes.
 
+**Frames drawn afresh each round** (``draw=round``, the default).  :meth:`FramedEncoder.for_round` gives round
+``t``'s encoder: the same configuration on the frame of the public seed :func:`round_frame_seed` (fresh signs and
+column set, ``O(N)`` to draw, nothing sent; the fingerprint names the round).  Clipping is then a property of
+an input *and* a draw: an input fixed before the round's frame is drawn (an honest client's gradient at the
+published model) meets a frame it could not be tuned to.  On the one-stage frame the minimum-norm coefficients
+of such an input are Rademacher sums, so ``guarantee=whp`` can make ``√(2 ln(2N/δ))`` the public level with a
+proof (:func:`whp_level`): unbiased except with probability ``δ`` per message, at 6–8× the MSE of level 1.9
+(``sstq-flat:b=4``, ε = 3, d = 100–10,000), where the every-input proof costs 14.6–1,412×.  At the default level
+1.9 nothing is proven, but the measured clipping of adversarial inputs over fresh frames is reported by
+``sstq-fl bench frame-round`` (``benchmarks/results/frame_round/``).  ``draw=fixed`` keeps one frame for the run.
+
+**Secure schedule.**  In secure randomness the Kashin step must take the same time on every input.  With
+``kashin=linf`` every row runs ``secure_iters`` iterations (warm-up and Douglas–Rachford, no ``lv`` fallback),
+a public number; on per-round frames the adversarial suite needs at most 2–3 transform pairs at d = 25,450, so
+a short schedule reaches the level there.  The messages equal the adaptive encode of the same configuration
+bit for bit.  Reproducible randomness keeps the adaptive encode (up to ``iters`` iterations and the fallback).
+
 Server side, contributions are accumulated as a dense ``N``-vector in scaled units and the
 frame synthesis is applied once per round (:meth:`_finish`).
 """
@@ -187,6 +204,14 @@ class FramedEncoder(Encoder):
         ``kashin=linf`` returns a row's start when it is within the level, so nothing is ever clipped: this
         instance is unbiased on every input (it says so in ``unbiased``, over its class's ``False``)."""
         return max(self.cfg["level"], self.frame.certified_level() * (1.0 + CERTIFIED_MARGIN))
+
+    def unbiasedness(self) -> dict[str, Any]:
+        """``guarantee=whp``: unbiased except with probability at most ``whp_delta`` per message, over the
+        round's public frame, for an input fixed before that frame is drawn (:func:`whp_level`)."""
+        if not self.whp:
+            return super().unbiasedness()
+        return {"unbiased": "except_with_probability", "delta": self.cfg["whp_delta"],
+                "over": "the round's public frame, for an input fixed before it is drawn", "level": self.kashin_cfg.level}
 
     def describe(self) -> dict[str, Any]:
         rnd = {} if self.round is None else {"frame_round": self.round}

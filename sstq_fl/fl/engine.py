@@ -530,7 +530,8 @@ class Trainer:
         final.update({"bits_per_client": self.enc.payload_bits(), "epsilon_total": self.ledger.epsilon(self.cfg.delta),
                       "delta": self.cfg.delta, "wall_s": st.wall_s,
                       **({"setup_s": self.setup_s} if self.setup_s is not None else {}), "encoder_spec": self.enc.spec,
-                      "kashin_level": getattr(getattr(self.enc, "kashin_cfg", None), "level", None)})
+                      "kashin_level": getattr(getattr(self.enc, "kashin_cfg", None), "level", None),
+                      "encoder_unbiasedness": self.enc.unbiasedness()})
         if self.cfg.sampling_rate < 1:
             final["epsilon_amplified"] = self.amplified_epsilon()
         final["epsilon_threat_model"] = self.ledger.notes["threat_model"]

@@ -1,10 +1,11 @@
 """Checks ``wire-roundtrip`` and ``wire-rejection`` against the bit-exact format of :mod:`sstq_fl.wire`.
 
 Round trip: encode → bytes → decode gives the same fields and the same estimates.  Rejection: truncated,
-oversized, foreign (another configuration's fingerprint), wrong-round, out-of-range and non-finite messages
-raise :class:`~sstq_fl.encoders.base.WireError`; and every message the wire format accepts — random payloads
-included — decodes to a finite vector without any other exception (so a layout that leaves invalid values
-representable, or a ``check`` that lets them through, is caught when ``decode`` trips over them).
+oversized, foreign (another configuration's fingerprint, or another round's public frame), wrong-round,
+out-of-range and non-finite messages raise :class:`~sstq_fl.encoders.base.WireError`; and every message the
+wire format accepts — random payloads included — decodes to a finite vector without any other exception (so a
+layout that leaves invalid values representable, or a ``check`` that lets them through, is caught when
+``decode`` trips over them).
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ def check_rejection(enc: Encoder, other: Encoder | None) -> CheckResult:
             return failed(REJECTION, f"a message {label} was accepted (expected WireError)")
     if not _raises_wire_error(lambda: wire.unpack(enc, [blob], round=4)):
         return failed(REJECTION, "a message for round 3 was accepted as round 4")
+    why = _other_rounds_frame(enc)
+    if why:
+        return failed(REJECTION, why)
     why = _fuzz(enc)
     if why:
         return failed(REJECTION, why)
@@ -95,6 +99,19 @@ def forge(enc: Encoder, values: dict[str, np.ndarray], round: int = 3) -> bytes:
 
 def _values(msgs: Messages, row: int) -> dict[str, np.ndarray]:
     return {k: v[row].cpu().numpy().copy() for k, v in msgs.fields.items()}
+
+
+def _other_rounds_frame(enc: Encoder) -> str | None:
+    """Where the public parameters change per round (:meth:`Encoder.for_round`, e.g. a frame drawn afresh), a
+    message made on round 2's parameters but labelled round 3 must be foreign to round 3's encoder."""
+    r2, r3 = enc.for_round(2), enc.for_round(3)
+    if r2.fingerprint == r3.fingerprint:
+        return None
+    s = inputs.seeds("other-round", 1)
+    blob = wire.pack(r2, r2.encode(inputs.mixed_batch(r2, 1), s, coins=inputs.coins(s)), round=3)[0]
+    if not _raises_wire_error(partial(wire.unpack, r3, [blob], round=3)):
+        return "a message made on round 2's public frame was accepted by round 3's encoder"
+    return None
 
 
 def _out_of_range(enc: Encoder, msgs: Messages) -> list[tuple[str, bytes]]:
