@@ -130,10 +130,10 @@ def _check_frame(encoder: Encoder, blob: bytes, nbytes: int, round: int | None) 
         return f"unsupported wire version {ver} (expected {VERSION})"
     if flags != 0:
         return f"unknown header flags {flags:#x}"
-    if fp != encoder.fingerprint:
-        return f"foreign message: fingerprint {fp:#010x} does not match encoder {encoder.spec!r} ({encoder.fingerprint:#010x})"
     if round is not None and rnd != round & 0xFFFFFFFF:
         return f"message for round {rnd}, expected round {round}"
+    if fp != encoder.fingerprint:
+        return f"foreign message: fingerprint {fp:#010x} does not match encoder {encoder.spec!r} ({encoder.fingerprint:#010x})"
     if int(bits) != encoder.payload_bits():
         return f"declares {bits} payload bits, encoder {encoder.spec!r} sends {encoder.payload_bits()}"
     got: int = len(blob) - HEADER_BYTES

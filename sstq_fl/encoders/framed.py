@@ -172,13 +172,13 @@ class FramedEncoder(Encoder):
         self.bound = self.kashin_cfg.level * self.radius  # B in scaled units s = √N a
 
     def for_round(self, t: int) -> FramedEncoder:
-        """The encoder of round ``t`` (``t ≥ 1``): with ``draw=round`` the same configuration on the frame of
+        """The encoder of round ``t`` (training rounds are ``t ≥ 1``): with ``draw=round`` the same configuration on the frame of
         :func:`round_frame_seed` (its fingerprint names the round, so a message of another round's frame is
         foreign); with ``draw=fixed``, this encoder."""
         if self.cfg["draw"] == "fixed":
             return self
-        if int(t) < 1:
-            raise ValueError(f"a round is a positive integer, got {t}")
+        if int(t) < 0:
+            raise ValueError(f"a round is a non-negative integer, got {t}")
         enc = copy.copy(self)
         enc.round = int(t)
         enc._set_frame(cached_frame(self.cfg["frame"], self.dim, self.cfg["rho"], round_frame_seed(self.seed, t),

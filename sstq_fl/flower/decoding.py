@@ -186,11 +186,15 @@ class LdpDecoding(Strategy):
         return super().start(grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn)
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        enc = (self.enc or self.prepare(arrays, None)).for_round(int(config.get("server-round", server_round)))  # type: ignore[arg-type]
-        config[KEY_FINGERPRINT], config[KEY_ENCODER] = enc.fingerprint, public_spec(enc)  # bound to the round
+        base = self.enc or self.prepare(arrays, None)
+        config[KEY_FINGERPRINT], config[KEY_ENCODER] = base.fingerprint, public_spec(base)
         self._global = arrays
         self._sent = list(self.strategy.configure_train(server_round, arrays, config, grid))
         self._round = int(config.get("server-round", server_round))  # type: ignore[arg-type]
+        enc = base.for_round(self._round)  # the round's public frame: its fingerprint names the round
+        for m in self._sent:
+            for conf in m.content.config_records.values():
+                conf[KEY_FINGERPRINT], conf[KEY_ENCODER] = enc.fingerprint, public_spec(enc)
         self.charge_sent()
         return self._sent
 

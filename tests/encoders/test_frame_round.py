@@ -35,8 +35,8 @@ def test_each_round_has_its_own_public_frame_and_fingerprint():
     fixed = _framed("sstq-flat:b=4,draw=fixed", 100)
     assert fixed.for_round(5) is fixed
     assert make_encoder("vqsgd", 100, 3.0).for_round(3).fingerprint == make_encoder("vqsgd", 100, 3.0).fingerprint
-    with pytest.raises(ValueError, match="positive"):
-        enc.for_round(0)
+    with pytest.raises(ValueError, match="non-negative"):
+        enc.for_round(-1)
 
 
 def test_a_message_of_one_rounds_frame_is_foreign_to_another_round():

@@ -175,7 +175,7 @@ def _honest(encoder: str, t: int = T) -> dict[int, bytes]:
 
 def _frame(encoder: str, values: dict[str, list[int]], rnd: int = T) -> bytes:
     """A well-framed message (right header) whose unsigned fields hold ``values``."""
-    enc = make_encoder(encoder, 20, 3.0, radius=1.0, seed=0)
+    enc = make_encoder(encoder, 20, 3.0, radius=1.0, seed=0).for_round(rnd)
     bits: list[int] = []
     for f in enc.layout():
         for v in values[f.name]:

@@ -70,8 +70,9 @@ def _attack(encoder: str, epsilon: float, randomness: str) -> dict[str, float]:
     blobs, _ = tr.client_messages(tr.task.init_params(0), T, ids)  # what the server receives
     # the adversary: the recorded seed and config, the public encoder, the wire bytes
     guess_seeds = encoder_seeds(cfg.seed, T, ids)
-    plus = wire.pack(tr.enc, tr.enc.encode(v.expand(N, -1), guess_seeds), round=T)
-    minus = wire.pack(tr.enc, tr.enc.encode(-v.expand(N, -1), guess_seeds), round=T)
+    enc = tr.enc.for_round(T)  # the round's public frame
+    plus = wire.pack(enc, enc.encode(v.expand(N, -1), guess_seeds), round=T)
+    minus = wire.pack(enc, enc.encode(-v.expand(N, -1), guess_seeds), round=T)
     m0 = np.array([b == p for b, p in zip(blobs, plus)])
     m1 = np.array([b == m for b, m in zip(blobs, minus)])
     says = np.where(m0 & ~m1, 0, np.where(m1 & ~m0, 1, -1))

@@ -66,7 +66,7 @@ def test_the_mod_sends_the_encoders_message_of_the_pseudo_gradient():
     """Reproducible coins: the bytes are exactly what the encoder gives for ``g = θ − θ_local`` (as the engine)."""
     g = np.random.default_rng(0).normal(size=D).astype(np.float32) * 0.1
     mod = LdpEncodeMod(SPEC, epsilon=2.0, radius=0.5, randomness="reproducible", frame_seed=SEED, seed=SEED)
-    enc = make_encoder(SPEC, D, 2.0, radius=0.5, seed=SEED)
+    enc = make_encoder(SPEC, D, 2.0, radius=0.5, seed=SEED).for_round(T)  # the round's public frame
     reply = mod(_msg(_theta(), {"server-round": T, "ldp-fingerprint": enc.fingerprint}), _context(), _trainer_step(g))
     assert not reply.has_error() and list(reply.content.array_records) == ["arrays"]
     expect = wire.pack(enc, enc.encode(torch.from_numpy(g)[None], encoder_seeds(SEED, T, np.array([PID]))), round=T)[0]
@@ -201,7 +201,7 @@ def test_a_round_without_a_valid_message_stops_the_server_with_its_cause(run_ide
     with pytest.raises(EmptyRound) as got:
         _round(ldp, grads, LdpEncodeMod("sqkr", epsilon=2.0, radius=0.5))
     cause = str(got.value)
-    server, client = make_encoder(SPEC, D, 2.0, radius=0.5), make_encoder("sqkr", D, 2.0, radius=0.5)
+    server, client = make_encoder(SPEC, D, 2.0, radius=0.5).for_round(1), make_encoder("sqkr", D, 2.0, radius=0.5).for_round(1)
     assert cause == (f"encoder mismatch in round 1: the server decodes {public_spec(server)} but this client encodes "
                      f"{public_spec(client)} (2 of 2 clients refused)")
     assert "\n" not in cause and len(cause) > 200

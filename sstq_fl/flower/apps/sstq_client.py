@@ -133,7 +133,7 @@ def cohort(msg: Message, context: Context) -> Message:
     content: Any = msg.content
     theta = torch.from_numpy(np.array(content["arrays"]["theta"].numpy()))
     enc = encoder_for(cfg.encoder, int(theta.numel()), cfg.epsilon, cfg.clip, cfg.seed)
-    check_server(msg, enc)
+    check_server(msg, enc.for_round(server_round(msg)))  # the server names the round's frame
     found = client_ledger.budgets(cfg.client_budget_epsilon, cfg.delta, context.node_config)
     ids, refused = client_ledger.admit(context, ids, enc.privacy_event(), found)  # each its own ledger and budget
     blobs, _ = data.messages(enc, theta, server_round(msg), np.asarray(ids, dtype=np.int64))
