@@ -141,8 +141,16 @@ def numeric_cases() -> list[Case]:
     return out
 
 
+def more_cases() -> list[Case]:
+    """gen, privacy replay, bench, plot, encoders, options, demo and run --resume cases (:mod:`bad_input_cases_more`)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bad_input_cases_more
+
+    return bad_input_cases_more.cases()
+
+
 SURFACES: list[Callable[[], list[Case]]] = [experiment_cases, set_cases, sweep_option_cases, run_cases, compare_cases,
-                                            numeric_cases]
+                                            numeric_cases, more_cases]
 """Every surface's cases (another surface: one more function here)."""
 
 

@@ -19,11 +19,25 @@ def positive_int(s: str) -> int:
 
 
 def positive_ints(s: str) -> list[int]:
-    """argparse type for a comma-separated list of counts, each an integer ≥ 1."""
-    out = [positive_int(v.strip()) for v in s.split(",") if v.strip()]
-    if not out:
-        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {s!r}")
+    """argparse type for a comma-separated list of distinct counts, each an integer ≥ 1 (no empty item)."""
+    items = [v.strip() for v in s.split(",")]
+    if not s.strip() or "" in items:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers with no empty item, got {s!r}")
+    out = [positive_int(v) for v in items]
+    if len(set(out)) != len(out):
+        raise argparse.ArgumentTypeError(f"expected distinct values, got {s!r}")
     return out
+
+
+def seed_int(s: str) -> int:
+    """argparse type for a public seed: an integer in ``[0, 2**63)``."""
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer seed, got {s!r}") from None
+    if not 0 <= v < 2**63:
+        raise argparse.ArgumentTypeError(f"expected a seed in [0, 2**63), got {s!r}")
+    return v
 
 
 def float_in(s: str, ok: Any, expected: str) -> float:
@@ -110,6 +124,16 @@ def at_least_100(s: str) -> int:
     if v < 100:
         raise argparse.ArgumentTypeError(f"expected an integer ≥ 100, got {s!r}")
     return v
+
+
+def out_file(s: str) -> str:
+    """argparse type for a result file: a non-empty path with no control characters that is not a folder."""
+    import os
+
+    if not s.strip() or any(ord(c) < 32 for c in s) or os.path.isdir(s):
+        raise argparse.ArgumentTypeError(f"expected a file path (not empty, not a folder, no control characters), "
+                                         f"got {s!r}")
+    return s
 
 
 def out_folder(s: str) -> str:

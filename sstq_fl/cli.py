@@ -15,6 +15,7 @@ from .argtypes import (
     at_least_100,
     device_arg,
     item_list,
+    out_file,
     out_folder,
     plan_epsilon,
     positive_float,
@@ -24,6 +25,7 @@ from .argtypes import (
     probability,
     redundancy,
     resource_amount,
+    seed_int,
     unit_rate,
 )
 from .console import run_and_exit
@@ -128,7 +130,7 @@ def _encoders_parser(sub: Any) -> None:
     c.add_argument("--dim", type=positive_int, default=6, help="dimension d")
     c.add_argument("--epsilon", type=positive_float, default=1.0, help="per-message ε")
     c.add_argument("--radius", type=positive_float, default=1.0, help="clip radius R")
-    c.add_argument("--seed", type=int, default=0, help="public run seed of the encoder")
+    c.add_argument("--seed", type=seed_int, default=0, help="public run seed of the encoder")
     c.add_argument("--trials", type=at_least_100, default=20000, help="messages per input for the mean, MSE and law checks")
     c.add_argument("--audit-trials", type=at_least_100, default=20000, help="audit messages per input for the ε audit")
     c.add_argument("--alpha", type=probability, default=1e-6,
@@ -388,7 +390,7 @@ def _mse_parser(bs: Any) -> None:
                    help="independent encodings per point (at least 2: the 95%% interval is a bootstrap percentile one)")
     m.add_argument("--encoders", type=item_list, default=None,
                    help="space- or ';'-separated encoder specs (default: the E1 set)")
-    m.add_argument("--out", default="results/e1.json", help="result JSON (the plot goes next to it as .png)")
+    m.add_argument("--out", default="results/e1.json", type=out_file, help="result JSON (the plot goes next to it as .png)")
     m.set_defaults(fn=cmd_mse)
 
 
@@ -399,22 +401,22 @@ def _fwht_kashin_ledger_parsers(bs: Any) -> None:
     f.add_argument("--sizes", type=powers_of_two, default="1024,16384,65536,262144",
                    help="comma-separated transform sizes N (powers of 2)")
     f.add_argument("--device", type=device_arg, default=_DEVICE, help="torch device (cpu, cuda, cuda:N)")
-    f.add_argument("--out", default="results/fwht.json", help="result JSON")
+    f.add_argument("--out", default="results/fwht.json", type=out_file, help="result JSON")
     f.set_defaults(fn=cmd_fwht)
     k = bs.add_parser("kashin", help="achieved Kashin level on adversarial inputs, per setting")
     k.add_argument("--dim", type=positive_int, default=25450, help="vector dimension")
     k.add_argument("--rho", type=redundancy, default=2.5, help="frame redundancy N/d")
-    k.add_argument("--out", default="results/kashin.json", help="result JSON")
+    k.add_argument("--out", default="results/kashin.json", type=out_file, help="result JSON")
     k.set_defaults(fn=cmd_kashin)
     ks = bs.add_parser("kashin-search", help="the frame's worst Kashin level: adversarial search, dual certificates")
     ks.add_argument("--dims", type=positive_ints, default="100,25450", help="comma-separated dimensions d")
     ks.add_argument("--rho", type=redundancy, default=2.5, help="frame redundancy N/d")
-    ks.add_argument("--seed", type=int, default=0, help="public frame seed (the encoders' run seed)")
-    ks.add_argument("--out", default="results/kashin_search.json", help="result JSON (the plot goes next to it)")
+    ks.add_argument("--seed", type=seed_int, default=0, help="public frame seed (the encoders' run seed)")
+    ks.add_argument("--out", default="results/kashin_search.json", type=out_file, help="result JSON (the plot goes next to it)")
     ks.set_defaults(fn=cmd_kashin_search)
     lb = bs.add_parser("ledger", help="ledger speed (10k subsampled-Gaussian steps) and reference values")
     lb.add_argument("--steps", type=positive_int, default=10_000, help="subsampled-Gaussian steps recorded")
-    lb.add_argument("--out", default="results/ledger.json", help="result JSON")
+    lb.add_argument("--out", default="results/ledger.json", type=out_file, help="result JSON")
     lb.set_defaults(fn=cmd_ledger)
 
 

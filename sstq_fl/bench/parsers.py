@@ -9,7 +9,7 @@ from typing import Any
 
 def add_shuffle_parser(bs: Any, table: Any) -> None:
     """``bench shuffle`` (``table(rows, cols)`` prints a result table)."""
-    from ..argtypes import positive_int, probability
+    from ..argtypes import out_file, positive_int, probability
 
     def cmd(args: argparse.Namespace) -> int:
         from .shuffle import shuffle_report
@@ -26,13 +26,13 @@ def add_shuffle_parser(bs: Any, table: Any) -> None:
     p.add_argument("--sweep", default=None, help="an E3 epsilon sweep's final.csv: accuracy against both epsilons")
     p.add_argument("--sweep-messages", type=positive_int, default=100, help="clients per round of that sweep")
     p.add_argument("--reference", default=None, help="the central-DP reference's final.csv (a trust = \"curator\" sweep)")
-    p.add_argument("--out", default="results/shuffle.json", help="result JSON (the plot goes next to it)")
+    p.add_argument("--out", default="results/shuffle.json", type=out_file, help="result JSON (the plot goes next to it)")
     p.set_defaults(fn=cmd)
 
 
 def add_round_cost_parser(bs: Any, table: Any) -> None:
     """``bench round-cost`` (``table(rows, cols)`` prints a result table)."""
-    from ..argtypes import device_arg, positive_int
+    from ..argtypes import device_arg, out_file, positive_int
 
     def cmd(args: Any) -> int:
         from .round_cost import STAGES, round_cost
@@ -55,13 +55,13 @@ def add_round_cost_parser(bs: Any, table: Any) -> None:
     p.add_argument("--device", type=device_arg, default="cpu",
                    help="where the clients' side of the rounds runs (cpu, cuda, cuda:N; the server side stays on the "
                         "CPU; on CUDA the previous methods are not timed)")
-    p.add_argument("--out", default="results/round_cost.json", help="result JSON (the plot goes next to it)")
+    p.add_argument("--out", default="results/round_cost.json", type=out_file, help="result JSON (the plot goes next to it)")
     p.set_defaults(fn=cmd)
 
 
 def add_speed_parser(bs: Any, table: Any, device: str) -> None:
     """``bench encode-speed`` (``table(rows, cols)`` prints a result table; ``device``: the default device)."""
-    from ..argtypes import device_arg, input_kinds, item_list, positive_float, positive_int
+    from ..argtypes import device_arg, input_kinds, item_list, out_file, positive_float, positive_int
 
     def cmd(args: argparse.Namespace) -> int:
         from ..checks import check_array
@@ -96,13 +96,13 @@ def add_speed_parser(bs: Any, table: Any, device: str) -> None:
                         "side by side (zero, gaussian, walsh-flat, frame-row; default: none)")
     s.add_argument("--no-loop", action="store_true", help="skip the one-message-at-a-time encode (clients × a message)")
     s.add_argument("--no-secure", action="store_true", help="skip the secure-mode columns (reproducible mode only)")
-    s.add_argument("--out", default="results/encode_speed.json", help="result JSON")
+    s.add_argument("--out", default="results/encode_speed.json", type=out_file, help="result JSON")
     s.set_defaults(fn=cmd)
 
 
 def add_frame_round_parser(bs: Any, table: Any) -> None:
     """``bench frame-round`` (``table(rows, cols)`` prints a result table)."""
-    from ..argtypes import positive_int
+    from ..argtypes import out_file, positive_int, seed_int
 
     def cmd(args: argparse.Namespace) -> int:
         from .frame_round import CONFIGS, frame_round_clipping
@@ -126,6 +126,6 @@ def add_frame_round_parser(bs: Any, table: Any) -> None:
                    help="Fashion-MNIST clients whose real gradients join each round's inputs (d must be 25,450)")
     p.add_argument("--configs", nargs="+", default=None, help="configurations to measure (default: all)")
     p.add_argument("--data-dir", default=None, help="Fashion-MNIST folder (as sstq-fl run --data-dir)")
-    p.add_argument("--seed", type=int, default=0, choices=range(0, 2**31), metavar="SEED", help="public seed")
-    p.add_argument("--out", default="results/frame_round.json", help="result JSON")
+    p.add_argument("--seed", type=seed_int, default=0, help="public seed")
+    p.add_argument("--out", default="results/frame_round.json", type=out_file, help="result JSON")
     p.set_defaults(fn=cmd)

@@ -56,10 +56,21 @@ def rounds_rows(delta: float, rounds: int, epsilons0: tuple[float, ...], message
     return rows
 
 
+FINAL_COLUMNS = ("metric_name", "metric_mean", "metric_ci_low", "metric_ci_high", "seeds")
+
+
 def read_final(final_csv: Path) -> list[dict[str, str]]:
-    """A sweep's ``final.csv`` rows of test accuracy."""
-    with final_csv.open(newline="") as f:
-        return [r for r in csv.DictReader(f) if r["metric_name"] == "test_accuracy"]
+    """A sweep's ``final.csv`` rows of test accuracy; a one-line ``ValueError`` for a file that is missing, not
+    UTF-8 CSV, or lacks the columns of a sweep's ``final.csv``."""
+    try:
+        with final_csv.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in FINAL_COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ValueError(f"{final_csv} is not a sweep's final.csv (no column {missing[0]!r})")
+            return [r for r in reader if r["metric_name"] == "test_accuracy"]
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise ValueError(f"cannot read {final_csv} ({type(exc).__name__}: {getattr(exc, 'strerror', None) or exc})") from None
 
 
 def accuracy(r: dict[str, str]) -> dict[str, Any]:
@@ -91,7 +102,13 @@ def curator_rows(final_csv: Path) -> list[dict[str, Any]]:
 
 def shuffle_report(out: str, delta: float = 1e-5, rounds: int = 100, sweep: str | None = None,
                    sweep_messages: int = 100, reference: str | None = None) -> dict[str, Any]:
-    """Compute the tables, write ``out`` (JSON) and ``out`` with ``.png``; returns the result."""
+    """Compute the tables, write ``out`` (JSON) and ``out`` with ``.png``; returns the result.  The input files
+    are read first, so a bad one is refused before any bound is computed."""
+    if reference and not sweep:
+        raise ValueError("--reference is drawn beside --sweep: give both, or neither")
+    for path in (sweep, reference):
+        if path:
+            read_final(Path(path))
     res: dict[str, Any] = {"delta": delta, "grid": GRID, "per_round": per_round_rows(delta, EPSILONS0, MESSAGES),
                            "rounds": rounds_rows(delta, rounds, EPSILONS0, (100, 1000, 10_000))}
     if sweep:

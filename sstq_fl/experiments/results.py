@@ -19,7 +19,7 @@ from typing import Any
 from ..encoders.base import parse_spec
 from ..fl.checkpoint import completed_metrics
 from ..fl.engine import METRIC_KEYS, NON_PRIVATE_DIAGNOSTICS
-from ..io import atomic_write_bytes, atomic_write_json
+from ..io import atomic_write_bytes, atomic_write_json, finite_json
 from .spec import Cell, key_name
 
 METRICS = METRIC_KEYS
@@ -144,4 +144,39 @@ def write_tables(out: Path, cells: Sequence[Cell], folders: Sequence[Path], head
     atomic_write_bytes(out / "aggregates.csv", to_csv(aggs))
     atomic_write_bytes(out / "final.csv", to_csv(finals))
     atomic_write_json(out / "results.json", doc)
+    return doc
+
+
+RESULT_FIELDS: dict[str, type] = {"experiment": dict, "fixed": dict, "axes": dict, "task_params": dict, "overrides": dict,
+                                  "non_private_diagnostics": dict, "rows": list, "aggregates": list, "final": list}
+"""The fields of a ``results.json`` and their JSON types (``rows``, ``aggregates`` and ``final`` required)."""
+
+
+def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' ``object_pairs_hook``: an object that names a key twice is refused (the last would win)."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"the key {k!r} appears twice in one object")
+        out[k] = v
+    return out
+
+
+def checked_results(doc: Any, where: object) -> dict[str, Any]:
+    """``doc`` if it is a results document whose fields have their types and whose ``aggregates`` and ``final``
+    rows are what its ``rows`` give (:func:`aggregate`, :func:`final_rows`); else a one-line ``ValueError``."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"a JSON {type(doc).__name__}, not an object")
+    for key, kind in RESULT_FIELDS.items():
+        if key in doc and not isinstance(doc[key], kind) or key in ("rows", "aggregates", "final") and key not in doc:
+            raise ValueError(f"{key!r} is {type(doc.get(key)).__name__}, not a JSON {'object' if kind is dict else 'array'}")
+    if not all(isinstance(r, dict) for r in doc["rows"]):
+        raise ValueError("'rows' holds an entry that is not an object")
+    try:
+        aggs = aggregate(doc["rows"])
+        final = final_rows(aggs)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"its rows are not a sweep's rows ({type(exc).__name__}: {exc})") from None
+    if finite_json(aggs) != doc["aggregates"] or finite_json(final) != doc["final"]:
+        raise ValueError(f"{where}: its aggregates or final rows are not what its rows give (an edited file?)")
     return doc

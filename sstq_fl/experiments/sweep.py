@@ -24,7 +24,7 @@ from typing import Any
 from ..io import KIND_FILE, atomic_write_json, clean_temps, mark_kind, refuse_other_kind, run_meta
 from .figures import FIGURES, plot_all
 from .preflight import preflight
-from .results import aggregate, final_rows, write_tables
+from .results import aggregate, checked_results, final_rows, no_duplicate_keys, write_tables
 from .runner import CellResult, LocalExecutor, RayExecutor, pending_jobs, run_flower_cells
 from .spec import Cell, Experiment
 from .sweep_limits import MAX_CELLS, check_grid
@@ -184,11 +184,13 @@ def read_results(out: str | Path) -> dict[str, Any]:
     out = Path(out)
     path = out / "results.json"
     try:
-        return dict(json.loads(path.read_text()))
+        return checked_results(json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=no_duplicate_keys), path)
     except FileNotFoundError:
         pass
-    except (OSError, ValueError):
-        raise ValueError(f"{path} is not a readable JSON file") from None
+    except RecursionError:
+        raise ValueError(f"{path} is nested past the JSON parser's recursion limit") from None
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path} is not a sweep's results ({str(exc).splitlines()[0]})") from None
     rows = read_table(out)
     aggs = aggregate(rows)
     try:

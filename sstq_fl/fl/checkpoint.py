@@ -39,6 +39,8 @@ def read_checkpoint(out: Path, cfg: RunConfig) -> dict[str, Any]:
         ck = json.loads(data)
     except ValueError as exc:  # invalid JSON or UTF-8
         raise ValueError(f"--resume: {path} is not a JSON checkpoint ({getattr(exc, 'msg', type(exc).__name__)})") from None
+    except RecursionError:
+        raise ValueError(f"--resume: {path} is not a checkpoint (nested past the parser's recursion limit)") from None
     return check_checkpoint(ck, cfg, str(path))
 
 

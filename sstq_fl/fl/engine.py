@@ -224,6 +224,15 @@ class ClientData:
             return wire.pack(enc, msgs, round=t), stats
 
 
+def npy_header_bytes(path: Path) -> int:
+    """The bytes before the data of the ``.npy`` file ``path`` (magic, version and header)."""
+    with open(path, "rb") as f:
+        major, _ = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+        read(f)
+        return f.tell()
+
+
 @functools.lru_cache(maxsize=64)
 def _takes_out(fn: Any) -> bool:
     """Whether ``fn`` has a parameter ``out`` (read once per function, not once per round)."""
@@ -420,6 +429,8 @@ class Trainer:
                              f"{tuple(want.shape)})")
         if not np.isfinite(arr).all():
             raise ValueError(f"--resume: the model file {out / name} holds non-finite values")
+        if (out / name).stat().st_size != npy_header_bytes(out / name) + arr.nbytes:
+            raise ValueError(f"--resume: the model file {out / name} has bytes after its array (not a file this run wrote)")
         return torch.from_numpy(arr)
 
     def resumed_ledger(self, path: Path, ck: dict[str, Any]) -> PrivacyLedger:

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from .. import options
+from ..argtypes import out_folder
 from ..checks import torch_device
 from ..options import add_arguments, from_args
 from .pipelines import PIPELINES, Pipeline
@@ -35,7 +36,8 @@ def add_gen_parsers(sub: Any, pipelines: bool = True) -> None:
         add_arguments(p, pipeline.config, int_ranges=False, required=("epsilon",), defaults=defaults,
                       skip=tuple(pipeline.cli_values))
         _add_worded(p, pipeline)
-        p.add_argument("--out", required=True, help="output folder (metrics.json, samples.png, transcript.jsonl)")
+        p.add_argument("--out", required=True, type=out_folder,
+                       help="output folder (metrics.json, samples.png, transcript.jsonl)")
         p.add_argument("--force", action="store_true",
                        help="replace the run files (metrics.json, transcript.jsonl, samples.png) already in --out")
         p.set_defaults(fn=cmd_gen)
@@ -66,6 +68,7 @@ def cmd_gen(args: argparse.Namespace) -> int:
     pipeline = PIPELINES[args.gen]
     cfg = gen_config(args)
     torch_device(cfg.device)  # a local simulation: the device must be here
+    preflight(cfg)
     m = pipeline.run(cfg, args.out, force=args.force)
     print(pipeline.summary(m))
     if "randomness_warning" in m:
@@ -73,3 +76,28 @@ def cmd_gen(args: argparse.Namespace) -> int:
     print(f"wrote {args.out}/metrics.json, {args.out}/samples.png, {args.out}/transcript.jsonl and "
           f"{args.out}/private_diagnostics.json (reads private records: not DP, do not publish)")
     return 0
+
+
+def preflight(cfg: Any) -> None:
+    """What can be refused before any data is read or any epsilon spent: a data-set ledger path that is not a
+    file, an unreadable Inception weights file, a run whose own epsilon is over the data set's budget (the
+    cumulative epsilon after it is at least its own), an expected batch above the records asked for."""
+    from pathlib import Path
+
+    ledger = getattr(cfg, "dataset_ledger", "")
+    if ledger and Path(ledger).exists() and not Path(ledger).is_file():
+        raise ValueError(f"--dataset-ledger {ledger} is not a file")
+    weights = getattr(cfg, "inception_weights", "")
+    if weights:
+        from .evaluation import _read_inception_state
+
+        if not Path(weights).expanduser().is_file():
+            raise ValueError(f"--inception-weights {weights}: no such file (nothing is downloaded)")
+        _read_inception_state(Path(weights).expanduser())
+    budget = getattr(cfg, "dataset_budget_epsilon", None)
+    if budget is not None and cfg.epsilon > budget:
+        raise ValueError(f"this run alone spends epsilon {cfg.epsilon:g}, over the data set's budget {budget:g}")
+    records, batch = getattr(cfg, "records", 0), getattr(cfg, "batch", None)
+    if records and isinstance(batch, int) and batch > records:
+        raise ValueError(f"--batch {batch} is above the {records} records asked for (the sampling rate B/N would "
+                         f"exceed 1)")

@@ -121,8 +121,12 @@ LR = 1e-3  # Adam on the noisy gradient
 NUM_CLASSES = 10
 # ----------------------------------------------------------------------------- budget and plan
 def sampling_rate(cfg: VqgConfig, n_decl: int) -> float:
-    """``q = B/N_decl`` (at most 1): the expected batch over the declared size (never the realised one)."""
-    return min(1.0, cfg.resolved("batch") / n_decl)
+    """``q = B/N_decl``: the expected batch over the declared size (never the realised one); a batch above the
+    declared size is refused (``q`` would exceed 1)."""
+    if cfg.resolved("batch") > n_decl:
+        raise ValueError(f"--batch {cfg.resolved('batch')} is above the {n_decl} private records (the sampling rate "
+                         "B/N would exceed 1)")
+    return cfg.resolved("batch") / n_decl
 
 
 def calibrate_stage1(cfg: VqgConfig, q: float) -> float | None:
