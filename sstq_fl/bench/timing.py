@@ -73,11 +73,14 @@ def time_one(enc: Encoder, x: torch.Tensor, constant_time: bool | None) -> tuple
 
 def per_message_times(enc: Encoder, inputs: dict[str, torch.Tensor], reps: int, constant_time: bool | None,
                       warmup: int = 2, clock: str = "wall") -> dict[str, list[float]]:
-    """Seconds per single-message encode on ``clock`` (:data:`CLOCKS`), ``reps`` per kind, kinds interleaved."""
+    """Seconds per single-message encode on ``clock`` (:data:`CLOCKS`), ``reps`` per kind, kinds interleaved and
+    their order rotated each repetition (the first encode of a cycle runs slower, by about 10 % at d = 25,450: a
+    fixed order would charge that to one kind)."""
     times: dict[str, list[float]] = {k: [] for k in inputs}
+    kinds = list(inputs)
     for rep in range(warmup + reps):
-        for kind, x in inputs.items():
-            t = time_one(enc, x, constant_time)[CLOCKS.index(clock)]
+        for kind in kinds[rep % len(kinds):] + kinds[: rep % len(kinds)]:
+            t = time_one(enc, inputs[kind], constant_time)[CLOCKS.index(clock)]
             if rep >= warmup:
                 times[kind].append(t)
     return times
@@ -106,17 +109,19 @@ def timing_row(enc: Encoder, label: str, reps: int, kinds: tuple[str, ...] = INP
 
 def measure(enc: Encoder, inputs: dict[str, torch.Tensor], reps: int) -> dict[tuple[str, str], dict[str, list[float]]]:
     """Seconds per message by ``(mode, clock)`` and kind, on one torch thread, after one warm-up of each;
-    the modes alternate rep by rep and the kinds are interleaved, so both see the same machine."""
+    the modes alternate rep by rep and the kinds are interleaved, their order rotated each rep (the first encode
+    after a mode switch runs slower: a fixed order would charge that to one kind), so all see the same machine."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         for ct in (False, True):
             per_message_times(enc, inputs, 0, ct, warmup=1)
         got: dict[tuple[str, str], dict[str, list[float]]] = {(m, c): {k: [] for k in inputs} for m in MODES for c in CLOCKS}
-        for _ in range(reps):
+        kinds = list(inputs)
+        for rep in range(reps):
             for mode in MODES:
-                for kind, x in inputs.items():
-                    for c, v in zip(CLOCKS, time_one(enc, x, mode == "constant_time"), strict=True):
+                for kind in kinds[rep % len(kinds):] + kinds[: rep % len(kinds)]:  # each kind first as often
+                    for c, v in zip(CLOCKS, time_one(enc, inputs[kind], mode == "constant_time"), strict=True):
                         got[mode, c][kind].append(v)
         return got
     finally:
