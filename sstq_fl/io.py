@@ -73,6 +73,16 @@ REDACTED = "<redacted>"
 _CREDENTIAL_OPTION = re.compile(r"^--(auth|.*(token|key|password|passwd|secret|credential))", re.IGNORECASE)
 
 
+def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' ``object_pairs_hook``: an object that names a key twice is refused (the last would win)."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {k[:40]!r}")
+        out[k] = v
+    return out
+
+
 def finite_json(obj: Any) -> Any:
     """A copy of ``obj`` in which every non-finite float (inf, -inf, NaN) is None, recursively through dicts,
     lists and tuples, so that it serialises as standard JSON (``null``; a null ε means ε = ∞, see README)."""

@@ -89,7 +89,7 @@ def test_plot_refuses_duplicate_keys_and_deep_nesting(sweep_dir, tmp_path, capsy
     d = tmp_path / "o"
     shutil.copytree(sweep_dir, d)
     (d / "results.json").write_text('{"rows": [], "rows": 7}')
-    refused(["plot", str(d)], capsys, "appears twice")
+    refused(["plot", str(d)], capsys, "duplicate key 'rows'")
     (d / "results.json").write_text("[" * 100_000 + "]" * 100_000)
     refused(["plot", str(d)], capsys, "recursion limit")
 

@@ -152,16 +152,6 @@ RESULT_FIELDS: dict[str, type] = {"experiment": dict, "fixed": dict, "axes": dic
 """The fields of a ``results.json`` and their JSON types (``rows``, ``aggregates`` and ``final`` required)."""
 
 
-def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``json.loads``' ``object_pairs_hook``: an object that names a key twice is refused (the last would win)."""
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise ValueError(f"the key {k!r} appears twice in one object")
-        out[k] = v
-    return out
-
-
 def checked_results(doc: Any, where: object) -> dict[str, Any]:
     """``doc`` if it is a results document whose fields have their types and whose ``aggregates`` and ``final``
     rows are what its ``rows`` give (:func:`aggregate`, :func:`final_rows`); else a one-line ``ValueError``."""

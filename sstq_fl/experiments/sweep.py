@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..io import KIND_FILE, atomic_write_json, clean_temps, mark_kind, refuse_other_kind, run_meta
+from ..io import KIND_FILE, atomic_write_json, clean_temps, mark_kind, no_duplicate_keys, refuse_other_kind, run_meta
 from .figures import FIGURES, plot_all
 from .preflight import preflight
-from .results import aggregate, checked_results, final_rows, no_duplicate_keys, write_tables
+from .results import aggregate, checked_results, final_rows, write_tables
 from .runner import CellResult, LocalExecutor, RayExecutor, pending_jobs, run_flower_cells
 from .spec import Cell, Experiment
 from .sweep_limits import MAX_CELLS, check_grid

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..io import atomic_write_bytes, finite_json
+from ..io import atomic_write_bytes, finite_json, no_duplicate_keys
 from .errors import Budget, TranscriptError, check_count, short_repr
 from .events.base import RELATIONS, PrivacyEvent
 from .floats import finite_real
@@ -329,7 +329,7 @@ def _json_line(row: str, at: str, first_of: str | None) -> Any:
     try:
         if not row.strip():
             raise ValueError("the line is empty")
-        obj = json.loads(row, object_pairs_hook=_no_duplicate_keys)
+        obj = json.loads(row, object_pairs_hook=no_duplicate_keys)
     except (ValueError, RecursionError, MemoryError) as exc:
         why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc) or type(exc).__name__
         if isinstance(exc, RecursionError):
@@ -339,15 +339,6 @@ def _json_line(row: str, at: str, first_of: str | None) -> Any:
         raise TranscriptError(f"{at}: invalid JSON ({why})") from exc
     _check_depth(obj, at)
     return obj
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise ValueError(f"duplicate key {short_repr(k)}")
-        out[k] = v
-    return out
 
 
 def _check_depth(obj: Any, at: str) -> None:
