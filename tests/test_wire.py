@@ -56,7 +56,7 @@ def test_malformed_messages_are_rejected_with_reasons(encoded):
         "version": good[:2] + b"\x09" + good[3:],
         "flags": good[:3] + b"\x01" + good[4:],
         "foreign": wire.pack(make_encoder("sstq-flat:b=4", D, 2.0), make_encoder("sstq-flat:b=4", D, 2.0).encode(
-            unit_rows(1, D).float(), [0]))[0],
+            unit_rows(1, D).float(), [0]), round=7)[0],
         "round": wire.pack(enc, enc.encode(unit_rows(1, D).float(), [0]), round=8)[0],
         "declares": good[:12] + struct.pack(">I", 21) + good[16:],
         "padding": good[:-1] + bytes([good[-1] | 1]),

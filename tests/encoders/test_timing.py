@@ -52,7 +52,7 @@ def best_spread(spec: str, dim: int, reps: int, constant_time: bool | None = Non
 
 @pytest.mark.parametrize("spec", KASHIN_SPECS)
 def test_secure_kashin_encode_time_does_not_depend_on_the_input(spec, one_thread):
-    got, med = best_spread(spec, 500, 15)
+    got, med = best_spread(spec, 500, 31)  # ~1 ms encodes: enough of them that a burst of load is diluted
     assert got <= TOLERANCE, f"{spec}: per-kind medians {med} differ by {got:.1%}"
 
 
