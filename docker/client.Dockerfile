@@ -9,10 +9,11 @@ FROM flwr/supernode:${FLWR_VERSION}
 ARG PIP_EXTRA_ARGS=""
 
 WORKDIR /app
-COPY pyproject.toml /app/pyproject.toml
-# The app's dependencies from pyproject.toml, except flwr itself (the base image pins the same version).
+COPY pyproject.toml constraints.txt /app/
+# The app's dependencies from pyproject.toml at constraints.txt's versions, except flwr itself (the base image has
+# the same version).
 RUN python -c "import tomllib; deps = tomllib.load(open('/app/pyproject.toml', 'rb'))['project']['dependencies']; print('\n'.join(d for d in deps if not d.startswith('flwr')))" > /tmp/requirements.txt \
-    && python -m pip install --no-cache-dir ${PIP_EXTRA_ARGS} -r /tmp/requirements.txt \
+    && python -m pip install --no-cache-dir ${PIP_EXTRA_ARGS} -c /app/constraints.txt -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt
 
 # The start-up command lives in docker/commands.json (the deployment tests run the same one).

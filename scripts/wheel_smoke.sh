@@ -22,8 +22,8 @@ step "build: sdist and wheel"
 step "install the wheel into a fresh venv"
 python3 -m venv "$WORK/venv"
 "$WORK/venv/bin/python" -m pip install --quiet --upgrade pip
-"$WORK/venv/bin/python" -m pip install --quiet "torch==2.13.0"
-"$WORK/venv/bin/python" -m pip install --quiet "$WORK"/dist/sstq_fl-*.whl
+"$WORK/venv/bin/python" -m pip install --quiet -c "$ROOT/constraints.txt" torch
+"$WORK/venv/bin/python" -m pip install --quiet -c "$ROOT/constraints.txt" "$WORK"/dist/sstq_fl-*.whl
 cd "$WORK"   # outside the clone: nothing of it is importable from here
 "$WORK/venv/bin/python" -c "import sstq_fl, sys; assert '$ROOT' not in sstq_fl.__file__, sstq_fl.__file__; print('sstq-fl', sstq_fl.__version__, 'from', sstq_fl.__file__)"
 SSTQ="$WORK/venv/bin/sstq-fl"
@@ -41,7 +41,7 @@ print("both engines: test accuracy", [r["test_accuracy"] for r in f["rounds"]], 
 PY
 
 step "sstq-fl encoders check (built-ins and the template plug-in)"
-"$WORK/venv/bin/python" -m pip install --quiet "$ROOT/examples/encoder-plugin"
+"$WORK/venv/bin/python" -m pip install --quiet -c "$ROOT/constraints.txt" "$ROOT/examples/encoder-plugin"
 "$SSTQ" encoders | grep -F "[plug-in sstq-fl-encoder-template 0.1.0]"
 for spec in sstq-flat:b=4 sqkr template-rr; do "$SSTQ" encoders check "$spec"; done
 

@@ -58,3 +58,23 @@ def test_the_dist_checker_catches_a_top_level_package_and_a_missing_licence(tmp_
     with tarfile.open(sdist, "w:gz") as tar:
         tar.add(ROOT / "pyproject.toml", arcname="sstq_fl-0.1.0/pyproject.toml")
     assert sdist_problems(str(sdist)) == ["sdist lacks LICENSE", "sdist lacks CHANGELOG.md", "sdist lacks CITATION.cff"]
+
+
+def test_the_metadata_states_ranges_and_constraints_txt_pins_a_version_inside_each():
+    """A library states compatible ranges (no ``==``); the exact versions setup, docker and CI install are in
+    ``constraints.txt``, each inside its range."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    root = Path(__file__).resolve().parents[1]
+    pins = {}
+    for line in (root / "constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[canonicalize_name(name)] = version
+    project = PYPROJECT["project"]
+    reqs = [Requirement(r) for r in project["dependencies"] + sum(project["optional-dependencies"].values(), [])]
+    for r in reqs:
+        assert not any(s.operator == "==" for s in r.specifier), f"{r} is pinned in the metadata"
+        if canonicalize_name(r.name) != "setuptools":
+            assert r.specifier.contains(pins[canonicalize_name(r.name)]), (str(r), pins.get(canonicalize_name(r.name)))

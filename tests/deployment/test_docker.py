@@ -55,8 +55,8 @@ def test_images_start_the_commands_of_commands_json(role):
     ins = _instructions(DOCKERFILES[role])
     args = dict(rest.split("=", 1) for op, rest in ins if op == "ARG" and "=" in rest)
     assert args["FLWR_VERSION"] == flwr.__version__ == "1.42.0"
-    pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    assert f"flwr[simulation]=={flwr.__version__}" in pins
+    pins = (ROOT / "constraints.txt").read_text().splitlines()  # the images install at these versions
+    assert f"flwr=={flwr.__version__}" in pins
     assert [rest for op, rest in ins if op == "FROM"] == [f"flwr/{role}:${{FLWR_VERSION}}"]
     assert [json.loads(rest) for op, rest in ins if op == "ENTRYPOINT"] == [["python", "/app/docker/launch.py", role]]
     assert ("COPY", "docker/launch.py docker/commands.json /app/docker/") in ins
@@ -72,7 +72,9 @@ def test_the_images_install_the_pinned_dependencies_but_not_flwr(tmp_path):
     p = subprocess.run([sys.executable, "-c", code.replace("/app/pyproject.toml", str(tmp_path / "pyproject.toml"))],
                        capture_output=True, text=True, check=True)
     reqs = p.stdout.split("\n")
-    assert "torch==2.13.0" in reqs and not any(r.startswith("flwr") for r in reqs)
+    assert "torch>=2.13.0,<3" in reqs and not any(r.startswith("flwr") for r in reqs)
+    assert "-c /app/constraints.txt -r /tmp/requirements.txt" in run  # at the exact versions of constraints.txt
+    assert "torch==2.13.0" in (ROOT / "constraints.txt").read_text().splitlines()
     assert run == next(rest for op, rest in _instructions(DOCKERFILES["supernode"]) if op == "RUN")
 
 
