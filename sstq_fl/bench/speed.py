@@ -20,7 +20,8 @@ from .. import rng, wire
 from ..encoders import Encoder, make_encoder
 from ..encoders.maths.frames import make_frame
 from ..encoders.maths.fwht import fwht_, is_available, kernels
-from ..encoders.maths.kashin import KashinConfig, achieved_level, adversarial_inputs
+from ..encoders.maths.kashin import KashinConfig
+from ..encoders.maths.kashin_levels import achieved_level, adversarial_inputs
 from ..io import atomic_write_json, run_meta
 from .mse import E1_ENCODERS, with_bits
 from .timing import timing_row

@@ -301,30 +301,6 @@ def _alternating_projections(frame: Frame, x: torch.Tensor, cfg: KashinConfig, s
     return KashinResult(best, passes, start.residual, start.contraction_failures, conv)
 
 
-def achieved_level(frame: Frame, x: torch.Tensor, cfg: KashinConfig) -> torch.Tensor:
-    """Measured level ``max_j |s_j| / ‖x‖`` per row (the quantity the public bound must cover)."""
-    res = kashin(frame, x, cfg)
-    norms = torch.linalg.vector_norm(x, dim=1).clamp_min(1e-300)
-    return res.coeffs.abs().amax(dim=1).double() / norms.double()
-
-
-def adversarial_inputs(frame: Frame, n_each: int = 4, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Hard inputs for measuring a level: frame rows, sparse vectors, and Gaussian vectors."""
-    import numpy as np
-
-    from ... import rng  # local: keeps module import light
-
-    seeds = np.arange(seed, seed + n_each, dtype=np.uint64)
-    j = torch.from_numpy(rng.randint(seeds, "adv-rows", 1, frame.N)[:, 0])
-    rows = frame.rows(j)
-    sparse = torch.zeros(n_each, frame.d, dtype=torch.float64)
-    for i in range(n_each):
-        pos = torch.from_numpy(rng.sample_without_replacement(seeds[i : i + 1], "adv-sparse", 1 + i, frame.d)[0])
-        sparse[i, pos] = 1.0
-    gauss = torch.from_numpy(rng.normal(seeds, "adv-gauss", frame.d))
-    return {"frame_row": rows, "sparse": sparse, "gaussian": gauss}
-
-
 # ---------------------------------------------------------------- linf: encode-time method
 LINF_WARM_SCHEDULES = {"schedule": ((1.0, 1.9), (1.75, 1.7), (1.6, 1.8)), "constant": ((1.6, 1.8),) * 3}
 """``(L₀, β)`` of each over-relaxed alternating-projection step before the Douglas–Rachford phase, by
