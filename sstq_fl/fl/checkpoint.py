@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import json
 import math
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ..privacy.errors import short_repr
 from ..privacy.transcript import read_limited
@@ -140,3 +146,49 @@ def finished_run(out: Path, cfg: RunConfig, resume: bool) -> dict[str, Any] | No
     if done is None:
         refuse_without_checkpoint(out, cfg)
     return done
+
+
+def read_theta(out: Path, name: str, want: np.ndarray) -> np.ndarray:
+    """The checkpoint's model file ``name`` in ``out``: refused (one line) unless it is a finite array of ``want``'s
+    shape and dtype with nothing after it."""
+    if Path(name).name != name or not name.startswith("checkpoint_theta"):
+        raise ValueError(f"--resume: {out}/checkpoint.json names an invalid model file {short_repr(name)}")
+    try:
+        arr = np.load(out / name, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise ValueError(f"--resume: cannot read the model file {out / name} ({type(exc).__name__})") from None
+    if not isinstance(arr, np.ndarray) or arr.shape != want.shape or arr.dtype != want.dtype:
+        got = f"{arr.dtype} {arr.shape}" if isinstance(arr, np.ndarray) else type(arr).__name__
+        raise ValueError(f"--resume: the model file {out / name} holds {got}, not θ ({want.dtype} {want.shape})")
+    if not np.isfinite(arr).all():
+        raise ValueError(f"--resume: the model file {out / name} holds non-finite values")
+    if (out / name).stat().st_size != npy_header_bytes(out / name) + arr.nbytes:
+        raise ValueError(f"--resume: the model file {out / name} has bytes after its array (not a file this run wrote)")
+    return arr
+
+
+def npy_header_bytes(path: Path) -> int:
+    """The bytes before the data of the ``.npy`` file ``path`` (magic, version and header)."""
+    with open(path, "rb") as f:
+        major, _ = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+        read(f)
+        return f.tell()
+
+
+@contextmanager
+def sigint_held() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) until the block ends, then raise ``KeyboardInterrupt``: a checkpoint is
+    never half-written.  Only where Python's default handler is installed, in the main thread."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt

@@ -40,14 +40,10 @@ import inspect
 import io
 import logging
 import math
-import signal
 import sys
-import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,14 +55,14 @@ from .. import wire
 from ..aggregation import charge_joins, decode_mean
 from ..encoders import Encoder, make_encoder
 from ..io import atomic_write_bytes, atomic_write_json, run_meta
-from ..privacy.errors import Budget, short_repr
+from ..privacy.errors import Budget
 from ..privacy.ldp import ldp_plan_report
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.replay import transcript_binding
 from ..rng import REPRODUCIBLE_WARNING
 from ..stages import stage
 from .allocator import tune_allocator
-from .checkpoint import finished_run, read_checkpoint, remove_checkpoints
+from .checkpoint import finished_run, read_checkpoint, read_theta, remove_checkpoints, sigint_held
 from .config import RunConfig
 from .partition import client_coins, encoder_seeds, minibatches, participates
 from .partitioners import partition_for
@@ -114,24 +110,6 @@ class RunInterrupted(KeyboardInterrupt):
     def __init__(self, round: int, out: Path):
         super().__init__(f"interrupted after round {round}")
         self.round, self.out = round, out
-
-
-@contextmanager
-def sigint_held() -> Iterator[None]:
-    """Hold Ctrl-C (SIGINT) until the block ends, then raise ``KeyboardInterrupt``: a checkpoint is
-    never half-written.  Only where Python's default handler is installed, in the main thread."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield
-        return
-    caught: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if caught:
-        raise KeyboardInterrupt
 
 
 def existing_outputs(folder: Path, names: tuple[str, ...] = RUN_FILES) -> list[Path]:
@@ -222,15 +200,6 @@ class ClientData:
         stats = {**msgs.stats, "nonfinite_gradients": float(bad)} if cfg.diagnostics else {}
         with stage("wire"):
             return wire.pack(enc, msgs, round=t), stats
-
-
-def npy_header_bytes(path: Path) -> int:
-    """The bytes before the data of the ``.npy`` file ``path`` (magic, version and header)."""
-    with open(path, "rb") as f:
-        major, _ = np.lib.format.read_magic(f)
-        read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
-        read(f)
-        return f.tell()
 
 
 @functools.lru_cache(maxsize=64)
@@ -400,7 +369,7 @@ class Trainer:
         whole transcripts (the main one extending the prefix the checkpoint names), the round records' ε the
         replayed ledgers' figures (:mod:`sstq_fl.fl.resume`)."""
         ck = read_checkpoint(out, self.cfg)
-        theta = self.load_theta(out, ck["theta_file"])
+        theta = torch.from_numpy(read_theta(out, ck["theta_file"], self.task.init_params(self.cfg.seed).numpy()))
         self.ledger = self.resumed_ledger(out / "transcript.jsonl", ck)
         joins = self.rebuilt_joins(ck["round"], sum(e.count for e in self.ledger.entries))
         rounds = saved_rounds(ck["rounds"])
@@ -413,25 +382,6 @@ class Trainer:
             for rec, eps in zip(rounds, self.trusted.figures(ck["round"], self.cfg.delta), strict=True):
                 rec["messages_central"], rec["epsilon_central"] = int(rec.get("clients", 0)), eps
         return RoundState(ck["round"], theta, rounds, joins, float(ck["wall_s"]), list(ck.get("pooled_diagnostics", [])))
-
-    def load_theta(self, out: Path, name: str) -> torch.Tensor:
-        """The checkpoint's model file ``name``: refused unless it is a finite array of θ's shape and dtype."""
-        if Path(name).name != name or not name.startswith("checkpoint_theta"):
-            raise ValueError(f"--resume: {out}/checkpoint.json names an invalid model file {short_repr(name)}")
-        try:
-            arr = np.load(out / name, allow_pickle=False)
-        except (OSError, ValueError, EOFError) as exc:
-            raise ValueError(f"--resume: cannot read the model file {out / name} ({type(exc).__name__})") from None
-        want = self.task.init_params(self.cfg.seed)
-        if not isinstance(arr, np.ndarray) or arr.shape != tuple(want.shape) or arr.dtype != want.numpy().dtype:
-            got = f"{arr.dtype} {arr.shape}" if isinstance(arr, np.ndarray) else type(arr).__name__
-            raise ValueError(f"--resume: the model file {out / name} holds {got}, not θ ({want.numpy().dtype} "
-                             f"{tuple(want.shape)})")
-        if not np.isfinite(arr).all():
-            raise ValueError(f"--resume: the model file {out / name} holds non-finite values")
-        if (out / name).stat().st_size != npy_header_bytes(out / name) + arr.nbytes:
-            raise ValueError(f"--resume: the model file {out / name} has bytes after its array (not a file this run wrote)")
-        return torch.from_numpy(arr)
 
     def resumed_ledger(self, path: Path, ck: dict[str, Any]) -> PrivacyLedger:
         """The replay of the whole transcript, refused unless it extends the prefix ``ck`` names, is this run's
