@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 
@@ -128,8 +129,6 @@ def at_least_100(s: str) -> int:
 
 def out_file(s: str) -> str:
     """argparse type for a result file: a non-empty path with no control characters that is not a folder."""
-    import os
-
     if not s.strip() or any(ord(c) < 32 for c in s) or os.path.isdir(s):
         raise argparse.ArgumentTypeError(f"expected a file path (not empty, not a folder, no control characters), "
                                          f"got {s!r}")

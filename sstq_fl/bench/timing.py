@@ -71,6 +71,12 @@ def time_one(enc: Encoder, x: torch.Tensor, constant_time: bool | None) -> tuple
     return time.perf_counter() - wall, time.thread_time() - cpu
 
 
+def rotated(kinds: list[str], rep: int) -> list[str]:
+    """``kinds`` rotated by ``rep``: over repetitions each kind comes first (and at every place) as often."""
+    k = rep % len(kinds)
+    return kinds[k:] + kinds[:k]
+
+
 def per_message_times(enc: Encoder, inputs: dict[str, torch.Tensor], reps: int, constant_time: bool | None,
                       warmup: int = 2, clock: str = "wall") -> dict[str, list[float]]:
     """Seconds per single-message encode on ``clock`` (:data:`CLOCKS`), ``reps`` per kind, kinds interleaved and
@@ -79,7 +85,7 @@ def per_message_times(enc: Encoder, inputs: dict[str, torch.Tensor], reps: int, 
     times: dict[str, list[float]] = {k: [] for k in inputs}
     kinds = list(inputs)
     for rep in range(warmup + reps):
-        for kind in kinds[rep % len(kinds):] + kinds[: rep % len(kinds)]:
+        for kind in rotated(kinds, rep):
             t = time_one(enc, inputs[kind], constant_time)[CLOCKS.index(clock)]
             if rep >= warmup:
                 times[kind].append(t)
@@ -120,7 +126,7 @@ def measure(enc: Encoder, inputs: dict[str, torch.Tensor], reps: int) -> dict[tu
         kinds = list(inputs)
         for rep in range(reps):
             for mode in MODES:
-                for kind in kinds[rep % len(kinds):] + kinds[: rep % len(kinds)]:  # each kind first as often
+                for kind in rotated(kinds, rep):
                     for c, v in zip(CLOCKS, time_one(enc, inputs[kind], mode == "constant_time"), strict=True):
                         got[mode, c][kind].append(v)
         return got

@@ -153,14 +153,14 @@ class FramedEncoder(Encoder):
         if self.whp and (c["draw"] != "round" or c["frame"] not in WHP_FRAMES):
             raise ValueError(f"guarantee=whp needs draw=round and frame in {WHP_FRAMES} (a fresh draw whose "
                              f"coefficients are sub-Gaussian), got draw={c['draw']}, frame={c['frame']}")
+        if self.whp or self.certified:
+            self._check_direct()
         self._set_frame(cached_frame(c["frame"], self.dim, c["rho"], self.seed, str(self.device)))
 
     def _set_frame(self, frame: Frame) -> None:
         """Use ``frame`` and derive the public level, Kashin configurations and coefficient bound from it."""
         c = self.cfg
         self.frame, self.N = frame, frame.N
-        if self.whp or self.certified:
-            self._check_direct()
         level = (self._certified_level() if self.certified else max(c["level"], whp_level(self.N, c["whp_delta"]))
                  if self.whp else c["level"])
         self.kashin_cfg = KashinConfig(method=c["kashin"], eta=c["eta"], delta=c["delta"], max_passes=c["passes"],
@@ -172,8 +172,8 @@ class FramedEncoder(Encoder):
         self.bound = self.kashin_cfg.level * self.radius  # B in scaled units s = √N a
 
     def for_round(self, t: int) -> FramedEncoder:
-        """The encoder of round ``t`` (training rounds are ``t ≥ 1``): with ``draw=round`` the same configuration on the frame of
-        :func:`round_frame_seed` (its fingerprint names the round, so a message of another round's frame is
+        """The encoder of round ``t`` (training rounds are ``t ≥ 1``): with ``draw=round`` the same configuration on
+        the frame of :func:`round_frame_seed` (its fingerprint names the round, so a message of another round's frame is
         foreign); with ``draw=fixed``, this encoder."""
         if self.cfg["draw"] == "fixed":
             return self

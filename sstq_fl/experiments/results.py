@@ -152,7 +152,7 @@ RESULT_FIELDS: dict[str, type] = {"experiment": dict, "fixed": dict, "axes": dic
 """The fields of a ``results.json`` and their JSON types (``rows``, ``aggregates`` and ``final`` required)."""
 
 
-def checked_results(doc: Any, where: object) -> dict[str, Any]:
+def checked_results(doc: Any) -> dict[str, Any]:
     """``doc`` if it is a results document whose fields have their types and whose ``aggregates`` and ``final``
     rows are what its ``rows`` give (:func:`aggregate`, :func:`final_rows`); else a one-line ``ValueError``."""
     if not isinstance(doc, dict):
@@ -168,5 +168,5 @@ def checked_results(doc: Any, where: object) -> dict[str, Any]:
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValueError(f"its rows are not a sweep's rows ({type(exc).__name__}: {exc})") from None
     if finite_json(aggs) != doc["aggregates"] or finite_json(final) != doc["final"]:
-        raise ValueError(f"{where}: its aggregates or final rows are not what its rows give (an edited file?)")
+        raise ValueError("its aggregates or final rows are not what its rows give (an edited file?)")
     return doc

@@ -184,7 +184,7 @@ def read_results(out: str | Path) -> dict[str, Any]:
     out = Path(out)
     path = out / "results.json"
     try:
-        return checked_results(json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=no_duplicate_keys), path)
+        return checked_results(json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=no_duplicate_keys))
     except FileNotFoundError:
         pass
     except RecursionError:

@@ -187,7 +187,6 @@ class LdpDecoding(Strategy):
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         base = self.enc or self.prepare(arrays, None)
-        config[KEY_FINGERPRINT], config[KEY_ENCODER] = base.fingerprint, public_spec(base)
         self._global = arrays
         self._sent = list(self.strategy.configure_train(server_round, arrays, config, grid))
         self._round = int(config.get("server-round", server_round))  # type: ignore[arg-type]

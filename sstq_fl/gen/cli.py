@@ -89,11 +89,11 @@ def preflight(cfg: Any) -> None:
         raise ValueError(f"--dataset-ledger {ledger} is not a file")
     weights = getattr(cfg, "inception_weights", "")
     if weights:
-        from .evaluation import _read_inception_state
+        from .evaluation import read_inception_state
 
         if not Path(weights).expanduser().is_file():
             raise ValueError(f"--inception-weights {weights}: no such file (nothing is downloaded)")
-        _read_inception_state(Path(weights).expanduser())
+        read_inception_state(Path(weights).expanduser())
     budget = getattr(cfg, "dataset_budget_epsilon", None)
     if budget is not None and cfg.epsilon > budget:
         raise ValueError(f"this run alone spends epsilon {cfg.epsilon:g}, over the data set's budget {budget:g}")

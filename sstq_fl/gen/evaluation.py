@@ -325,7 +325,7 @@ def domain_fd(evaluator: Evaluator, real_x: Images, real_y: Images, fake_x: Imag
 
 
 # ----------------------------------------------------------------------------------------------- 3. Inception FID
-def _read_inception_state(path: Path) -> dict[str, torch.Tensor]:
+def read_inception_state(path: Path) -> dict[str, torch.Tensor]:
     """The Inception-v3 state dict in a local file (``torch.load(weights_only=True)``), checked for ``fc.weight``."""
     try:
         sd = torch.load(path, map_location="cpu", weights_only=True)
@@ -353,7 +353,7 @@ def _fid_blocks(net: nn.Module) -> str:
 def _load_inception(path: Path) -> tuple[nn.Module, str]:
     """Inception-v3 returning pool3 (2048-d) features, built by torchvision from a local state dict; a
     1008-class file is pytorch-fid's port of the TF FID network."""
-    sd = _read_inception_state(path)
+    sd = read_inception_state(path)
     try:
         from torchvision.models import inception_v3
     except ImportError as exc:
