@@ -75,6 +75,8 @@ def cmd_options(args: argparse.Namespace) -> int:
 def cmd_encoders(args: argparse.Namespace) -> int:
     if getattr(args, "encoders_cmd", None) == "check":
         return cmd_encoders_check(args)
+    if getattr(args, "encoders_cmd", None) == "recommend":
+        return cmd_encoders_recommend(args)
     from .encoders import formula, registry
     from .encoders.base import ENCODERS
 
@@ -119,6 +121,21 @@ def cmd_encoders_check(args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
+def cmd_encoders_recommend(args: argparse.Namespace) -> int:
+    """``encoders recommend``: every registered encoder's best candidate for the setting, ranked."""
+    from .checks import check_array
+    from .encoders.recommend import recommend, table
+
+    check_array(f"{args.trials} messages at d = {args.dim}", args.trials * args.dim)
+    rows = recommend(args.dim, args.epsilon, args.clients, bits=args.bits, radius=args.radius, trials=args.trials,
+                     names=args.encoders or None)
+    if args.json:
+        _print_json([r.as_dict() for r in rows])
+    else:
+        print(table(rows, dim=args.dim, epsilon=args.epsilon, clients=args.clients, bits=args.bits), end="")
+    return 0
+
+
 def _encoders_parser(sub: Any) -> None:
     """``encoders`` (the listing) and ``encoders check``."""
     e = sub.add_parser("encoders", help="list registered encoders (plug-ins marked with their distribution), or check one")
@@ -137,6 +154,17 @@ def _encoders_parser(sub: Any) -> None:
                    help="false-failure probability of each statistical check for a conforming encoder")
     c.add_argument("--checks", type=item_list, default=None, help="space-separated subset of the checks (default: all)")
     c.set_defaults(fn=cmd_encoders)
+    r = es.add_parser("recommend", help="rank every registered encoder by the MSE of the decoded mean for a d, ε, "
+                      "cohort and bit budget, with bits per message and encode cost")
+    r.add_argument("--dim", type=positive_int, required=True, help="dimension d of the client vectors")
+    r.add_argument("--epsilon", type=positive_float, required=True, help="per-message ε")
+    r.add_argument("--clients", type=positive_int, required=True, help="clients n whose messages are averaged")
+    r.add_argument("--bits", type=positive_int, default=None, help="at most this many bits per message (default: none)")
+    r.add_argument("--radius", type=positive_float, default=1.0, help="clip radius R (the input has norm R)")
+    r.add_argument("--trials", type=at_least_100, default=400, help="messages per measured (not declared) MSE")
+    r.add_argument("--encoders", type=item_list, default=None, help="space-separated encoder names (default: all)")
+    r.add_argument("--json", action="store_true", help="print the rows as JSON")
+    r.set_defaults(fn=cmd_encoders)
 
 
 def cmd_mse(args: argparse.Namespace) -> int:

@@ -46,6 +46,14 @@ print(enc.payload_bits(), float((enc.aggregate(back) - x[0]).abs().max()), enc.p
     assert float(err) < 0.15  # unbiased mean of 40k messages (per-coordinate sd ≈ 0.1)
 
 
+def test_recommend_ranks_an_installed_plugin(plugin_path):
+    out = run_py("from sstq_fl.cli import main; main(['encoders', 'recommend', '--dim', '16', '--epsilon', '2', "
+                 "'--clients', '10', '--encoders', 'rr-coordinate vqsgd', '--json'])", plugin_path)
+    rows = {r["spec"]: r for r in json.loads(out)}
+    assert set(rows) == {"rr-coordinate", "vqsgd"} and rows["rr-coordinate"]["bits"] == 5
+    assert rows["rr-coordinate"]["mse_mean"] > 0
+
+
 def test_plugin_absent_without_install():
     out = subprocess.run([sys.executable, "-c", "from sstq_fl.encoders import registry; print(sorted(registry()))"],
                          check=True, capture_output=True, text=True).stdout

@@ -1,0 +1,180 @@
+"""Which encoder for a dimension, an ε, a cohort and a bit budget: every registered encoder ranked.
+
+For each registered encoder (plug-ins included) the candidates are its default spec and the specs that vary
+its width parameter (``b``, ``bits``, ``k``, ``s``, whichever it declares, within the declared range) and its
+``coin`` (``public`` sends fewer bits but needs shared per-client coins).  A candidate whose payload exceeds
+the budget, or that its encoder refuses for this setting, is dropped.  Each encoder keeps its best candidate.
+
+**The figure ranked** is the expected squared error of the decoded mean of ``n`` clients that all hold the
+same input ``x`` with ``‖x‖ = R`` (a fixed Gaussian direction, :func:`sstq_fl.bench.mse.test_vector`):
+
+* ``exact``: the encoder declares ``mse(x)`` and is unbiased (or unbiased unless clipped, and nothing was
+  clipped): the messages are independent and unbiased, so the mean's error is ``mse(x)/n`` exactly;
+* ``measured``: a biased encoder, or one without a declared MSE: ``trials`` messages give the bias ``b`` (its
+  square corrected for the sampling noise of the mean) and the trace ``V`` of the per-message covariance, and
+  the mean's error is ``‖b‖² + V/n`` (a Monte-Carlo estimate, with its trial count; the candidate is picked
+  on a quarter of the trials, then measured again on all of them).
+
+The client's encode cost is the wall time per client of encoding one batch on this machine (median of 3).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .base import Encoder, make_encoder, registry
+
+WIDTH_VALUES: dict[str, tuple[int, ...]] = {
+    "b": tuple(range(1, 9)),
+    "bits": tuple(range(1, 17)),
+    "k": tuple(range(1, 9)) + (16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
+    "s": (1, 2, 4, 8, 16),
+}
+"""The width parameters tried, and their values (clipped to each encoder's declared range)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One encoder's best candidate: spec, bits per message, the mean's MSE and how it was obtained."""
+
+    spec: str
+    private: bool
+    bits: int
+    mse_mean: float
+    kind: str
+    per_message_mse: float
+    encode_ms: float
+    unbiased: str
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def candidate_specs(name: str, cls: type[Encoder], dim: int) -> list[str]:
+    """The default spec and its width/coin variants (values within the declared ranges, at most ``dim`` for ``k``)."""
+    variants: list[dict[str, Any]] = [{}]
+    for key, values in WIDTH_VALUES.items():
+        p = cls.params.get(key)
+        if p is not None and p.type is int:
+            ok = [v for v in values if p.out_of_range(v) is None and (key != "k" or v <= dim)]
+            variants = variants + [{**v, key: w} for v in variants for w in ok if w != p.default]
+    coin = cls.params.get("coin")
+    if coin is not None and coin.choices and "public" in coin.choices:
+        variants = variants + [{**v, "coin": "public"} for v in variants]
+    return [name + (":" + ",".join(f"{k}={v}" for k, v in v.items()) if v else "") for v in variants]
+
+
+def build(spec: str, dim: int, epsilon: float, radius: float) -> Encoder | None:
+    """The encoder, or ``None`` when it refuses this setting (a ``ValueError``: e.g. a codebook larger than ``d``)."""
+    try:
+        return make_encoder(spec, dim, epsilon, radius=radius)
+    except ValueError:
+        return None
+
+
+def unbiasedness(enc: Encoder) -> str:
+    return str(enc.unbiasedness()["unbiased"])
+
+
+def exact_mse(enc: Encoder, x: torch.Tensor) -> float | None:
+    """``mse(x)`` when it is exact for the mean (unbiased; or unbiased unless clipped, and ``x`` is not clipped)."""
+    if not (enc.unbiased or enc.unbiased_unless_clipped):
+        return None
+    val = enc.mse(x[None])
+    if val is None:
+        return None
+    if not enc.unbiased and enc.encode(x[None], np.arange(1, dtype=np.uint64), coins=_coins(enc, 1)).stats.get("clipped"):
+        return None
+    return float(val[0])
+
+
+def _coins(enc: Encoder, n: int) -> np.ndarray | None:
+    return np.arange(n, dtype=np.uint64) + 7 if enc.public_coins else None
+
+
+def measured(enc: Encoder, x: torch.Tensor, clients: int, trials: int) -> tuple[float, float]:
+    """``(mean's MSE, per-message MSE)`` from ``trials`` messages (seeds ``0..trials−1``)."""
+    est = torch.zeros(trials, enc.dim, dtype=torch.float64)
+    for lo in range(0, trials, 256):
+        n = min(256, trials - lo)
+        seeds, coins = np.arange(lo, lo + n, dtype=np.uint64), _coins(enc, lo + n)
+        msgs = enc.encode(x.expand(n, -1), seeds, coins=None if coins is None else coins[lo:])
+        est[lo:lo + n] = enc.decode(msgs, coins=None if coins is None else coins[lo:]).cpu()
+    target = enc.preprocess(x[None]).double().cpu()[0]
+    var = float(est.var(0).sum())  # trace of the per-message covariance (unbiased sample variance)
+    bias2 = max(float(((est.mean(0) - target) ** 2).sum()) - var / trials, 0.0)  # E‖mean − b‖² = ‖b‖² + var/T
+    return bias2 + var / clients, bias2 + var
+
+
+def encode_ms(enc: Encoder, x: torch.Tensor, batch: int = 16) -> float:
+    """Median over 3 repeats of the wall time per client of encoding ``batch`` copies of ``x``."""
+    seeds, coins = np.arange(batch, dtype=np.uint64), _coins(enc, batch)
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        enc.encode(x.expand(batch, -1), seeds, coins=coins)
+        times.append((time.perf_counter() - t0) / batch * 1e3)
+    return float(np.median(times))
+
+
+def best_row(name: str, cls: type[Encoder], x: torch.Tensor, epsilon: float, clients: int, bits: int | None,
+             trials: int) -> Row | None:
+    """The encoder's best candidate within the budget (``None``: no candidate fits or builds)."""
+    dim, radius = x.shape[0], float(torch.linalg.vector_norm(x))
+    built = {s: e for s in candidate_specs(name, cls, dim) if (e := build(s, dim, epsilon, radius)) is not None
+             and (bits is None or e.payload_bits() <= bits)}
+    if not built:
+        return None
+    exact = [(m, s) for s, m in ((s, exact_mse(e, x)) for s, e in built.items()) if m is not None]
+    if exact:
+        per_msg, spec = min(exact, key=lambda t: (t[0], built[t[1]].payload_bits()))
+        mean_mse, kind, note = per_msg / clients, "exact", ""
+    else:
+        screen = max(100, trials // 4)
+        spec = min(built, key=lambda s: measured(built[s], x, clients, screen)[0]) if len(built) > 1 else next(iter(built))
+        mean_mse, per_msg = measured(built[spec], x, clients, trials)
+        kind, note = "measured", f"Monte Carlo over {trials} messages (bias and variance; picked on {screen})"
+    enc = built[spec]
+    return Row(spec=spec, private=enc.private, bits=enc.payload_bits(), mse_mean=mean_mse, kind=kind,
+               per_message_mse=per_msg, encode_ms=encode_ms(enc, x), unbiased=unbiasedness(enc), note=note)
+
+
+def recommend(dim: int, epsilon: float, clients: int, bits: int | None = None, radius: float = 1.0,
+              trials: int = 400, names: list[str] | None = None) -> list[Row]:
+    """Every registered encoder's best candidate for ``(d, ε, n, budget)``, private ones first, each group by
+    the MSE of the decoded mean (see the module docstring for what is exact and what is measured)."""
+    from ..bench.mse import test_vector
+
+    if dim < 2 or not (epsilon > 0 and math.isfinite(epsilon)) or clients < 1 or (bits is not None and bits < 1):
+        raise ValueError(f"recommend needs dim >= 2, a positive finite epsilon, clients >= 1 and bits >= 1; got "
+                         f"dim={dim}, epsilon={epsilon}, clients={clients}, bits={bits}")
+    x = test_vector(dim, radius)
+    reg = registry()
+    unknown = sorted(set(names or []) - set(reg))
+    if unknown:
+        raise ValueError(f"unknown encoder(s) {unknown}; registered: {sorted(reg)}")
+    rows = [r for n in (names or sorted(reg)) if (r := best_row(n, reg[n], x, epsilon, clients, bits, trials))]
+    return sorted(rows, key=lambda r: (not r.private, r.mse_mean))
+
+
+def table(rows: list[Row], *, dim: int, epsilon: float, clients: int, bits: int | None) -> str:
+    """A markdown table of :func:`recommend`'s rows, with the setting and what the columns mean."""
+    budget = f"at most {bits} bits per message" if bits is not None else "no bit budget (each encoder's best)"
+    out = [f"Encoders for d = {dim}, ε = {epsilon:g} per message, n = {clients} clients, {budget}.",
+           "MSE of the decoded mean of n clients holding the same x with ‖x‖ = R (exact: the encoder's declared "
+           "MSE / n; measured: Monte Carlo bias and variance).", "",
+           "| rank | encoder | bits/msg | MSE of mean | figure | unbiased | encode ms/client |",
+           "|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(rows, 1):
+        rank = str(i) if r.private else "ref"
+        name = r.spec if r.private else f"{r.spec} (NOT private: compression only)"
+        out.append(f"| {rank} | {name} | {r.bits} | {r.mse_mean:.4g} | {r.kind} | {r.unbiased} | {r.encode_ms:.3g} |")
+    skipped = "Encoders with no candidate within the budget or for this d are left out."
+    return "\n".join(out + ["", skipped]) + "\n"
