@@ -30,6 +30,17 @@ def positive_ints(s: str) -> list[int]:
     return out
 
 
+def positive_floats(s: str) -> list[float]:
+    """argparse type for a comma-separated list of distinct positive finite numbers (no empty item)."""
+    items = [v.strip() for v in s.split(",")]
+    if not s.strip() or "" in items:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive numbers with no empty item, got {s!r}")
+    out = [positive_float(v) for v in items]
+    if len(set(out)) != len(out):
+        raise argparse.ArgumentTypeError(f"expected distinct values, got {s!r}")
+    return out
+
+
 def seed_int(s: str) -> int:
     """argparse type for a public seed: an integer in ``[0, 2**63)``."""
     try:

@@ -385,13 +385,10 @@ def build_parser(gen: bool = True) -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmarks (JSON + plots)")
     bs = b.add_subparsers(dest="bench", required=True)
     _mse_parser(bs)
-    from .bench.parsers import add_frame_round_parser, add_round_cost_parser, add_shuffle_parser, add_speed_parser
+    from .bench.parsers import add_bench_parsers
 
-    add_speed_parser(bs, _table, _DEVICE)
     _fwht_kashin_ledger_parsers(bs)
-    add_shuffle_parser(bs, _table)
-    add_round_cost_parser(bs, _table)
-    add_frame_round_parser(bs, _table)
+    add_bench_parsers(bs, _table, _DEVICE)
     _training_parsers(sub)
 
     from .experiments.cli import add_experiment_parsers

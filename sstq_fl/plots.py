@@ -76,14 +76,14 @@ def figure_title(fig: Figure) -> str:
 
 # ----------------------------------------------------------------------------- training runs
 def _round_panels(ax: Sequence[Axes], rounds: list[dict[str, Any]], key: str, label: str, color: str,
-                  style: str = "-") -> None:
+                  style: str = "-", no_epsilon: str = "ε = ∞") -> None:
     """Training loss, ``key`` and ε spent against the round on ``ax[0..2]`` (``style``: the ε line's, so
-    encoders with equal ε stay apart)."""
+    encoders with equal ε stay apart; ``no_epsilon``: the ε line's note when no ε is finite)."""
     t = [x["round"] for x in rounds]
     ax[0].plot(t, finite([x.get("train_loss") for x in rounds]), color=color, label=label)
     ax[1].plot(t, finite([x.get(key) for x in rounds]), color=color, label=label)
     eps = finite([x.get("epsilon_spent") for x in rounds])
-    ax[2].plot(t, eps, color=color, linestyle=style, label=label if any(map(math.isfinite, eps)) else f"{label} (ε = ∞)")
+    ax[2].plot(t, eps, color=color, linestyle=style, label=label if any(map(math.isfinite, eps)) else f"{label} ({no_epsilon})")
     if any("epsilon_central" in x for x in rounds):
         ax[2].plot(t, finite([x.get("epsilon_central") for x in rounds]), color=color, linestyle=":",
                    label=f"{label}: central (trusted stage: see the title)")
@@ -126,15 +126,18 @@ def spec_label(spec: str, m: Mapping[str, Any]) -> str:
     return f"{spec} ({m['final']['bits_per_client']} b)"
 
 
-def plot_comparison(results: Mapping[str, dict[str, Any]], path: PathLike, config: Mapping[str, Any]) -> Figure:
+def plot_comparison(results: Mapping[str, dict[str, Any]], path: PathLike, config: Mapping[str, Any],
+                    privacy: Mapping[str, str] | None = None) -> Figure:
     """``comparison.png``: loss, accuracy (or distance) and ε spent per round for every encoder, and the
-    final metric against bits per client; one colour and one label per full encoder spec."""
+    final metric against bits per client; one colour and one label per full encoder spec.  ``privacy``: the
+    label of a non-private spec's ε line (e.g. ``non-private (compression only)``; default ``ε = ∞``)."""
     fig = Figure(figsize=(20, 4.8), layout="constrained")
     ax = fig.subplots(1, 4)
     key = metric_key(next(iter(results.values())))
     for i, (spec, m) in enumerate(results.items()):
         label, color = spec_label(spec, m), f"C{i % 10}"
-        _round_panels(ax, m["rounds"], key, label, color, ("-", "--", ":", "-.")[i % 4])
+        _round_panels(ax, m["rounds"], key, label, color, ("-", "--", ":", "-.")[i % 4],
+                      (privacy or {}).get(spec, "ε = ∞"))
         bits, final = m["final"]["bits_per_client"], m["final"].get(key)
         if final is not None:  # absent: a secure run of a task whose metric uses the pooled data
             ax[3].scatter([bits], [float(final)], color=color, label=label)
@@ -154,7 +157,9 @@ def plot_comparison(results: Mapping[str, dict[str, Any]], path: PathLike, confi
 
 # ----------------------------------------------------------------------------- E1
 def plot_mse(result: dict[str, Any], path: PathLike) -> Figure:
-    """E1's ``e1.png``: ``E‖ĝ − g‖²`` against the dimension per encoder spec, with 95 % intervals."""
+    """E1's ``e1.png``: ``E‖ĝ − g‖²`` against the dimension per encoder spec, with 95 % intervals; a non-private
+    encoder's label says so (its ``encoder_privacy``, e.g. ``non-private (compression only)``), as the title's ε is
+    not its own."""
     fig = Figure(figsize=(7.5, 5.5), layout="constrained")
     ax = fig.subplots()
     for label in dict.fromkeys(r["encoder"] for r in result["rows"]):
@@ -162,14 +167,44 @@ def plot_mse(result: dict[str, Any], path: PathLike) -> Figure:
         m = np.array([r["mse"] for r in rs])
         lo = np.maximum(m - np.array([r["ci_low"] for r in rs]), 0)
         hi = np.array([r["ci_high"] for r in rs]) - m
+        note = "" if rs[-1].get("private", True) else f", {rs[-1].get('encoder_privacy', 'non-private')}"
         ax.errorbar([r["d"] for r in rs], m, yerr=[lo, hi], marker="o", capsize=3,
-                    label=f"{label} ({rs[-1]['bits_per_message']} b)")
+                    label=f"{label} ({rs[-1]['bits_per_message']} b{note})")
     ax.set(xscale="log", yscale="log", xlabel="dimension d", ylabel="E‖ĝ − g‖²")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     facts = {"epsilon": result["epsilon"], "b": result["bits"], "‖g‖": result["norm"], "trials": result["trials"]}
     fig.suptitle(title("E1: estimation error against dimension", facts, width=70))
     return save(fig, path, dpi=120)
+
+
+def plot_frontier(result: dict[str, Any], path: PathLike) -> Figure:
+    """The frontier figure: per ``(d, ε)`` panel, each encoder's per-message MSE against bits per message
+    (log-log; measured points with 95 % intervals; non-private references dashed) and the best private MSE
+    within each bit budget as a grey staircase."""
+    settings = sorted({(r["d"], r["epsilon"]) for r in result["rows"]})
+    dims, epss = sorted({d for d, _ in settings}), sorted({e for _, e in settings})
+    fig = Figure(figsize=(5.2 * len(epss), 4.4 * len(dims) + 0.8), layout="constrained")
+    axes = np.atleast_2d(fig.subplots(len(dims), len(epss), squeeze=False))
+    for (d, eps), ax in ((s, axes[dims.index(s[0]), epss.index(s[1])]) for s in settings):
+        rows = [r for r in result["rows"] if (r["d"], r["epsilon"]) == (d, eps) and r["mse"] is not None]
+        for name in dict.fromkeys(r["encoder"] for r in rows):
+            rs = sorted((r for r in rows if r["encoder"] == name), key=lambda r: (r["bits"], r["mse"]))
+            m = np.array([r["mse"] for r in rs])
+            err = [np.maximum(m - [r["ci_low"] for r in rs], 0), np.maximum(np.array([r["ci_high"] for r in rs]) - m, 0)]
+            ax.errorbar([r["bits"] for r in rs], m, yerr=err, marker="o", ms=3, capsize=2, lw=1,
+                        ls="-" if rs[0]["private"] else "--", label=name if rs[0]["private"] else f"{name} (not private)")
+        priv = sorted((r for r in rows if r["private"]), key=lambda r: r["bits"])
+        if priv:
+            best = np.minimum.accumulate([r["mse"] for r in priv])
+            ax.step([r["bits"] for r in priv], best, where="post", color="0.5", lw=4, alpha=0.35, label="frontier")
+        ax.set(xscale="log", yscale="log", xlabel="bits per message", ylabel="E‖x̂ − x‖² (one message)",
+               title=f"d = {d:,}, ε = {eps:g}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=6, ncol=2)
+    facts = {"‖x‖ = R": result["radius"], "trials": result["trials"]}
+    fig.suptitle(title("Frontier: MSE against bits per message, every registered encoder", facts, width=90))
+    return save(fig, path, dpi=110)
 
 
 # ----------------------------------------------------------------------------- DP-MEPF

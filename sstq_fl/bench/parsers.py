@@ -1,5 +1,6 @@
-"""The parsers of ``sstq-fl bench round-cost``, ``bench shuffle`` and ``bench encode-speed``: built with every command,
-so the benchmarks' modules (torch, the shuffle accountant) load only when their command runs."""
+"""The parsers of ``sstq-fl bench round-cost``, ``bench shuffle``, ``bench encode-speed``, ``bench frame-round`` and
+``bench frontier``: built with every command, so the benchmarks' modules (torch, the shuffle accountant) load only
+when their command runs."""
 
 from __future__ import annotations
 
@@ -129,3 +130,42 @@ def add_frame_round_parser(bs: Any, table: Any) -> None:
     p.add_argument("--seed", type=seed_int, default=0, help="public seed")
     p.add_argument("--out", default="results/frame_round.json", type=out_file, help="result JSON")
     p.set_defaults(fn=cmd)
+
+
+def add_frontier_parser(bs: Any, table: Any) -> None:
+    """``bench frontier`` (``table(rows, cols)`` prints the frontier table)."""
+    from ..argtypes import at_least_100, item_list, out_file, positive_float, positive_floats, positive_ints
+
+    def cmd(args: argparse.Namespace) -> int:
+        from .frontier import run
+
+        res = run(args.out, args.dims, args.epsilons, radius=args.radius, trials=args.trials,
+                  max_encode_s=args.max_encode_s, encoders=args.encoders or None, resume=args.resume)
+        rows = [{"d": f["d"], "epsilon": f["epsilon"], "budget": f["budget"],
+                 "best": f["best"]["spec"] if f["best"] else "-", "best_mse": f["best"]["mse"] if f["best"] else None,
+                 "sstq": f["sstq"]["spec"] if f["sstq"] else "-", "sstq_ratio": f["sstq_ratio"]} for f in res["frontier"]]
+        table(rows, ["d", "epsilon", "budget", "best", "best_mse", "sstq", "sstq_ratio"])
+        print(f"wrote {args.out} and its .png")
+        return 0
+
+    p = bs.add_parser("frontier", help="per-message MSE against bits per message for every registered encoder and "
+                      "width, at each d and epsilon, and the best encoder per bit budget")
+    p.add_argument("--dims", type=positive_ints, default="500,25450", help="comma-separated dimensions d")
+    p.add_argument("--epsilons", type=positive_floats, default="1,3,6", help="comma-separated per-message epsilons")
+    p.add_argument("--radius", type=positive_float, default=1.0, help="clip radius R (the input has norm R)")
+    p.add_argument("--trials", type=at_least_100, default=400, help="messages per measured (not declared) MSE")
+    p.add_argument("--max-encode-s", type=positive_float, default=0.5,
+                   help="leave out a candidate whose single encode takes longer (seconds)")
+    p.add_argument("--encoders", type=item_list, default=None, help="space-separated encoder names (default: all)")
+    p.add_argument("--resume", action="store_true", help="keep the (d, epsilon) settings already in --out")
+    p.add_argument("--out", default="results/frontier.json", type=out_file, help="result JSON (the plot goes next to it)")
+    p.set_defaults(fn=cmd)
+
+
+def add_bench_parsers(bs: Any, table: Any, device_help: str) -> None:
+    """Every ``bench`` parser of this module."""
+    add_speed_parser(bs, table, device_help)
+    add_shuffle_parser(bs, table)
+    add_round_cost_parser(bs, table)
+    add_frame_round_parser(bs, table)
+    add_frontier_parser(bs, table)

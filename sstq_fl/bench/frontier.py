@@ -1,0 +1,133 @@
+"""The communication–privacy–utility frontier: per-message MSE against bits per message, every encoder.
+
+For each dimension ``d`` and per-message ``ε``, every registered encoder (plug-ins included) is built at each
+candidate of :func:`sstq_fl.encoders.recommend.candidate_specs` (its default and its width/coin variants); the
+input is E1's vector (a fixed Gaussian direction, :func:`sstq_fl.bench.mse.test_vector`) at norm ``R``.  A point
+is ``E‖x̂ − x‖²`` of one message: the declared MSE where the encoder is unbiased and declares it (``exact``),
+else the mean over ``trials`` messages with a 95 % bootstrap interval (``measured``; for a biased encoder this
+includes its squared bias).  A candidate whose single encode takes more than ``max_encode_s`` here is left
+out, and recorded as such.  Non-private encoders (compression-only references) are marked.
+
+The frontier of a bit budget ``B`` is the smallest MSE among the private points with at most ``B`` bits.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..encoders import registry
+from ..encoders.base import Encoder
+from ..encoders.recommend import build, candidate_specs, exact_mse
+from ..io import atomic_write_json, no_duplicate_keys, run_meta
+from ..progress import progress
+from .mse import CI_METHOD, bootstrap_interval, test_vector
+
+log = logging.getLogger(__name__)
+BUDGETS = (8, 16, 32, 64)
+"""The bit budgets the frontier table reports."""
+
+
+def errors(enc: Encoder, x: torch.Tensor, trials: int, chunk: int = 200) -> np.ndarray:
+    """``‖x̂ − clip(x)‖²`` of ``trials`` messages (seeds ``0..trials−1``; public coins ``10⁹ + seed``)."""
+    target = enc.preprocess(x[None]).double()
+    out = []
+    for lo in range(0, trials, chunk):
+        seeds = np.arange(lo, min(trials, lo + chunk), dtype=np.uint64)
+        coins = seeds + np.uint64(10**9) if enc.public_coins else None
+        est = enc.decode(enc.encode(x.expand(len(seeds), -1), seeds, coins=coins), coins=coins)
+        out.append(((est.double() - target.to(est.device)) ** 2).sum(1).cpu().numpy())
+    return np.concatenate(out)
+
+
+def point(name: str, spec: str, enc: Encoder, x: torch.Tensor, trials: int, max_encode_s: float) -> dict[str, Any]:
+    """One frontier point (see the module docstring)."""
+    row: dict[str, Any] = {"encoder": name, "spec": spec, "bits": enc.payload_bits(), "private": enc.private,
+                           "unbiased": str(enc.unbiasedness()["unbiased"])}
+    mse = exact_mse(enc, x)
+    if mse is not None:
+        return {**row, "kind": "exact", "mse": mse, "ci_low": mse, "ci_high": mse}
+    t0 = time.perf_counter()
+    errors(enc, x, 1)
+    if (took := time.perf_counter() - t0) > max_encode_s:
+        return {**row, "kind": "skipped", "mse": None, "note": f"one encode took {took:.2g} s > {max_encode_s:g} s"}
+    e = errors(enc, x, trials)
+    lo, hi = bootstrap_interval(e)
+    return {**row, "kind": "measured", "mse": float(e.mean()), "ci_low": lo, "ci_high": hi, "trials": trials,
+            "ci_method": CI_METHOD}
+
+
+def sweep_setting(d: int, epsilon: float, radius: float, trials: int, max_encode_s: float,
+                  names: list[str]) -> list[dict[str, Any]]:
+    """Every candidate of every encoder named, at one ``(d, ε)``."""
+    x, rows = test_vector(d, radius), []
+    reg = registry()
+    for name in names:
+        for spec in candidate_specs(name, reg[name], d):
+            enc = build(spec, d, epsilon, radius)
+            if enc is not None:
+                rows.append({"d": d, "epsilon": epsilon, **point(name, spec, enc, x, trials, max_encode_s)})
+    return rows
+
+
+def frontier_table(rows: list[dict[str, Any]], budgets: tuple[int, ...] = BUDGETS) -> list[dict[str, Any]]:
+    """Per ``(d, ε, budget)``: the best private point within the budget, and the best SSTQ point beside it."""
+    out = []
+    for d, eps in sorted({(r["d"], r["epsilon"]) for r in rows}):
+        here = [r for r in rows if (r["d"], r["epsilon"]) == (d, eps) and r["private"] and r["mse"] is not None]
+        for b in budgets:
+            fit = [r for r in here if r["bits"] <= b]
+            best = min(fit, key=lambda r: r["mse"], default=None)
+            sstq = min((r for r in fit if r["encoder"].startswith("sstq")), key=lambda r: r["mse"], default=None)
+            out.append({"d": d, "epsilon": eps, "budget": b,
+                        "best": None if best is None else {k: best[k] for k in ("spec", "bits", "mse", "kind")},
+                        "sstq": None if sstq is None else {k: sstq[k] for k in ("spec", "bits", "mse", "kind")},
+                        "sstq_ratio": None if best is None or sstq is None else sstq["mse"] / best["mse"]})
+    return out
+
+
+def run(out: str, dims: list[int], epsilons: list[float], radius: float = 1.0, trials: int = 400,
+        max_encode_s: float = 0.5, encoders: list[str] | None = None, resume: bool = False) -> dict[str, Any]:
+    """Measure every ``(d, ε)`` setting (with ``resume``, the settings already in ``out`` are kept), then write
+    the JSON (rows, frontier table, meta) and its figure atomically after each setting."""
+    names = encoders or sorted(registry())
+    done = _read(out) if resume else []
+    rows = [r for r in done if r["encoder"] in names]
+    settings = [(d, e) for d in dims for e in epsilons if not any((r["d"], r["epsilon"]) == (d, e) for r in rows)]
+    t0 = time.perf_counter()
+    result: dict[str, Any] = {}
+    with progress(len(settings), "frontier settings (d, ε)") as bar:
+        for d, eps in settings:
+            rows += sweep_setting(d, eps, radius, trials, max_encode_s, names)
+            result = {"dims": dims, "epsilons": epsilons, "radius": radius, "trials": trials, "rows": rows,
+                      "frontier": frontier_table(rows), "wall_s": time.perf_counter() - t0, "meta": run_meta()}
+            atomic_write_json(out, result)
+            bar.advance(d=d, epsilon=eps)
+    if not settings:
+        result = {"dims": dims, "epsilons": epsilons, "radius": radius, "trials": trials, "rows": rows,
+                  "frontier": frontier_table(rows), "wall_s": 0.0, "meta": run_meta()}
+        atomic_write_json(out, result)
+    from ..plots import plot_frontier
+
+    plot_frontier(result, str(Path(out).with_suffix(".png")))
+    return result
+
+
+def _read(out: str) -> list[dict[str, Any]]:
+    """The rows of an earlier result at ``out`` (none if it does not exist; a one-line error if it is not one)."""
+    path = Path(out)
+    if not path.exists():
+        return []
+    try:
+        got = json.loads(path.read_text(), object_pairs_hook=no_duplicate_keys)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"{out}: not readable JSON ({str(exc).splitlines()[0]}); remove it or drop --resume") from None
+    if not isinstance(got, dict) or not isinstance(got.get("rows"), list):
+        raise ValueError(f"{out}: not a frontier result (no 'rows' list); remove it or drop --resume")
+    return list(got["rows"])
