@@ -22,6 +22,7 @@ import torch
 
 from .. import rng
 from ..encoders import make_encoder, parse_spec, registry
+from ..experiments.results import privacy_label
 from ..io import atomic_write_json, run_meta
 from ..progress import progress
 
@@ -91,7 +92,7 @@ def measure(label: str, d: int, epsilon: float, bits: int, norm: float, trials: 
     return {"encoder": label, "d": d, "mse": mean, "ci_low": min(low, mean), "ci_high": max(high, mean),
             "ci_method": CI_METHOD,
             "mse_exact": exact, "bits_per_message": enc.payload_bits(),
-            "spec": enc.spec}
+            "spec": enc.spec, "private": enc.private, "encoder_privacy": privacy_label(label)}
 
 
 def run(dims: list[int], epsilon: float, bits: int, norm: float, trials: int, out: str,

@@ -21,7 +21,7 @@ from ..fl.engine import RunConfig, existing_outputs, trainers
 from ..io import atomic_write_bytes, atomic_write_json, clean_temps, clear_out, mark_kind, refuse_other_kind, run_meta
 from ..rng import REPRODUCIBLE_WARNING
 from .figures import plot_all
-from .results import metric_name, write_tables
+from .results import LDP_LABEL, metric_name, privacy_label, write_tables
 from .runner import CellResult, LocalExecutor, pending_jobs, run_flower_cells
 from .spec import Cell, Experiment, unique
 
@@ -118,11 +118,13 @@ def _run(cells: list[Cell], out: Path, built: dict[str, Any], resume: bool, keep
 
 def _row(spec: str, m: dict[str, Any]) -> dict[str, Any]:
     """One encoder's table row; ``wall_s`` counts the rounds, ``setup_s`` the untimed warm-up before them.
-    ``metrics.json`` stores a non-private run's ``ε = ∞`` as null (strict JSON), which the row restores."""
+    ``metrics.json`` stores a non-private run's ``ε = ∞`` as null (strict JSON), which the row restores;
+    ``encoder_privacy`` names it (``ε-LDP``, or e.g. ``non-private (compression only)``: no ε)."""
     f = m["final"]
     eps = math.inf if f["epsilon_total"] is None else f["epsilon_total"]
     return {"encoder": spec, "bits_per_client": f["bits_per_client"], _metric_name(m): _metric(m),
-            "train_loss": f.get("train_loss"), "epsilon_total": eps, "wall_s": f["wall_s"],
+            "train_loss": f.get("train_loss"), "epsilon_total": eps, "encoder_privacy": privacy_label(spec),
+            "wall_s": f["wall_s"],
             **({"setup_s": f["setup_s"]} if "setup_s" in f else {})}
 
 
@@ -152,7 +154,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def plot_comparison(results: dict[str, dict[str, Any]], path: Path, base: RunConfig) -> Any:
-    """``comparison.png`` (:func:`sstq_fl.plots.plot_comparison`; matplotlib is imported only when plotting)."""
+    """``comparison.png`` (:func:`sstq_fl.plots.plot_comparison`; matplotlib is imported only when plotting), the
+    non-private encoders' ε lines labelled with their privacy (e.g. ``non-private (compression only)``)."""
     from ..plots import plot_comparison as plot
 
-    return plot(results, path, vars(base))
+    labels = {s: privacy_label(s) for s in results}
+    return plot(results, path, vars(base), privacy={s: lab for s, lab in labels.items() if lab != LDP_LABEL})

@@ -23,6 +23,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from ..io import atomic_write_bytes
 from ..plots import finite, integer_ticks
+from .results import LDP_LABEL
 
 MAX_PANELS = 6
 FIGURES = ("rounds", "bits", "epsilon")
@@ -42,9 +43,11 @@ def save_both(fig: Figure, base: Path) -> list[Path]:
 
 
 def label_of(group: dict[str, Any], cols: Sequence[str], skip: Sequence[str] = ()) -> str:
-    """A group's legend label: its encoder spec and the grid values that vary (besides ``skip``)."""
-    parts = [str(group["encoder_spec"])] + [f"{c} {group[c]}" for c in cols if c not in skip]
-    return ", ".join(parts)
+    """A group's legend label: its encoder spec (with its privacy when it is not ε-LDP, e.g. ``non-private
+    (compression only)``) and the grid values that vary (besides ``skip``)."""
+    privacy = group.get("encoder_privacy", LDP_LABEL)
+    spec = str(group["encoder_spec"]) + ("" if privacy == LDP_LABEL else f" — {privacy}")
+    return ", ".join([spec] + [f"{c} {group[c]}" for c in cols if c not in skip])
 
 
 def varying(rows: Sequence[dict[str, Any]], skip: Sequence[str]) -> list[str]:
@@ -52,8 +55,8 @@ def varying(rows: Sequence[dict[str, Any]], skip: Sequence[str]) -> list[str]:
     if not rows:
         return []
     cols = [c for c in rows[0] if c not in ("round", "seeds", "metric_name") and not c.endswith(
-        ("_mean", "_sd", "_ci_low", "_ci_high")) and c not in ("encoder", "encoder_params", "encoder_spec", "b",
-                                                               *skip)]
+        ("_mean", "_sd", "_ci_low", "_ci_high")) and c not in ("encoder", "encoder_params", "encoder_spec",
+                                                               "encoder_privacy", "b", *skip)]
     return [c for c in cols if len({str(r[c]) for r in rows}) > 1]
 
 

@@ -1,6 +1,6 @@
 """A sweep's results as a tidy table, and their aggregates over seeds.
 
-``results.csv`` / ``results.json``: one row per cell and round (encoder, its parameters, ε, b,
+``results.csv`` / ``results.json``: one row per cell and round (encoder, its parameters, its privacy, ε, b,
 seed, the grid's other values, bits per client, the metric, training loss, ε spent).
 ``aggregates.csv``: per group of cells that differ only in their seed, and per round, the mean,
 standard deviation and a 95 % Student-t interval over seeds,
@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..encoders.base import parse_spec
+from ..encoders.base import ENCODERS, parse_spec
 from ..fl.checkpoint import completed_metrics
 from ..fl.engine import METRIC_KEYS, NON_PRIVATE_DIAGNOSTICS
 from ..io import atomic_write_bytes, atomic_write_json, finite_json
@@ -32,6 +32,15 @@ BIT_PARAMS = ("b", "b0", "bits")
 """The encoder parameter reported as ``b``: bits per label (SSTQ), the bit cap of SQKR's automatic ``k``, or
 PrivUnit-MRC's index bits, the first a spec sets."""
 SUMMARISED = ("metric", "train_loss", "epsilon_spent", "epsilon_central", "bits_per_client")
+LDP_LABEL = "ε-LDP"
+"""The ``encoder_privacy`` of a private encoder (its messages are ε-LDP at the cell's ``epsilon``)."""
+
+
+def privacy_label(spec: str) -> str:
+    """What a table says of an encoder's privacy: :data:`LDP_LABEL` for a private encoder, else the class's
+    ``privacy_label`` (e.g. ``non-private (compression only)``) or ``non-private``: never an ε."""
+    cls = ENCODERS[parse_spec(spec)[0]]
+    return LDP_LABEL if cls.private else str(getattr(cls, "privacy_label", "non-private"))
 
 
 def metric_name(rounds: Sequence[dict[str, Any]]) -> str:
@@ -43,11 +52,13 @@ def metric_name(rounds: Sequence[dict[str, Any]]) -> str:
 
 
 def identity(cell: Cell) -> dict[str, Any]:
-    """The columns that say what a cell ran: task, encoder (name, parameters, spec), ε, b, seed."""
+    """The columns that say what a cell ran: task, encoder (name, parameters, spec, privacy), ε, b, seed; ``epsilon``
+    is the configured one, which a non-private encoder does not use (``encoder_privacy`` says so)."""
     name, params = parse_spec(cell.cfg.encoder)
     b = next((params[p] for p in BIT_PARAMS if p in params), "")
     return {"task": cell.cfg.task, "encoder": name, "encoder_params": ",".join(f"{k}={v}" for k, v in params.items()),
-            "encoder_spec": cell.cfg.encoder, "epsilon": cell.cfg.epsilon, "b": b, "seed": cell.cfg.seed}
+            "encoder_spec": cell.cfg.encoder, "encoder_privacy": privacy_label(cell.cfg.encoder),
+            "epsilon": cell.cfg.epsilon, "b": b, "seed": cell.cfg.seed}
 
 
 def cell_rows(cell: Cell, folder: Path) -> list[dict[str, Any]]:
