@@ -361,7 +361,7 @@ def _cast(typ: type, val: Any) -> Any:
 # ---------------------------------------------------------------------- registry
 
 BUILTIN_MODULES = tuple(f"sstq_fl.encoders.{m}" for m in (
-    "clean", "privunit", "privunit_mrc", "sqkr", "sstq", "vqsgd", "compression", "privunitg", "projunit"))
+    "clean", "privunit", "privunit_mrc", "sqkr", "sstq", "vqsgd", "compression", "privunitg", "projunit", "rrsc", "mmrc"))
 """The modules whose ``@register_encoder`` classes are the built-in encoders (imported on first look-up)."""
 
 
