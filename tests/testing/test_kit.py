@@ -8,7 +8,16 @@ from . import broken
 
 BUILTINS = ["clean", "vqsgd", "sqkr", "sqkr:coin=public", "privunit", "privunit:cap=paper", "privunit-mrc:bits=8",
             "privunit-mrc:bits=6,coin=public", "sstq-flat", "sstq-flat:b=2,codebook=optimized", "sstq-ma",
-            "sstq-ma:b=3,scale=paper,decode=identity"]
+            "sstq-ma:b=3,scale=paper,decode=identity", "rrsc", "rrsc-fast", "mmrc", "privunitg", "projunit:k=3",
+            "projunit:k=3,transform=srht", "qsgd", "signsgd", "randk"]
+
+
+def test_every_registered_builtin_is_in_the_kit_set():
+    from sstq_fl.encoders import registry
+    from sstq_fl.encoders.base import ENCODERS
+
+    builtin = {n for n in registry() if ENCODERS.origin(n).kind == "built-in"}
+    assert builtin <= {s.split(":")[0] for s in BUILTINS}
 
 
 @pytest.mark.parametrize("spec", BUILTINS)
