@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def positive_int(s: str) -> int:
@@ -19,26 +22,25 @@ def positive_int(s: str) -> int:
     return v
 
 
-def positive_ints(s: str) -> list[int]:
-    """argparse type for a comma-separated list of distinct counts, each an integer ≥ 1 (no empty item)."""
+def distinct_items(s: str, item: Callable[[str], T], what: str) -> list[T]:
+    """A comma-separated list of distinct values, each parsed by ``item`` (no empty item); ``what`` names them."""
     items = [v.strip() for v in s.split(",")]
     if not s.strip() or "" in items:
-        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers with no empty item, got {s!r}")
-    out = [positive_int(v) for v in items]
+        raise argparse.ArgumentTypeError(f"expected comma-separated {what} with no empty item, got {s!r}")
+    out = [item(v) for v in items]
     if len(set(out)) != len(out):
         raise argparse.ArgumentTypeError(f"expected distinct values, got {s!r}")
     return out
+
+
+def positive_ints(s: str) -> list[int]:
+    """argparse type for a comma-separated list of distinct counts, each an integer ≥ 1 (no empty item)."""
+    return distinct_items(s, positive_int, "positive integers")
 
 
 def positive_floats(s: str) -> list[float]:
     """argparse type for a comma-separated list of distinct positive finite numbers (no empty item)."""
-    items = [v.strip() for v in s.split(",")]
-    if not s.strip() or "" in items:
-        raise argparse.ArgumentTypeError(f"expected comma-separated positive numbers with no empty item, got {s!r}")
-    out = [positive_float(v) for v in items]
-    if len(set(out)) != len(out):
-        raise argparse.ArgumentTypeError(f"expected distinct values, got {s!r}")
-    return out
+    return distinct_items(s, positive_float, "positive numbers")
 
 
 def seed_int(s: str) -> int:

@@ -52,6 +52,7 @@ from .. import rng
 from .base import Param, register_encoder
 from .privunit import MAX_EPSILON, calibrate, log_m
 from .rrsc import IndexEncoder
+from .seeded import seed_params
 
 MAX_BITS = 12
 """Largest ``bits`` (``N = 4096`` Gaussian candidates of dimension ``d`` per client)."""
@@ -157,9 +158,7 @@ class MMRC(IndexEncoder):
                      "exact cap", ("paper", "exact")),
         "debias": Param(str, "paper", "decoder gain: the authors' m-tilde, or the exact in-cap mass (unbiased)",
                         ("paper", "exact")),
-        "seed_bits": Param(int, 20, "bits of the candidate seed sent (coin=message)", low=0, high=32),
-        "coin": Param(str, "message", "candidates from a seed the client sends, or from the public per-client coins",
-                      ("message", "public")),
+        **seed_params("candidates"),
     }
     unbiased = False
     bits_formula = "bits + seed_bits if coin == 'message' else bits"
@@ -167,7 +166,6 @@ class MMRC(IndexEncoder):
 
     def __init__(self, *args: Any, **kw: Any):
         super().__init__(*args, **kw)
-        self.check_coin_params()
         if self.dim < 2:
             raise ValueError(f"mmrc needs dim >= 2, got {self.dim}")
         if self.epsilon > MAX_EPSILON:

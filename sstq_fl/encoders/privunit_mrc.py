@@ -60,6 +60,7 @@ from .. import rng
 from .base import Encoder, Field, Messages, Param, register_encoder
 from .maths.fwht import fwht_
 from .privunit import MAX_EPSILON, calibrate, cap_probability
+from .seeded import draw_seed, public_seeds, seed_fields, seed_params
 
 MAX_BITS = 24
 """Largest ``bits`` (``2^24`` candidates per message already costs seconds per client)."""
@@ -188,10 +189,7 @@ class PrivUnitMRC(Encoder):
     params: ClassVar[dict[str, Param]] = {
         "bits": Param(int, 12, "index bits: N = 2^bits public candidates per message", low=1,
                      high=MAX_BITS),
-        "seed_bits": Param(int, 20, "bits of the per-message candidate seed sent (coin=message)", low=0,
-                          high=32),
-        "coin": Param(str, "message", "candidate seed drawn by the client and sent, or derived from the public "
-                      "per-client coins", ("message", "public")),
+        **seed_params("candidates"),
     }
     unbiased = False
     bits_formula = "bits + seed_bits if coin == 'message' else bits"
@@ -217,25 +215,12 @@ class PrivUnitMRC(Encoder):
         return math.log(self.alpha / self.beta)
 
     def layout(self) -> list[Field]:
-        out = [Field("k", self.cfg["bits"])]
-        if self.cfg["coin"] == "message" and self.cfg["seed_bits"]:
-            out.append(Field("s", self.cfg["seed_bits"]))
-        return out
-
-    def candidate_seeds(self, s: np.ndarray | None, coins: Any, n: int) -> np.ndarray:
-        """The public 64-bit candidate seed of each message, from the sent seed ``s`` or the coins."""
-        if self.cfg["coin"] == "public":
-            if coins is None:
-                raise ValueError("privunit-mrc with coin=public needs the public per-client coins")
-            c = rng.as_seeds(coins, n)
-            return rng.raw_bits(c, f"privunit-mrc-public-{self.seed}", 1)[:, 0]
-        assert s is not None
-        return rng.derive_seeds(np.uint64(self.seed), np.asarray(s, dtype=np.uint64))
+        return [Field("k", self.cfg["bits"]), *seed_fields(self.cfg)]
 
     def _encode(self, x: torch.Tensor, seeds: np.ndarray, coins: Any) -> Messages:
         n = x.shape[0]
-        s = rng.randint(seeds, "privunit-mrc-seed", 1, 1 << self.cfg["seed_bits"])[:, 0]
-        cseeds = self.candidate_seeds(s, coins, n)
+        s = draw_seed(self, seeds)
+        cseeds = public_seeds(self, s, coins, n)
         coin = rng.uniform(seeds, "privunit-mrc", 3)
         v = self._directions(x.cpu(), coin)
         k = torch.cat([self._select(v[i : i + self.CHUNK], cseeds[i : i + self.CHUNK], coin[i : i + self.CHUNK])
@@ -269,7 +254,7 @@ class PrivUnitMRC(Encoder):
     def decode(self, msgs: Messages, coins: Any = None) -> torch.Tensor:
         k = msgs.fields["k"][:, 0].cpu().long()
         s = msgs.fields["s"][:, 0].cpu().numpy() if "s" in msgs.fields else np.zeros(msgs.n, np.int64)
-        cseeds = self.candidate_seeds(s, coins, msgs.n)
+        cseeds = public_seeds(self, s, coins, msgs.n)
         rows = [self.cands.rows(k[i : i + self.CHUNK], self.cands.signs(cseeds[i : i + self.CHUNK]))
                 for i in range(0, msgs.n, self.CHUNK)]
         out = torch.cat(rows)[:, : self.dim] if rows else torch.zeros(0, self.dim, dtype=torch.float64)

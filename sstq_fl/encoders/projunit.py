@@ -53,6 +53,7 @@ from .. import rng
 from .base import Encoder, Field, Messages, Param, register_encoder
 from .maths.fwht import fwht_
 from .privunitg import MAX_EPSILON, calibrate, check_norms, chunks, norm_bound, privatize, signed_directions
+from .seeded import draw_seed, public_seeds, seed_fields, seed_params
 
 DEFAULT_K = 1000
 """The authors' projection dimension (capped at ``d`` when ``k`` is not given)."""
@@ -129,9 +130,7 @@ class ProjUnit(Encoder):
         "k": Param(int, DEFAULT_K, "projection dimension (default: the authors' 1000, capped at d)", low=1),
         "transform": Param(str, "dense", "random projection: dense (Haar, ProjUnit) or srht (FastProjUnit)",
                            ("dense", "srht")),
-        "coin": Param(str, "message", "projection seed drawn by the client and sent, or derived from the public "
-                      "per-client coins", ("message", "public")),
-        "seed_bits": Param(int, 32, "bits of the per-message projection seed sent (coin=message)", low=0, high=32),
+        **seed_params("projection", seed_bits=32),
     }
     unbiased = False
     max_epsilon: ClassVar[float] = MAX_EPSILON
@@ -150,24 +149,12 @@ class ProjUnit(Encoder):
         self.bound = self.radius * norm_bound(self.cal, self.k)
 
     def layout(self) -> list[Field]:
-        out = [Field("v", 32, self.k, kind="f32")]
-        if self.cfg["coin"] == "message" and self.cfg["seed_bits"]:
-            out.append(Field("s", self.cfg["seed_bits"]))
-        return out
-
-    def projection_seeds(self, s: np.ndarray | None, coins: Any, n: int) -> np.ndarray:
-        """The 64-bit seed of each message's ``W``, from the sent seed ``s`` or the public coins."""
-        if self.cfg["coin"] == "public":
-            if coins is None:
-                raise ValueError("projunit with coin=public needs the public per-client coins")
-            return rng.raw_bits(rng.as_seeds(coins, n), f"projunit-public-{self.seed}", 1)[:, 0]
-        assert s is not None
-        return rng.derive_seeds(np.uint64(self.seed), np.asarray(s, dtype=np.uint64))
+        return [Field("v", 32, self.k, kind="f32"), *seed_fields(self.cfg)]
 
     def _encode(self, x: torch.Tensor, seeds: np.ndarray, coins: Any) -> Messages:
         n = x.shape[0]
-        s = rng.randint(seeds, "projunit-seed", 1, 1 << self.cfg["seed_bits"])[:, 0]
-        wseeds = self.projection_seeds(s, coins, n)
+        s = draw_seed(self, seeds)
+        wseeds = public_seeds(self, s, coins, n)
         out = torch.empty(n, self.k, dtype=torch.float32)
         for sl in chunks(n, self.proj.rows_per_chunk):
             u = signed_directions(x[sl], self.radius, rng.uniform(seeds[sl], "projunit-flip", 1)[:, 0])
@@ -184,7 +171,7 @@ class ProjUnit(Encoder):
 
     def decode(self, msgs: Messages, coins: Any = None) -> torch.Tensor:
         s = msgs.fields["s"][:, 0].cpu().numpy() if "s" in msgs.fields else np.zeros(msgs.n, np.int64)
-        wseeds = self.projection_seeds(s, coins, msgs.n)
+        wseeds = public_seeds(self, s, coins, msgs.n)
         y = msgs.fields["v"].cpu().double()
         out = torch.empty(msgs.n, self.dim, dtype=torch.float64)
         for sl in chunks(msgs.n, self.proj.rows_per_chunk):

@@ -60,6 +60,7 @@ from .. import rng
 from .base import Encoder, Field, Messages, Param, register_encoder
 from .maths.fwht import fwht_
 from .privunit_mrc import padded_dim
+from .seeded import draw_seed, public_seeds, seed_fields, seed_params
 
 MAX_BITS = 16
 """Largest ``bits`` (``M = 2^16`` codewords; ``rrsc`` also needs ``M ≤ d``)."""
@@ -171,28 +172,9 @@ class IndexEncoder(Encoder):
     gain: float
     bits: int
 
-    def check_coin_params(self) -> None:
-        sb = self.cfg["seed_bits"]
-        if not 0 <= sb <= 32:
-            raise ValueError(f"{self.name} seed_bits must be in [0, 32], got {sb}")
-
     def layout(self) -> list[Field]:
         bits = self.bits
-        out = [Field("k", bits, limit=self.size if self.size < 1 << bits else None)]
-        if self.cfg["coin"] == "message" and self.cfg["seed_bits"]:
-            out.append(Field("s", self.cfg["seed_bits"]))
-        return out
-
-    def public_seeds(self, s: np.ndarray | None, coins: Any, n: int) -> np.ndarray:
-        """The 64-bit seed naming each message's public choices: from the coins (public) or the sent seed ``s``."""
-        if self.cfg["coin"] == "public":
-            if coins is None:
-                raise ValueError(f"{self.name} with coin=public needs the public per-client coins")
-            c = np.asarray(coins)
-            c = rng.as_seeds(np.repeat(c.reshape(1), n) if c.size == 1 and n != 1 else c, n)
-            return rng.raw_bits(c, f"{self.name}-public-{self.seed}", 1)[:, 0]
-        assert s is not None
-        return rng.derive_seeds(np.uint64(self.seed), np.asarray(s, dtype=np.uint64))
+        return [Field("k", bits, limit=self.size if self.size < 1 << bits else None), *seed_fields(self.cfg)]
 
     def chunk(self) -> int:
         return max(1, CHUNK_ELEMS // (self.dim * self.size))
@@ -212,8 +194,8 @@ class IndexEncoder(Encoder):
 
     def _encode(self, x: torch.Tensor, seeds: np.ndarray, coins: Any) -> Messages:
         n, step = x.shape[0], self.chunk()
-        s = rng.randint(seeds, f"{self.name}-seed", 1, 1 << self.cfg["seed_bits"])[:, 0]
-        pub = self.public_seeds(s, coins, n)
+        s = draw_seed(self, seeds)
+        pub = public_seeds(self, s, coins, n)
         coin = rng.uniform(seeds, self.name, 2)
         u = directions(x, coin[:, 0], self.radius)
         parts = []
@@ -230,7 +212,7 @@ class IndexEncoder(Encoder):
     def decode(self, msgs: Messages, coins: Any = None) -> torch.Tensor:
         k = msgs.fields["k"][:, 0].cpu().long()
         s = msgs.fields["s"][:, 0].cpu().numpy() if "s" in msgs.fields else np.zeros(msgs.n, np.int64)
-        pub, step = self.public_seeds(s, coins, msgs.n), self.chunk()
+        pub, step = public_seeds(self, s, coins, msgs.n), self.chunk()
         rows = [self._directions_of(k[i : i + step], pub[i : i + step]) for i in range(0, msgs.n, step)]
         out = torch.cat(rows) if rows else torch.zeros(0, self.dim, dtype=torch.float64)
         return (self.radius * self.gain * out).to(self.device)
@@ -261,7 +243,7 @@ class IndexEncoder(Encoder):
         xs = self.preprocess(x)
         idx = torch.arange(self.size)
         if self.cfg["coin"] == "public":
-            law = (self.index_law(xs, self.public_seeds(None, coins, xs.shape[0])) if coins is not None
+            law = (self.index_law(xs, public_seeds(self, None, coins, xs.shape[0])) if coins is not None
                    else torch.full((xs.shape[0], self.size), 1.0 / self.size, dtype=torch.float64))
             return Messages({"k": idx[:, None]}), law
         n_seeds = 1 << self.cfg["seed_bits"]
@@ -276,7 +258,7 @@ class IndexEncoder(Encoder):
         laws = []
         step = max(1, CHUNK_ELEMS // (self.dim * self.size))
         for lo in range(0, n_seeds, step):
-            pub = self.public_seeds(np.arange(lo, min(lo + step, n_seeds)), None, 0)
+            pub = public_seeds(self, np.arange(lo, min(lo + step, n_seeds)), None, 0)
             sc = torch.einsum("nd,cdm->ncm", u, self._matrix(pub))
             laws.append(keep * self._law(sc) + (1 - keep) * self._law(-sc))
         law = torch.cat(laws, 1).reshape(xs.shape[0], -1) / n_seeds
@@ -293,9 +275,7 @@ class RRSC(IndexEncoder):
                       high=MAX_BITS),
         "k": Param(int, 0, "codewords given weight e^ε (0: the MSE-optimal k)", low=0, high=2**MAX_BITS - 1),
         "codewords": Param(int, 0, "simplex size M ≤ 2^bits (0: M = 2^bits)", low=0, high=2**MAX_BITS),
-        "seed_bits": Param(int, 20, "bits of the rotation seed sent (coin=message)", low=0, high=32),
-        "coin": Param(str, "message", "rotation from a seed the client sends, or from the public per-client coins",
-                      ("message", "public")),
+        **seed_params("rotation"),
     }
     unbiased = True
     bits_formula = "bits + seed_bits if coin == 'message' else bits"
@@ -303,7 +283,6 @@ class RRSC(IndexEncoder):
 
     def __init__(self, *args: Any, **kw: Any):
         super().__init__(*args, **kw)
-        self.check_coin_params()
         self.calib_dim = self._space_dim()
         if self.dim < 2:
             raise ValueError(f"{self.name} needs dim >= 2, got {self.dim}")

@@ -16,6 +16,7 @@ import torch
 from sstq_fl import rng
 from sstq_fl.encoders import make_encoder
 from sstq_fl.encoders.mmrc import band_law, calibrate_mmrc, paper_p_tilde
+from sstq_fl.encoders.seeded import public_seeds
 from sstq_fl.testing import CHECKS, check_encoder
 
 from ..conftest import unit_rows
@@ -130,7 +131,7 @@ def test_epsilon_holds_for_every_candidate_set(d, bits, eps):
                     torch.zeros(1, d, dtype=torch.float64)])
     worst = 0.0
     for coin in range(6):
-        pub = enc.public_seeds(None, np.array([coin]), 1)
+        pub = public_seeds(enc, None, np.array([coin]), 1)
         cand = enc._matrix(pub)[0].T  # [N, d]
         x = torch.cat([xs, R * cand, -R * cand])
         law = enc.output_law(x, coins=np.array([coin]))[1]

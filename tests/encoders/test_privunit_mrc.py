@@ -13,6 +13,7 @@ import torch
 from sstq_fl import wire
 from sstq_fl.encoders import make_encoder
 from sstq_fl.encoders.privunit_mrc import index_law
+from sstq_fl.encoders.seeded import public_seeds
 
 from ..conftest import unit_rows
 
@@ -21,13 +22,13 @@ R = 0.7
 
 def candidates(enc, s):
     """The candidate matrix ``[N, P]`` named by the sent seed ``s``."""
-    cseeds = enc.candidate_seeds(np.full(enc.N, s), None, enc.N)
+    cseeds = public_seeds(enc, np.full(enc.N, s), None, enc.N)
     return enc.cands.rows(torch.arange(enc.N), enc.cands.signs(cseeds))
 
 
 def scores(enc, s, v):
     """The encoder's own (float32) scores of the padded unit directions ``v`` ``[n, P]``."""
-    cseeds = enc.candidate_seeds(np.full(v.shape[0], s), None, v.shape[0])
+    cseeds = public_seeds(enc, np.full(v.shape[0], s), None, v.shape[0])
     return enc.cands.scores((v / enc.P**1.5).float(), enc.cands.signs(cseeds)).double()
 
 

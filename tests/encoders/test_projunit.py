@@ -13,6 +13,7 @@ from sstq_fl import wire
 from sstq_fl.encoders import make_encoder
 from sstq_fl.encoders.base import WireError
 from sstq_fl.encoders.projunit import DenseProjection, SrhtProjection, bias_factor, padded_dim
+from sstq_fl.encoders.seeded import public_seeds
 from sstq_fl.testing import check_encoder
 from sstq_fl.testing.wirecheck import forge
 
@@ -107,7 +108,7 @@ def test_message_is_privunitg_of_the_normalised_projection(transform):
     x = unit_rows(1, d, seed=8, norm=radius)[0]  # on the sphere: never flipped
     coins = np.arange(n, dtype=np.uint64) + 3
     y = enc.encode(x.repeat(n, 1), np.arange(n), coins=coins).fields["v"].double()
-    w = enc.proj.forward((x / radius).repeat(n, 1), enc.projection_seeds(None, coins, n))
+    w = enc.proj.forward((x / radius).repeat(n, 1), public_seeds(enc, None, coins, n))
     v = w / torch.linalg.vector_norm(w, dim=1, keepdim=True)
     dots = (y * v).sum(1)
     frac = float((dots >= radius * enc.cal.sigma * enc.cal.gamma).double().mean())
