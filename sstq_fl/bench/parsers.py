@@ -140,7 +140,7 @@ def add_frontier_parser(bs: Any, table: Any) -> None:
         from .frontier import run
 
         res = run(args.out, args.dims, args.epsilons, radius=args.radius, trials=args.trials,
-                  max_encode_s=args.max_encode_s, encoders=args.encoders or None, resume=args.resume)
+                  max_point_s=args.max_point_s, encoders=args.encoders or None, resume=args.resume)
         rows = [{"d": f["d"], "epsilon": f["epsilon"], "budget": f["budget"],
                  "best": f["best"]["spec"] if f["best"] else "-", "best_mse": f["best"]["mse"] if f["best"] else None,
                  "sstq": f["sstq"]["spec"] if f["sstq"] else "-", "sstq_ratio": f["sstq_ratio"]} for f in res["frontier"]]
@@ -154,8 +154,8 @@ def add_frontier_parser(bs: Any, table: Any) -> None:
     p.add_argument("--epsilons", type=positive_floats, default="1,3,6", help="comma-separated per-message epsilons")
     p.add_argument("--radius", type=positive_float, default=1.0, help="clip radius R (the input has norm R)")
     p.add_argument("--trials", type=at_least_100, default=400, help="messages per measured (not declared) MSE")
-    p.add_argument("--max-encode-s", type=positive_float, default=0.5,
-                   help="leave out a candidate whose single encode takes longer (seconds)")
+    p.add_argument("--max-point-s", type=positive_float, default=30.0,
+                   help="leave out a measured candidate whose --trials messages would take longer here (seconds)")
     p.add_argument("--encoders", type=item_list, default=None, help="space-separated encoder names (default: all)")
     p.add_argument("--resume", action="store_true", help="keep the (d, epsilon) settings already in --out")
     p.add_argument("--out", default="results/frontier.json", type=out_file, help="result JSON (the plot goes next to it)")
