@@ -25,7 +25,7 @@ import torch
 
 from ..encoders import registry
 from ..encoders.base import Encoder
-from ..encoders.recommend import build, candidate_specs, exact_mse
+from ..encoders.recommend import build, candidate_specs, decoded, exact_mse, message_seconds
 from ..io import atomic_write_json, no_duplicate_keys, run_meta
 from ..progress import progress
 from .mse import CI_METHOD, bootstrap_interval, test_vector
@@ -35,16 +35,10 @@ BUDGETS = (8, 16, 32, 64)
 """The bit budgets the frontier table reports."""
 
 
-def errors(enc: Encoder, x: torch.Tensor, trials: int, chunk: int = 200) -> np.ndarray:
+def errors(enc: Encoder, x: torch.Tensor, trials: int) -> np.ndarray:
     """``‖x̂ − clip(x)‖²`` of ``trials`` messages (seeds ``0..trials−1``; public coins ``10⁹ + seed``)."""
-    target = enc.preprocess(x[None]).double()
-    out = []
-    for lo in range(0, trials, chunk):
-        seeds = np.arange(lo, min(trials, lo + chunk), dtype=np.uint64)
-        coins = seeds + np.uint64(10**9) if enc.public_coins else None
-        est = enc.decode(enc.encode(x.expand(len(seeds), -1), seeds, coins=coins), coins=coins)
-        out.append(((est.double() - target.to(est.device)) ** 2).sum(1).cpu().numpy())
-    return np.concatenate(out)
+    target = enc.preprocess(x[None]).double().cpu()
+    return ((decoded(enc, x, trials) - target) ** 2).sum(1).numpy()
 
 
 def point(name: str, spec: str, enc: Encoder, x: torch.Tensor, trials: int, max_point_s: float) -> dict[str, Any]:
@@ -54,10 +48,7 @@ def point(name: str, spec: str, enc: Encoder, x: torch.Tensor, trials: int, max_
     mse = exact_mse(enc, x)
     if mse is not None:
         return {**row, "kind": "exact", "mse": mse, "ci_low": mse, "ci_high": mse}
-    errors(enc, x, 1)  # warm-up (calibration caches, first-call costs)
-    t0 = time.perf_counter()
-    errors(enc, x, 1)
-    if (est := trials * (time.perf_counter() - t0)) > max_point_s:
+    if (est := trials * message_seconds(enc, x)) > max_point_s:
         return {**row, "kind": "skipped", "mse": None,
                 "note": f"{trials} messages would take about {est:.3g} s here (> {max_point_s:g} s)"}
     e = errors(enc, x, trials)

@@ -13,7 +13,8 @@ same input ``x`` with ``‖x‖ = R`` (a fixed Gaussian direction, :func:`sstq_f
 * ``measured``: a biased encoder, or one without a declared MSE: ``trials`` messages give the bias ``b`` (its
   square corrected for the sampling noise of the mean) and the trace ``V`` of the per-message covariance, and
   the mean's error is ``‖b‖² + V/n`` (a Monte-Carlo estimate, with its trial count; the candidate is picked
-  on a quarter of the trials, then measured again on all of them).
+  on a quarter of the trials, then measured again on all of them; candidates whose screening would take more
+  than :data:`MAX_SCREEN_S` here are not screened).
 
 The client's encode cost is the wall time per client of encoding one batch on this machine (median of 3).
 """
@@ -37,6 +38,9 @@ WIDTH_VALUES: dict[str, tuple[int, ...]] = {
     "s": (1, 2, 4, 8, 16),
 }
 """The width parameters tried, and their values (clipped to each encoder's declared range)."""
+MAX_SCREEN_S = 10.0
+"""A measured candidate whose screening messages would take longer than this here is not screened (unless no
+candidate is cheaper: then all are)."""
 
 
 @dataclass(frozen=True)
@@ -90,23 +94,38 @@ def exact_mse(enc: Encoder, x: torch.Tensor) -> float | None:
     val = enc.mse(x[None])
     if val is None:
         return None
-    if not enc.unbiased and enc.encode(x[None], np.arange(1, dtype=np.uint64), coins=_coins(enc, 1)).stats.get("clipped"):
+    seed = np.zeros(1, dtype=np.uint64)
+    if not enc.unbiased and enc.encode(x[None], seed, coins=_coins(enc, seed)).stats.get("clipped"):
         return None
     return float(val[0])
 
 
-def _coins(enc: Encoder, n: int) -> np.ndarray | None:
-    return np.arange(n, dtype=np.uint64) + 7 if enc.public_coins else None
+def _coins(enc: Encoder, seeds: np.ndarray) -> np.ndarray | None:
+    """Public per-client coins for public-coin encoders (``10⁹ + seed``), else ``None``."""
+    return seeds + np.uint64(10**9) if enc.public_coins else None
+
+
+def decoded(enc: Encoder, x: torch.Tensor, trials: int, chunk: int = 256) -> torch.Tensor:
+    """``[trials, d]`` decoded messages of ``x`` (seeds ``0..trials−1``), float64 on the CPU."""
+    est = torch.zeros(trials, enc.dim, dtype=torch.float64)
+    for lo in range(0, trials, chunk):
+        seeds = np.arange(lo, min(trials, lo + chunk), dtype=np.uint64)
+        coins = _coins(enc, seeds)
+        est[lo:lo + len(seeds)] = enc.decode(enc.encode(x.expand(len(seeds), -1), seeds, coins=coins), coins=coins).cpu()
+    return est
+
+
+def message_seconds(enc: Encoder, x: torch.Tensor) -> float:
+    """Seconds to encode and decode one message here (after a warm-up call)."""
+    decoded(enc, x, 1)
+    t0 = time.perf_counter()
+    decoded(enc, x, 1)
+    return time.perf_counter() - t0
 
 
 def measured(enc: Encoder, x: torch.Tensor, clients: int, trials: int) -> tuple[float, float]:
     """``(mean's MSE, per-message MSE)`` from ``trials`` messages (seeds ``0..trials−1``)."""
-    est = torch.zeros(trials, enc.dim, dtype=torch.float64)
-    for lo in range(0, trials, 256):
-        n = min(256, trials - lo)
-        seeds, coins = np.arange(lo, lo + n, dtype=np.uint64), _coins(enc, lo + n)
-        msgs = enc.encode(x.expand(n, -1), seeds, coins=None if coins is None else coins[lo:])
-        est[lo:lo + n] = enc.decode(msgs, coins=None if coins is None else coins[lo:]).cpu()
+    est = decoded(enc, x, trials)
     target = enc.preprocess(x[None]).double().cpu()[0]
     var = float(est.var(0).sum())  # trace of the per-message covariance (unbiased sample variance)
     bias2 = max(float(((est.mean(0) - target) ** 2).sum()) - var / trials, 0.0)  # E‖mean − b‖² = ‖b‖² + var/T
@@ -115,8 +134,8 @@ def measured(enc: Encoder, x: torch.Tensor, clients: int, trials: int) -> tuple[
 
 def encode_ms(enc: Encoder, x: torch.Tensor, batch: int = 16) -> float:
     """Median over 3 repeats of the wall time per client of encoding ``batch`` copies of ``x``."""
-    seeds, coins = np.arange(batch, dtype=np.uint64), _coins(enc, batch)
-    times = []
+    seeds = np.arange(batch, dtype=np.uint64)
+    coins, times = _coins(enc, seeds), []
     for _ in range(3):
         t0 = time.perf_counter()
         enc.encode(x.expand(batch, -1), seeds, coins=coins)
@@ -138,7 +157,9 @@ def best_row(name: str, cls: type[Encoder], x: torch.Tensor, epsilon: float, cli
         mean_mse, kind, note = per_msg / clients, "exact", ""
     else:
         screen = max(100, trials // 4)
-        spec = min(built, key=lambda s: measured(built[s], x, clients, screen)[0]) if len(built) > 1 else next(iter(built))
+        affordable = {s: e for s, e in built.items() if screen * message_seconds(e, x) <= MAX_SCREEN_S} or built
+        spec = min(affordable, key=lambda s: measured(built[s], x, clients, screen)[0]) if len(affordable) > 1 \
+            else next(iter(affordable))
         mean_mse, per_msg = measured(built[spec], x, clients, trials)
         kind, note = "measured", f"Monte Carlo over {trials} messages (bias and variance; picked on {screen})"
     enc = built[spec]
