@@ -118,7 +118,8 @@ class Encoder(ABC):
     and implement :meth:`layout`, :meth:`_encode` and :meth:`decode`.  An encoder whose output space is
     small may also define ``output_law(x) -> (Messages, probabilities)``: every possible message, and
     for each input row its exact probability (the conformance kit, :mod:`sstq_fl.testing`, then checks
-    ε exactly).
+    ε exactly).  ``width`` names the integer parameter, if any, that trades bits per message for accuracy
+    (``b``, ``bits``, ``k``): ``sstq-fl encoders recommend`` and ``bench frontier`` vary it.
     """
 
     name: ClassVar[str] = ""
@@ -129,6 +130,7 @@ class Encoder(ABC):
     max_epsilon: ClassVar[float] = MAX_EPSILON  # the largest ε whose output probabilities float64 realises
     bits_formula: ClassVar[str] = ""
     summary: ClassVar[str] = ""
+    width: ClassVar[str | None] = None  # the integer parameter that trades bits for accuracy (recommend, frontier)
 
     def __init__(self, dim: int, epsilon: float, radius: float = 1.0, seed: int = 0,
                  device: torch.device | str = "cpu", **params: Any):

@@ -72,6 +72,7 @@ def f32_at_least(v: torch.Tensor) -> torch.Tensor:
 
 @register_encoder("qsgd")
 class QSGD(CompressionOnly):
+    width = "s"
     """QSGD with ``s`` levels (Alistarh et al., NeurIPS 2017, §3.1); fixed-width levels, no Elias coding."""
 
     params: ClassVar[dict[str, Param]] = {
@@ -154,6 +155,7 @@ class SignSGD(CompressionOnly):
 
 @register_encoder("randk")
 class RandK(CompressionOnly):
+    width = "k"
     """Random-``k`` sparsification scaled by ``d/k`` (Stich et al., NeurIPS 2018; Wangni et al., NeurIPS
     2018); ``coin=public`` derives the indices from the caller's public per-client coins."""
 

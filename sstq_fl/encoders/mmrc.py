@@ -151,6 +151,7 @@ def calibrate_mmrc(d: int, n_cand: int, epsilon: float, cap: str) -> dict[str, f
 
 @register_encoder("mmrc")
 class MMRC(IndexEncoder):
+    width = "bits"
     params: ClassVar[dict[str, Param]] = {
         "bits": Param(int, 0, "index bits: N = 2^bits public candidates per message (0: min(ceil(ε), 12))", low=0,
                       high=MAX_BITS),

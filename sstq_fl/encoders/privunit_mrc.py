@@ -186,6 +186,7 @@ class HadamardCandidates:
 
 @register_encoder("privunit-mrc")
 class PrivUnitMRC(Encoder):
+    width = "bits"
     params: ClassVar[dict[str, Param]] = {
         "bits": Param(int, 12, "index bits: N = 2^bits public candidates per message", low=1,
                      high=MAX_BITS),

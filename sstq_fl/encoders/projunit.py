@@ -126,6 +126,7 @@ class SrhtProjection:
 
 @register_encoder("projunit")
 class ProjUnit(Encoder):
+    width = "k"
     params: ClassVar[dict[str, Param]] = {
         "k": Param(int, DEFAULT_K, "projection dimension (default: the authors' 1000, capped at d)", low=1),
         "transform": Param(str, "dense", "random projection: dense (Haar, ProjUnit) or srht (FastProjUnit)",

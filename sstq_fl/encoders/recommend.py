@@ -1,9 +1,10 @@
 """Which encoder for a dimension, an ε, a cohort and a bit budget: every registered encoder ranked.
 
 For each registered encoder (plug-ins included) the candidates are its default spec and the specs that vary
-its width parameter (``b``, ``bits``, ``k``, ``s``, whichever it declares, within the declared range) and its
-``coin`` (``public`` sends fewer bits but needs shared per-client coins).  A candidate whose payload exceeds
-the budget, or that its encoder refuses for this setting, is dropped.  Each encoder keeps its best candidate.
+the parameter it declares as its ``width`` (:attr:`~sstq_fl.encoders.base.Encoder.width`: ``b``, ``bits``, ``k`` or
+``s``, within the declared range) and its ``coin`` (``public`` sends fewer bits but needs shared per-client
+coins).  A candidate whose payload exceeds the budget, or that its encoder refuses for this setting, is dropped.
+Each encoder keeps its best candidate.
 
 **The figure ranked** is the expected squared error of the decoded mean of ``n`` clients that all hold the
 same input ``x`` with ``‖x‖ = R`` (a fixed Gaussian direction, :func:`sstq_fl.bench.mse.test_vector`):
@@ -37,7 +38,7 @@ WIDTH_VALUES: dict[str, tuple[int, ...]] = {
     "k": tuple(range(1, 9)) + (16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
     "s": (1, 2, 4, 8, 16),
 }
-"""The width parameters tried, and their values (clipped to each encoder's declared range)."""
+"""The values tried for each width parameter (clipped to the encoder's declared range)."""
 MAX_SCREEN_S = 10.0
 """A measured candidate whose screening messages would take longer than this here is not screened (unless no
 candidate is cheaper: then all are)."""
@@ -62,13 +63,14 @@ class Row:
 
 
 def candidate_specs(name: str, cls: type[Encoder], dim: int) -> list[str]:
-    """The default spec and its width/coin variants (values within the declared ranges, at most ``dim`` for ``k``)."""
+    """The default spec and its variants: the declared ``width`` parameter over :data:`WIDTH_VALUES` (within its
+    declared range, ``k`` at most ``dim``), each also with ``coin=public`` where the encoder has that coin."""
     variants: list[dict[str, Any]] = [{}]
-    for key, values in WIDTH_VALUES.items():
-        p = cls.params.get(key)
-        if p is not None and p.type is int:
-            ok = [v for v in values if p.out_of_range(v) is None and (key != "k" or v <= dim)]
-            variants = variants + [{**v, key: w} for v in variants for w in ok if w != p.default]
+    key = cls.width
+    p = cls.params.get(key) if key else None
+    if key and p is not None and p.type is int:
+        ok = [v for v in WIDTH_VALUES.get(key, ()) if p.out_of_range(v) is None and (key != "k" or v <= dim)]
+        variants += [{key: w} for w in ok if w != p.default]
     coin = cls.params.get("coin")
     if coin is not None and coin.choices and "public" in coin.choices:
         variants = variants + [{**v, "coin": "public"} for v in variants]

@@ -270,6 +270,7 @@ class IndexEncoder(Encoder):
 
 @register_encoder("rrsc")
 class RRSC(IndexEncoder):
+    width = "bits"
     params: ClassVar[dict[str, Param]] = {
         "bits": Param(int, 0, "index bits: M = 2^bits simplex codewords (0: min(ceil(ε), floor(log2 d), 8))", low=0,
                       high=MAX_BITS),

@@ -27,6 +27,7 @@ from .framed import FRAME_PARAMS, FramedEncoder
 
 @register_encoder("sqkr")
 class SQKR(FramedEncoder):
+    width = "k"
     params: ClassVar[dict[str, Param]] = {
         **FRAME_PARAMS,
         "k": Param(int, 0, "sampled coordinates (0: min(ceil(eps log2 e), b0))", low=0, high=16),

@@ -57,6 +57,7 @@ from .maths.kashin import kashin
 
 
 class _SSTQ(FramedEncoder):
+    width = "b"
     params: ClassVar[dict[str, Param]] = {**FRAME_PARAMS, "b": Param(int, 4, "bits per label (M = 2^b codewords)",
                                                                             low=1, high=16)}
     bits_formula = "ceil(log2(N)) + b"
