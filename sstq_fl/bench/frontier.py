@@ -26,13 +26,15 @@ import torch
 from ..encoders import registry
 from ..encoders.base import Encoder
 from ..encoders.recommend import build, candidate_specs, decoded, exact_mse, message_seconds
-from ..io import atomic_write_json, no_duplicate_keys, run_meta
+from ..io import atomic_write_bytes, atomic_write_json, no_duplicate_keys, run_meta
 from ..progress import progress
 from .mse import CI_METHOD, bootstrap_interval, test_vector
 
 log = logging.getLogger(__name__)
 BUDGETS = (8, 16, 32, 64)
 """The bit budgets the frontier table reports."""
+KEYS = ("spec", "bits", "mse", "ci_low", "ci_high", "kind")
+"""What the frontier table keeps of a point."""
 
 
 def errors(enc: Encoder, x: torch.Tensor, trials: int) -> np.ndarray:
@@ -82,10 +84,30 @@ def frontier_table(rows: list[dict[str, Any]], budgets: tuple[int, ...] = BUDGET
             best = min(fit, key=lambda r: r["mse"], default=None)
             sstq = min((r for r in fit if r["encoder"].startswith("sstq")), key=lambda r: r["mse"], default=None)
             out.append({"d": d, "epsilon": eps, "budget": b,
-                        "best": None if best is None else {k: best[k] for k in ("spec", "bits", "mse", "kind")},
-                        "sstq": None if sstq is None else {k: sstq[k] for k in ("spec", "bits", "mse", "kind")},
+                        "best": None if best is None else {k: best[k] for k in KEYS},
+                        "sstq": None if sstq is None else {k: sstq[k] for k in KEYS},
                         "sstq_ratio": None if best is None or sstq is None else sstq["mse"] / best["mse"]})
     return out
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The frontier table: per ``(d, ε)`` and bit budget, the best private point and the best SSTQ point."""
+    def cell(p: dict[str, Any] | None) -> str:
+        if p is None:
+            return "–"
+        ci = "" if p["kind"] == "exact" else f" [{p['ci_low']:.4g}, {p['ci_high']:.4g}]"
+        return f"`{p['spec']}` ({p['bits']} b): {p['mse']:.4g}{ci}"
+
+    out = ["| d | ε | budget (bits) | best private encoder: MSE | best SSTQ: MSE | SSTQ / best |", "|---|---|---|---|---|---|"]
+    for f in result["frontier"]:
+        ratio = "–" if f["sstq_ratio"] is None else f"{f['sstq_ratio']:.3g}"
+        out.append(f"| {f['d']:,} | {f['epsilon']:g} | {f['budget']} | {cell(f['best'])} | {cell(f['sstq'])} | {ratio} |")
+    skipped = [r for r in result["rows"] if r["kind"] == "skipped"]
+    note = ("Measured points carry a 95 % bootstrap interval; the best of many measured candidates is biased low "
+            "by the selection, so read close calls from the intervals." +
+            (f" {len(skipped)} measured candidates were left out as too slow to measure here (`rows`, kind "
+             f"`skipped`)." if skipped else ""))
+    return "\n".join(out) + "\n\n" + note + "\n"
 
 
 def run(out: str, dims: list[int], epsilons: list[float], radius: float = 1.0, trials: int = 400,
@@ -104,11 +126,13 @@ def run(out: str, dims: list[int], epsilons: list[float], radius: float = 1.0, t
             result = {"dims": dims, "epsilons": epsilons, "radius": radius, "trials": trials, "rows": rows,
                       "frontier": frontier_table(rows), "wall_s": time.perf_counter() - t0, "meta": run_meta()}
             atomic_write_json(out, result)
+            atomic_write_bytes(Path(out).with_suffix(".md"), markdown(result).encode())
             bar.advance(d=d, epsilon=eps)
     if not settings:
         result = {"dims": dims, "epsilons": epsilons, "radius": radius, "trials": trials, "rows": rows,
                   "frontier": frontier_table(rows), "wall_s": 0.0, "meta": run_meta()}
         atomic_write_json(out, result)
+        atomic_write_bytes(Path(out).with_suffix(".md"), markdown(result).encode())
     from ..plots import plot_frontier
 
     plot_frontier(result, str(Path(out).with_suffix(".png")))

@@ -55,3 +55,10 @@ def test_a_file_that_is_not_a_frontier_result_is_refused(tmp_path):
     bad.write_text('{"a": 1, "a": 2}')
     with pytest.raises(ValueError, match="not readable JSON"):
         run(str(bad), [16], [1.0], encoders=["vqsgd"], resume=True)
+
+
+def test_the_markdown_table_names_each_budget_with_intervals(result):
+    out, res = result
+    text = out.with_suffix(".md").read_text()
+    assert text.count("| 16 | 1 |") == 1 and "95 % bootstrap interval" in text
+    assert "`vqsgd` (" in text or "`sstq-ma" in text
