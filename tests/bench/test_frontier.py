@@ -60,5 +60,6 @@ def test_a_file_that_is_not_a_frontier_result_is_refused(tmp_path):
 def test_the_markdown_table_names_each_budget_with_intervals(result):
     out, res = result
     text = out.with_suffix(".md").read_text()
-    assert text.count("| 16 | 1 |") == 1 and "95 % bootstrap interval" in text
+    assert [text.count(f"| 16 | 1 | {b} |") for b in (8, 16, 32, 64)] == [1, 1, 1, 1]
+    assert "95 % bootstrap interval" in text and "] | 1 |" in text
     assert "`vqsgd` (" in text or "`sstq-ma" in text
