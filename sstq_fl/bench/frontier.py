@@ -6,7 +6,7 @@ input is E1's vector (a fixed Gaussian direction, :func:`sstq_fl.bench.mse.test_
 is ``E‖x̂ − x‖²`` of one message: the declared MSE where the encoder is unbiased and declares it (``exact``),
 else the mean over ``trials`` messages with a 95 % bootstrap interval (``measured``; for a biased encoder this
 includes its squared bias).  A measured candidate whose ``trials`` messages would take more than ``max_point_s``
-here (estimated from one message, after a warm-up) is left out, and recorded as such with the estimate.
+here (:class:`~sstq_fl.encoders.recommend.CostGate`) is left out, and recorded as such with the reason.
 Non-private encoders (compression-only references) are marked.
 
 The frontier of a bit budget ``B`` is the smallest MSE among the private points with at most ``B`` bits.
@@ -25,7 +25,7 @@ import torch
 
 from ..encoders import registry
 from ..encoders.base import Encoder
-from ..encoders.recommend import build, candidate_specs, decoded, exact_mse, message_seconds
+from ..encoders.recommend import CostGate, build, candidate_specs, decoded, exact_mse
 from ..io import atomic_write_bytes, atomic_write_json, no_duplicate_keys, run_meta
 from ..progress import progress
 from .mse import CI_METHOD, bootstrap_interval, test_vector
@@ -43,16 +43,16 @@ def errors(enc: Encoder, x: torch.Tensor, trials: int) -> np.ndarray:
     return ((decoded(enc, x, trials) - target) ** 2).sum(1).numpy()
 
 
-def point(name: str, spec: str, enc: Encoder, x: torch.Tensor, trials: int, max_point_s: float) -> dict[str, Any]:
+def point(name: str, spec: str, enc: Encoder, x: torch.Tensor, trials: int, gate: CostGate) -> dict[str, Any]:
     """One frontier point (see the module docstring)."""
     row: dict[str, Any] = {"encoder": name, "spec": spec, "bits": enc.payload_bits(), "private": enc.private,
                            "unbiased": str(enc.unbiasedness()["unbiased"])}
     mse = exact_mse(enc, x)
     if mse is not None:
         return {**row, "kind": "exact", "mse": mse, "ci_low": mse, "ci_high": mse}
-    if (est := trials * message_seconds(enc, x)) > max_point_s:
-        return {**row, "kind": "skipped", "mse": None,
-                "note": f"{trials} messages would take about {est:.3g} s here (> {max_point_s:g} s)"}
+    ok, why = gate.estimate(enc, x)
+    if not ok:
+        return {**row, "kind": "skipped", "mse": None, "note": why}
     e = errors(enc, x, trials)
     lo, hi = bootstrap_interval(e)
     return {**row, "kind": "measured", "mse": float(e.mean()), "ci_low": lo, "ci_high": hi, "trials": trials,
@@ -65,12 +65,11 @@ def sweep_setting(d: int, epsilon: float, radius: float, trials: int, max_point_
     x, rows = test_vector(d, radius), []
     reg = registry()
     for name in names:
-        specs = candidate_specs(name, reg[name], d)
-        log.info("d=%d, ε=%g: %s (%d candidates)", d, epsilon, name, len(specs))
-        for spec in specs:
-            enc = build(spec, d, epsilon, radius)
-            if enc is not None:
-                rows.append({"d": d, "epsilon": epsilon, **point(name, spec, enc, x, trials, max_point_s)})
+        built = {s: e for s in candidate_specs(name, reg[name], d) if (e := build(s, d, epsilon, radius)) is not None}
+        log.info("d=%d, ε=%g: %s (%d candidates)", d, epsilon, name, len(built))
+        gate = CostGate(max_point_s, trials)
+        for spec in sorted(built, key=lambda s: built[s].payload_bits()):  # cheapest first (see CostGate)
+            rows.append({"d": d, "epsilon": epsilon, **point(name, spec, built[spec], x, trials, gate)})
     return rows
 
 

@@ -117,12 +117,27 @@ def decoded(enc: Encoder, x: torch.Tensor, trials: int, chunk: int = 256) -> tor
     return est
 
 
-def message_seconds(enc: Encoder, x: torch.Tensor) -> float:
-    """Seconds to encode and decode one message here (after a warm-up call)."""
-    decoded(enc, x, 1)
-    t0 = time.perf_counter()
-    decoded(enc, x, 1)
-    return time.perf_counter() - t0
+class CostGate:
+    """Which measured candidates of one encoder are affordable here: ``messages`` messages within ``budget_s``
+    seconds, estimated from one timed message (its first call, one-time costs included, so the estimate errs
+    high).  Candidates should come cheapest first (by payload): one as long as a candidate already too slow,
+    with the same ``coin``, is refused without being timed (an encoder's cost grows with its width)."""
+
+    def __init__(self, budget_s: float, messages: int):
+        self.budget_s, self.messages = budget_s, messages
+        self.too_slow: dict[Any, int] = {}  # coin -> the shortest payload found too slow
+
+    def estimate(self, enc: Encoder, x: torch.Tensor) -> tuple[bool, str]:
+        """``(affordable, why not)`` for ``enc`` on input ``x``."""
+        coin, bits = enc.cfg.get("coin"), enc.payload_bits()
+        if coin in self.too_slow and bits >= self.too_slow[coin]:
+            return False, f"at least as long as a candidate already too slow ({self.too_slow[coin]} bits)"
+        t0 = time.perf_counter()
+        decoded(enc, x, 1)
+        if (est := self.messages * (time.perf_counter() - t0)) <= self.budget_s:
+            return True, ""
+        self.too_slow[coin] = min(bits, self.too_slow.get(coin, bits))
+        return False, f"{self.messages} messages would take about {est:.3g} s here (> {self.budget_s:g} s)"
 
 
 def measured(enc: Encoder, x: torch.Tensor, clients: int, trials: int) -> tuple[float, float]:
@@ -158,8 +173,9 @@ def best_row(name: str, cls: type[Encoder], x: torch.Tensor, epsilon: float, cli
         per_msg, spec = min(exact, key=lambda t: (t[0], built[t[1]].payload_bits()))
         mean_mse, kind, note = per_msg / clients, "exact", ""
     else:
-        screen = max(100, trials // 4)
-        affordable = {s: e for s, e in built.items() if screen * message_seconds(e, x) <= MAX_SCREEN_S} or built
+        screen, gate = max(100, trials // 4), CostGate(MAX_SCREEN_S, max(100, trials // 4))
+        cheapest_first = sorted(built, key=lambda s: built[s].payload_bits())
+        affordable = {s: built[s] for s in cheapest_first if gate.estimate(built[s], x)[0]} or built
         spec = min(affordable, key=lambda s: measured(built[s], x, clients, screen)[0]) if len(affordable) > 1 \
             else next(iter(affordable))
         mean_mse, per_msg = measured(built[spec], x, clients, trials)

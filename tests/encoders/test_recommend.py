@@ -81,3 +81,19 @@ def test_no_candidate_in_budget_leaves_the_encoder_out():
     assert recommend(100, 2.0, 10, bits=2, names=["sstq-flat", "vqsgd"]) == []
     assert np.isfinite([r.encode_ms for r in recommend(8, 1.0, 5, names=["vqsgd"])]).all()
     assert torch.isfinite(torch.tensor([r.mse_mean for r in recommend(8, 1.0, 5, names=["vqsgd"])])).all()
+
+
+def test_the_cost_gate_times_one_message_and_refuses_wider_ones_untimed():
+    from sstq_fl.encoders.recommend import CostGate
+
+    x = vector(24, 1.0)
+    narrow, wide = make_encoder("privunit-mrc:bits=4", 24, 1.0), make_encoder("privunit-mrc:bits=9", 24, 1.0)
+    public = make_encoder("privunit-mrc:bits=9,coin=public", 24, 1.0)
+    assert CostGate(60.0, 10).estimate(narrow, x) == (True, "")
+    gate = CostGate(1e-9, 10)
+    ok, why = gate.estimate(narrow, x)
+    assert not ok and "10 messages would take" in why
+    ok, why = gate.estimate(wide, x)
+    assert not ok and "already too slow (24 bits)" in why
+    ok, why = gate.estimate(public, x)  # another coin: timed on its own
+    assert not ok and "would take" in why
