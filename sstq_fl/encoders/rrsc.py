@@ -130,9 +130,12 @@ def best_k(m: int, epsilon: float) -> int:
     return min(range(lo, hi + 1), key=cost)
 
 
-def simplex(m: int) -> torch.Tensor:
-    """The ``m × m`` matrix whose column ``j`` is the simplex vertex ``s_j = (m e_j − 1)/√(m(m−1))``."""
-    return (m * torch.eye(m, dtype=torch.float64) - 1.0) / math.sqrt(m * (m - 1))
+def vertex_rows(m: int, k: torch.Tensor) -> torch.Tensor:
+    """``[n, m]``: row ``i`` is the simplex vertex ``s_{k_i} = (m e_{k_i} − 1)/√(m(m−1))`` (built per message, so
+    memory is ``n m``, never ``m²``)."""
+    out = torch.full((k.shape[0], m), -1.0, dtype=torch.float64)
+    out[torch.arange(k.shape[0]), k.long()] += m
+    return out / math.sqrt(m * (m - 1))
 
 
 def haar_columns(rot: np.ndarray, d: int, m: int) -> torch.Tensor:
@@ -300,7 +303,6 @@ class RRSC(IndexEncoder):
             raise ValueError(f"{self.name}: k must be in [1, M-1 = {m - 1}], got {self.k}")
         self.scale = decode_scale(self.calib_dim, m, self.k, self.epsilon)
         self.gain = self.scale
-        self.vertices = simplex(m)
 
     def _space_dim(self) -> int:
         return self.dim
@@ -338,7 +340,7 @@ class RRSC(IndexEncoder):
 
     def _directions_of(self, k: torch.Tensor, pub: np.ndarray) -> torch.Tensor:
         """``c_K = A s_K`` ``[n, d]``."""
-        return torch.einsum("ndm,nm->nd", self._matrix(pub), self.vertices[:, k].T)
+        return torch.einsum("ndm,nm->nd", self._matrix(pub), vertex_rows(self.M, k))
 
     def mse(self, x: torch.Tensor) -> torch.Tensor | None:
         """``R² scale² − ‖clip(x)‖²`` (exact for the Haar rotation)."""
@@ -398,7 +400,7 @@ class RRSCFast(RRSC):
 
     def _directions_of(self, k: torch.Tensor, pub: np.ndarray) -> torch.Tensor:
         y = torch.zeros(k.shape[0], self.P, dtype=torch.float64)
-        y[:, : self.M] = self.vertices[:, k].T
+        y[:, : self.M] = vertex_rows(self.M, k)
         return self._unrotate(y, self.signs(pub))[:, : self.dim]
 
     def mse(self, x: torch.Tensor) -> None:

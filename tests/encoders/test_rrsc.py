@@ -14,7 +14,7 @@ import torch
 from sstq_fl import rng, wire
 from sstq_fl.encoders import make_encoder
 from sstq_fl.encoders.base import WireError
-from sstq_fl.encoders.rrsc import best_k, haar_columns, mean_norm, score_mean, simplex, top_sum
+from sstq_fl.encoders.rrsc import best_k, haar_columns, mean_norm, score_mean, top_sum, vertex_rows
 from sstq_fl.testing import CHECKS, check_encoder
 from sstq_fl.testing.wirecheck import forge
 
@@ -105,7 +105,7 @@ def test_score_mean_matches_haar_rotations(d, m, k):
     n = 20000
     a = haar_columns(rng.derive_seeds(np.arange(n, dtype=np.uint64) + np.uint64(d * 1000 + m)), d, m)
     u = unit_rows(1, d, seed=m)[0]
-    scores = torch.einsum("d,ndm,mj->nj", u, a, simplex(m))
+    scores = torch.einsum("d,ndm,jm->nj", u, a, vertex_rows(m, torch.arange(m)))
     top = torch.topk(scores, k, dim=1).values.sum(1)
     assert abs(float(top.mean()) - score_mean(d, m, k)) < 5 * float(top.std()) / math.sqrt(n)
     gram = a[:50].transpose(1, 2) @ a[:50]
