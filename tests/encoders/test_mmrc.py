@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 
-from sstq_fl import rng
 from sstq_fl.encoders import make_encoder
 from sstq_fl.encoders.mmrc import band_law, calibrate_mmrc, paper_p_tilde
 from sstq_fl.encoders.seeded import public_seeds
@@ -171,22 +170,6 @@ def test_measured_bias_equals_the_exact_bias_factor(debias):
     assert (enc.bias_factor > 1.01) == (debias == "paper")
     err = ((est - x) ** 2).sum(1)
     assert float(err.mean()) == pytest.approx(float(enc.mse(x[None])[0]), rel=0.02)
-
-
-@pytest.mark.parametrize("spec", ["mmrc:bits=4", "mmrc:bits=3,coin=public"])
-def test_batch_equals_one_at_a_time_with_seeds_and_keys(spec):
-    d = 40
-    enc = make_encoder(spec, d, 3.0)
-    x = unit_rows(7, d, seed=2)
-    x[3] *= 0.01
-    x[4] = 0.0
-    for seeds in (np.array([11, 3, 99, 5, 0, 7, 2**40]), rng.fresh_keys(7)):
-        coins = np.arange(7) + 5
-        batch = enc.encode(x, seeds, coins=coins)
-        for i in range(7):
-            one = enc.encode(x[i : i + 1], seeds[i : i + 1], coins=coins[i : i + 1])
-            for key, v in batch.fields.items():
-                assert torch.equal(one.fields[key][0], v[i]), (spec, key, i)
 
 
 @pytest.mark.parametrize("spec,bits", [("mmrc", 22), ("mmrc:coin=public", 2), ("mmrc:bits=6,seed_bits=16", 22),

@@ -140,9 +140,11 @@ def test_out_of_range_index_is_refused_on_the_wire():
     assert wire.unpack(enc, [forge(enc, {"k": np.array([4])})], round=3).fields["k"].item() == 4
 
 
-@pytest.mark.parametrize("spec", ["rrsc:bits=4", "rrsc:bits=4,coin=public", "rrsc-fast:bits=5"])
+@pytest.mark.parametrize("spec", ["rrsc:bits=4", "rrsc:bits=4,coin=public", "rrsc-fast:bits=5", "mmrc:bits=4",
+                                  "mmrc:bits=3,coin=public"])
 def test_batch_equals_one_at_a_time_with_seeds_and_keys(spec):
-    d = 60
+    """rrsc, rrsc-fast and mmrc (one index into seed-named public choices): a batch equals one message at a time."""
+    d = 40
     enc = make_encoder(spec, d, 3.0)
     x = unit_rows(7, d, seed=2)
     x[3] *= 0.01
