@@ -107,6 +107,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     fig.suptitle(title("E2 (benchmarks/experiments/e2_paper.toml): ratio to clean at round 100",
                        {"seeds": n, "interval": "95 % t"}, width=100))
     save(fig, path, dpi=110)
+    save(fig, path.with_suffix(".pdf"))
 
 
 def main(argv: list[str]) -> int:

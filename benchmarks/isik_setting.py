@@ -134,6 +134,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         ax.legend(fontsize=8)
     fig.suptitle(title("Isik et al. (NeurIPS 2023) setting on sstq-fl's encoders", {"d": D, "n": N}, width=100))
     save(fig, path)
+    save(fig, path.with_suffix(".pdf"))
 
 
 def main(argv: list[str]) -> int:

@@ -14,6 +14,7 @@ import math
 import os
 import textwrap
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -63,9 +64,9 @@ def finite(values: Sequence[Any]) -> list[float]:
 
 
 def save(fig: Figure, path: PathLike, dpi: int = 110) -> Figure:
-    """Write ``fig`` as a PNG to ``path`` atomically and return it."""
+    """Write ``fig`` to ``path`` atomically, as a PDF if its suffix is ``.pdf``, else as a PNG, and return it."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
+    fig.savefig(buf, format="pdf" if str(path).endswith(".pdf") else "png", dpi=dpi)
     atomic_write_bytes(path, buf.getvalue())
     return fig
 
@@ -218,6 +219,7 @@ def plot_frontier(result: dict[str, Any], path: PathLike) -> Figure:
     facts = {"‖x‖ = R": result["radius"], "trials": result["trials"]}
     fig.suptitle(title("Frontier: MSE against bits per message, each encoder's best over its widths and coins", facts,
                        width=100))
+    save(fig, Path(path).with_suffix(".pdf"))
     return save(fig, path, dpi=110)
 
 

@@ -26,7 +26,7 @@ def test_points_are_exact_or_measured_with_an_interval(result):
     ma = [r for r in rows if r["encoder"] == "sstq-ma"]
     assert {r["spec"] for r in ma} == {"sstq-ma", *(f"sstq-ma:b={b}" for b in (1, 2, 3, 5, 6, 7, 8))}
     assert all(r["kind"] == "measured" and r["ci_low"] <= r["mse"] <= r["ci_high"] for r in ma)
-    assert out.with_suffix(".png").stat().st_size > 10_000
+    assert out.with_suffix(".png").stat().st_size > 10_000 and out.with_suffix(".pdf").read_bytes()[:4] == b"%PDF"
 
 
 def test_the_frontier_is_the_best_private_point_within_each_budget(result):
