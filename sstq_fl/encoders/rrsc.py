@@ -49,6 +49,7 @@ handle unit inputs only.
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, ClassVar
@@ -186,14 +187,17 @@ class IndexEncoder(Encoder):
         """``[n, size]`` scores of the rows ``u`` against their own public matrices."""
         return torch.einsum("nd,ndm->nm", u, self._matrix(pub))
 
+    @abstractmethod
     def _matrix(self, pub: np.ndarray) -> torch.Tensor:
-        raise NotImplementedError
+        """The public ``[c, d, size]`` score matrices of ``c`` public seeds."""
 
+    @abstractmethod
     def _law(self, scores: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """The index law given the scores (any leading shape; the last axis is the ``size`` choices)."""
 
+    @abstractmethod
     def _directions_of(self, k: torch.Tensor, pub: np.ndarray) -> torch.Tensor:
-        raise NotImplementedError
+        """The decoded unit vectors ``[n, d]`` of indices ``k`` under their public seeds."""
 
     def _encode(self, x: torch.Tensor, seeds: np.ndarray, coins: Any) -> Messages:
         n, step = x.shape[0], self.chunk()
