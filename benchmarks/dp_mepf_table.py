@@ -16,7 +16,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gen_tables import CAPTION, fmt_ci, group, main_probe, plotted, probe_facts, reference_fields, references
+from gen_tables import (
+    CAPTION,
+    fmt_ci,
+    group,
+    main_probe,
+    plotted,
+    probe_facts,
+    reference_fields,
+    references,
+    relation_sentence,
+)
 
 from sstq_fl.io import atomic_write_bytes, atomic_write_json, run_meta
 from sstq_fl.plots import plot_dp_sweep
@@ -32,6 +42,7 @@ STALE = ("**Stale**: these runs predate the tight DP-MEPF sensitivity (noise std
 def _row(d: Path, m: dict[str, Any]) -> dict[str, Any]:
     ledger = m.get("dataset_ledger") or {}
     return {"run": d.name, "reference": m["reference"], "epsilon": m["epsilon"], "delta": m["delta"],
+            "relation": m.get("relation"),
             "sigma": m["sigma"], "noise_std": m.get("noise_std"), "sensitivity": m.get("sensitivity"),
             "randomness": m.get("randomness", "reproducible"),
             "dataset_epsilon_cumulative": m.get("dataset_epsilon_cumulative"), "dataset_runs": ledger.get("runs"),
@@ -74,7 +85,8 @@ def summary(cells: list[dict[str, Any]]) -> str:
               f"{fmt_ci(c, 'domain_fd', '.0f')} | {fmt_ci(c, 'label_consistency', '.3f')} |" for c in cells]
     floor = next((c["fd_floor"] for c in cells if c["fd_floor"] is not None), None)
     return ("\n".join(lines) + "\n\nMean ± 95 % Student-t half-width over n independent releases; the probe ceiling is "
-            f"the same probe and protocol trained on real held-out digits; FD floor {_fmt(floor, '.1f')}; chance 0.10.\n")
+            f"the same probe and protocol trained on real held-out digits; FD floor {_fmt(floor, '.1f')}; chance 0.10. "
+            f"{relation_sentence(cells)}\n")
 
 
 def collect(root: Path, profile: str) -> list[dict[str, Any]]:

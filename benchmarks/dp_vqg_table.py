@@ -25,7 +25,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gen_tables import CAPTION, fmt_ci, group, mean_ci, pivot, plotted, probe_facts, reference_fields, references
+from gen_tables import (
+    CAPTION,
+    fmt_ci,
+    group,
+    mean_ci,
+    pivot,
+    plotted,
+    probe_facts,
+    reference_fields,
+    references,
+    relation_sentence,
+)
 from matplotlib.figure import Figure
 
 from sstq_fl.io import atomic_write_bytes, atomic_write_json, run_meta
@@ -41,7 +52,7 @@ def _row(d: Path, m: dict[str, Any]) -> dict[str, Any]:
             "epsilon": m["epsilon"], "epsilon_stage1": m["epsilon_stage1"],
             "epsilon_stage2": m["epsilon_stage2"] if em else m["epsilon_stage2_certified"],
             "eps0_per_location": m["eps0_per_location"] if em else "-", "labels": m["labels"],
-            "reference": m["reference"] or "dp", "prior_steps": m.get("prior_steps"),
+            "reference": m["reference"] or "dp", "relation": m.get("relation"), "prior_steps": m.get("prior_steps"),
             "downstream_accuracy": m["downstream_accuracy"], "domain_fd": m["domain_fd"],
             "sample_label_agreement": m.get("sample_label_agreement"), "prior_lr": m.get("prior_lr"),
             "em_nearest_code_prob": m["em_nearest_code_prob"], "token_entropy_bits": m["token_entropy_bits"],
@@ -128,7 +139,8 @@ def summary(cells: list[dict[str, Any]]) -> str:
     return (pivot(cells, _label, _column, _entry, columns) +
             "\nEach entry: downstream accuracy · label agreement · domain-FD (mean ± 95 % Student-t half-width over n "
             f"independent releases; one value where n = 1). References (mean over the runs): {refs}; chance 0.10 for "
-            f"accuracy and label agreement{f'; uniform code probability 1/K = {1 / k:.4f}' if k else ''}.\n")
+            f"accuracy and label agreement{f'; uniform code probability 1/K = {1 / k:.4f}' if k else ''}. "
+            f"{relation_sentence(cells)}\n")
 
 
 def _finite(v: Any) -> bool:

@@ -30,6 +30,22 @@ CAPTION = ("Each value is the mean over the cell's independent releases (run fol
            "priv_test). Runs written before the held-out evaluation show '-' for both.")
 
 
+RELATIONS = {"replace_one": "replace-one", "add_or_remove_one": "add/remove-one"}
+
+
+def relation_sentence(rows: Sequence[dict[str, Any]]) -> str:
+    """What a sweep table says of its ε: the neighbouring relation it is stated under (each run's ``relation``),
+    so that a reader does not compare it with another pipeline's ε under the other relation.  Runs under two
+    relations are refused: one ε column would mix them."""
+    found = sorted({r["relation"] for r in rows if r.get("relation")})
+    if len(found) > 1:
+        raise ValueError(f"relation_sentence: runs under {found}; one table's ε is under one relation")
+    if not found:
+        return "ε: record-level; the runs do not record their neighbouring relation."
+    name = RELATIONS.get(found[0], found[0])
+    return f"ε: record-level, under {name} neighbours (every run of this table)."
+
+
 def cell_of(run: str) -> tuple[str, int | None]:
     """A run folder's cell and release seed: ``cpu_eps1_s2`` → ``("cpu_eps1", 2)``; no suffix → ``(run, None)``."""
     m = SEED_SUFFIX.match(run)

@@ -2,8 +2,9 @@
 # Every GPU measurement of the repository in one run sized to a time budget, for a GPU lent for minutes:
 #   1. benchmarks/gpu_encode.sh  encode and cohort rounds at 1,000 and 10,000 clients, CPU beside GPU
 #                                (at most ENCODE_S seconds, default 210; ENCODE_S=0 skips it)
-#   2. benchmarks/gpu_full.sh    the generative pipelines, all ten jobs at once (PARALLEL, default 10), each job
-#                                given what is left of BUDGET (default 560 s) less 30 s for the table
+#   2. benchmarks/gpu_full.sh    the generative pipelines, all twelve jobs at once (PARALLEL, default 12: ten at
+#                                eps = 1 and 10, and the eps = inf references of DP-MEPF and StraightDP's moments),
+#                                each job given what is left of BUDGET (default 560 s) less 30 s for the table
 # ARCHIVE=path.tgz packs both result folders into one file (private diagnostics left out), for a machine that
 # returns few files.  PY, SCALE, DEVICES, CLIENTS and the other variables of the two scripts pass through
 # (SCALE=tiny DEVICES=cpu runs the whole chain on a CPU; tests/benchmarks/test_gpu_encode.py checks its budget).
@@ -28,7 +29,7 @@ if (( left < 90 )); then
   echo "gpu_all.sh: $left s left of the ${BUDGET} s budget, too little for gpu_full.sh" >&2; rc=1
 else
   echo "== gpu_full.sh at $(elapsed) s: $left s left"
-  OUT=$FULL_OUT PARALLEL=${PARALLEL:-10} JOB_S=${JOB_S:-$(( left - 30 ))} timeout $(( left - 10 )) \
+  OUT=$FULL_OUT PARALLEL=${PARALLEL:-12} JOB_S=${JOB_S:-$(( left - 30 ))} timeout $(( left - 10 )) \
     bash benchmarks/gpu_full.sh || { echo "gpu_full.sh: exit $?"; rc=1; }
 fi
 if [[ -n "${ARCHIVE:-}" ]]; then

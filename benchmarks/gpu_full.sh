@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # The generative pipelines at the papers' scale on one CUDA GPU, in one file sized for at most 12 minutes on one
-# NVIDIA H200 (16 CPU cores): every private record (all 7,996 of the MNIST subset), at eps = 1 and 10:
-#   mepf_eps{1,10}            DP-MEPF, full profile (ResNet-18 Phi on public Fashion-MNIST), GEN_STEPS generator steps
+# NVIDIA H200 (16 CPU cores): every private record (all 7,996 of the MNIST subset), at eps = 1 and 10, and the
+# non-private reference (eps = inf) of the two releases:
+#   mepf_eps{1,10,inf}        DP-MEPF, full profile (ResNet-18 Phi on public Fashion-MNIST), GEN_STEPS generator steps
 #   sdp_pixel_eps{1,10}       StraightDP moments + DP-SGD (the default guidance port) in pixel space, p = 64, r = 32
 #   sdp_latent_eps{1,10}      the same in the latent space of the frozen public autoencoder
-#   sdp_moments_eps{1,10}     StraightDP moments alone (p = 64): the release the DP-SGD rows build on
+#   sdp_moments_eps{1,10,inf} StraightDP moments alone (p = 64): the release the DP-SGD rows build on
 #   vqg_dpsgd_eps{1,10}       DP-VQG with the MaskGIT prior trained by DP-SGD on the clients (public tokenizer)
+# Every job is evaluated with the papers' probe (LeNet-5, 10 epochs, on all 10,000 samples).  EPSILONS (default
+# "1 10 inf") are the eps of the runs; eps = inf runs only the kinds in INF_KINDS (default "mepf sdp_moments": the
+# non-private release: the same run without noise, not DP, what the release reaches without noise under that probe;
+# INF_KINDS="" leaves eps = inf out).
 # Each job runs under `timeout` with its own share of the 12 minutes (JOB_S seconds); a job that does not finish is
 # recorded as "timeout" in $OUT/jobs.jsonl and the others still run.  $OUT/machine.json names the machine (GPU,
 # driver, torch, commit); $OUT/gpu_full.md is the table (benchmarks/gpu_full_table.py).
@@ -17,8 +22,9 @@
 # SCALE=tiny runs the same jobs with tiny sizes on the CPU in about a minute (tests/benchmarks/test_gpu_full.py
 # runs it so the script cannot rot on machines without a GPU); SCALE=gpu (default) needs `torch.cuda.is_available()`.
 # PARALLEL=N runs up to N jobs at once (each with nproc/N torch threads; default 1): the jobs are small next to an
-# H200, so N = 10 gives every job the whole budget (JOB_S each) and the 10 jobs finish within JOB_S together; their
-# wall_s are then times under contention, not alone.
+# H200, so N = 12 (every job of the default EPSILONS) gives every job the whole budget (JOB_S each) and the 12 jobs
+# finish within JOB_S together; their wall_s are then times under contention, not alone.  With fewer slots than
+# jobs, a queued job starts late and may not finish inside gpu_all.sh's overall timeout.
 # ONLY="sdp_pixel vqg_dpsgd" runs only those jobs (job names without the _eps suffix; default: all five kinds), to
 # finish what an earlier run left as timeout in its own OUT.
 # Every run uses secure randomness and its own data-set ledger (the runs are independent releases, not one
@@ -28,13 +34,17 @@ cd "$(dirname "$0")/.."
 SCALE=${SCALE:-gpu}
 PY=${PY:-.venv/bin/python}
 OUT=${OUT:-benchmarks/results/gpu_full}
-EPSILONS=${EPSILONS:-1 10}
+EPSILONS=${EPSILONS:-1 10 inf}
+INF_KINDS=${INF_KINDS-mepf sdp_moments}
 PARALLEL=${PARALLEL:-1}
 [[ "$PARALLEL" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_full.sh: PARALLEL must be a positive integer, got '$PARALLEL'" >&2; exit 2; }
 KINDS="mepf sdp_moments sdp_pixel sdp_latent vqg_dpsgd"
 ONLY=${ONLY:-$KINDS}
 for k in $ONLY; do
   [[ " $KINDS " == *" $k "* ]] || { echo "gpu_full.sh: ONLY names unknown job '$k' (jobs: $KINDS)" >&2; exit 2; }
+done
+for k in $INF_KINDS; do
+  [[ " $KINDS " == *" $k "* ]] || { echo "gpu_full.sh: INF_KINDS names unknown job '$k' (jobs: $KINDS)" >&2; exit 2; }
 done
 mkdir -p "$OUT"
 case "$SCALE" in
@@ -73,6 +83,7 @@ fi
 LAUNCHED=()
 job() {  # job NAME SUBCOMMAND ARGS...: with PARALLEL > 1 in the background once a slot is free, else in the foreground
   [[ " $ONLY " == *" ${1%_eps*} "* ]] || return 0
+  [[ "$1" != *_epsinf || " $INF_KINDS " == *" ${1%_eps*} "* ]] || return 0  # eps = inf: only INF_KINDS
   LAUNCHED+=("$1")
   if (( PARALLEL > 1 )) && [[ "${DRY_RUN:-0}" != 1 ]]; then
     while (( $(jobs -rp | wc -l) >= PARALLEL )); do wait -n || true; done

@@ -1,6 +1,11 @@
 """The table of a ``benchmarks/gpu_full.sh`` run: one row per job (its status from ``jobs.jsonl``, its metrics from
 ``<job>/metrics.json`` when it finished), under the machine named in ``machine.json``.
 
+The pipelines state ε under different neighbouring relations (DP-MEPF and DP-VQG replace-one, StraightDP
+add/remove-one), so each row names its ``relation`` beside its ε, and ``ε replace-one`` restates every row under
+replace-one (the run's data-set ledger, one ledger per job) so that rows of different pipelines can be compared.
+A non-private job (``--epsilon inf``) shows ε as ``∞ (not DP)``.
+
 Usage: ``python benchmarks/gpu_full_table.py OUT`` writes ``OUT/gpu_full.md`` and ``OUT/gpu_full.json``
 (atomically) and prints the table.
 """
@@ -14,8 +19,9 @@ from typing import Any
 
 from sstq_fl.io import atomic_write_bytes, atomic_write_json
 
-COLUMNS = ("job", "status", "ε (ledger)", "accuracy", "probe ceiling", "label agreement", "domain-FD", "FD floor",
-           "wall s")
+COLUMNS = ("job", "status", "relation", "ε (ledger, its relation)", "ε replace-one", "accuracy", "probe ceiling",
+           "label agreement", "domain-FD", "FD floor", "wall s")
+RELATIONS = {"replace_one": "replace-one", "add_or_remove_one": "add/remove-one"}
 
 
 def _fmt(v: Any, digits: int = 4) -> str:
@@ -27,10 +33,19 @@ def _fmt(v: Any, digits: int = 4) -> str:
 def _row(job: dict[str, Any], out: Path) -> dict[str, Any]:
     path = out / job["job"] / "metrics.json"
     m = json.loads(path.read_text()) if job["status"] == "ok" and path.is_file() else {}
-    return {"job": job["job"], "status": job["status"], "epsilon": m.get("epsilon"),
+    ledger = m.get("dataset_ledger") or {}
+    return {"job": job["job"], "status": job["status"], "relation": m.get("relation"), "reference": m.get("reference"),
+            "epsilon": m.get("epsilon"), "epsilon_replace_one": ledger.get("epsilon_replace_one"),
             "accuracy": m.get("downstream_accuracy"), "probe_ceiling": m.get("probe_ceiling"),
             "label_agreement": m.get("sample_label_agreement"), "domain_fd": m.get("domain_fd"),
             "fd_floor": m.get("fd_floor"), "wall_s": job["wall_s"]}
+
+
+def _eps(r: dict[str, Any], key: str) -> str:
+    """An ε cell: ``∞ (not DP)`` for a finished non-private run (its metrics write ε as ``null``)."""
+    if r[key] is None and str(r.get("reference") or "").startswith("non-private"):
+        return "∞ (not DP)"
+    return _fmt(r[key])
 
 
 def table(out: Path) -> tuple[str, dict[str, Any]]:
@@ -42,10 +57,14 @@ def table(out: Path) -> tuple[str, dict[str, Any]]:
              f"{machine.get('torch')}, commit {str(machine.get('commit'))[:7]}", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in rows:
-        cells = [r["job"], r["status"], _fmt(r["epsilon"]), _fmt(r["accuracy"]), _fmt(r["probe_ceiling"]),
+        cells = [r["job"], r["status"], RELATIONS.get(r["relation"], _fmt(r["relation"])), _eps(r, "epsilon"),
+                 _eps(r, "epsilon_replace_one"), _fmt(r["accuracy"]), _fmt(r["probe_ceiling"]),
                  _fmt(r["label_agreement"], 3), _fmt(r["domain_fd"]), _fmt(r["fd_floor"]), str(r["wall_s"])]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Domain-FD is not comparable to Inception FID; every run is one release (its own data-set ledger)."]
+    lines += ["", "ε is record-level at each run's δ under its pipeline's neighbouring relation (DP-MEPF, DP-VQG: "
+              "replace-one; StraightDP: add/remove-one); ε replace-one restates it under replace-one (the run's "
+              "data-set ledger), the column to compare across pipelines. Domain-FD is not comparable to Inception FID; "
+              "every run is one release (its own data-set ledger)."]
     return "\n".join(lines) + "\n", {"machine": machine, "rows": rows}
 
 

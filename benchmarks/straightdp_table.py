@@ -50,6 +50,7 @@ from gen_tables import (
     probe_facts,
     reference_fields,
     references,
+    relation_sentence,
 )
 from matplotlib.figure import Figure
 
@@ -206,7 +207,8 @@ def summary(cells: list[dict[str, Any]]) -> str:
     return (pivot(cells, _label, column, entry, columns) +
             "\nEach entry: downstream accuracy · domain-FD (mean ± 95 % Student-t half-width over n independent "
             f"releases; one value where n = 1). References, the mean over the rows' runs (each run's own in the "
-            f"full sweep table): {'; '.join(refs) or '-'}; FD floor {_fmt(floor, '.1f')}; chance 0.10.\n")
+            f"full sweep table): {'; '.join(refs) or '-'}; FD floor {_fmt(floor, '.1f')}; chance 0.10. "
+            f"{relation_sentence(cells)}\n")
 
 
 def _finite(v: Any) -> bool:

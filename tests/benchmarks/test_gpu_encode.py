@@ -84,6 +84,6 @@ def test_gpu_all_skips_the_encode_part_at_encode_s_zero(tmp_path):
                FULL_OUT=str(tmp_path / "full"), ENCODE_OUT=str(tmp_path / "encode"))
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert "gpu_encode.sh" not in res.stdout and not (tmp_path / "encode").exists()
-    assert len((tmp_path / "full" / "commands.txt").read_text().splitlines()) == 2
+    assert len((tmp_path / "full" / "commands.txt").read_text().splitlines()) == 3  # mepf at epsilon 1, 10 and inf
     res = _run(ROOT / "benchmarks" / "gpu_all.sh", tmp_path, ENCODE_S="-1")
     assert res.returncode == 2 and "ENCODE_S must be a number of seconds (0: skip)" in res.stderr
