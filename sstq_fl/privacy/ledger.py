@@ -8,7 +8,9 @@ and self-composed once per its count (dp-accounting 0.6's PLD accountant ignores
 self-composed randomized-response event).  A ledger holding only one
 pure-ε mechanism is answered by the exact optimal composition instead
 (:mod:`sstq_fl.privacy.pure_composition`), and a Rényi-DP figure is offered as an independent
-cross-check where the events have one (:mod:`sstq_fl.privacy.rdp`).
+cross-check where the events have one (:mod:`sstq_fl.privacy.rdp`).  A ledger holding an event published as
+an RDP bound alone (``accounted_by = "rdp"``: the distributed discrete Gaussian and Skellam sums of secure
+aggregation) is composed by RDP instead, every event by its curve (:func:`~sstq_fl.privacy.rdp.curve_epsilon`).
 
 Unsupported events raise :class:`UnsupportedEventError` naming the mechanism, never a silently
 wrong number.  Limits (each refused with a one-line :class:`AccountingLimitError`): at most
@@ -30,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .errors import (
     MAX_EVENTS,
     AccountingLimitError,
@@ -44,6 +48,7 @@ from .events import PrivacyEvent, SelfComposedEvent
 from .events.base import check_relation
 from .pld import PLD, compose_plds, work_budget
 from .pure_composition import pure_composition_delta, pure_composition_epsilon
+from .rdp import composed_curve, curve_delta, curve_epsilon
 from .rdp import rdp_epsilon as _rdp_epsilon
 from .transcript import (
     CHAINED_FROM,
@@ -230,6 +235,17 @@ class PrivacyLedger:
                 self._cache = (key, compose_plds(plds, self.discretization))
         return self._cache[1]
 
+    def _by_rdp(self) -> bool:
+        """Whether an entry's event is accounted by its RDP curve alone: then the whole ledger is composed by RDP."""
+        return any(e.count and e.event.accounted_by == "rdp" for e in self.entries)
+
+    def _curve(self) -> np.ndarray:
+        """The composed RDP curve of the entries (an event without one refuses, naming itself)."""
+        counts: dict[PrivacyEvent, int] = {}
+        for e in self.entries:
+            counts[e.event] = counts.get(e.event, 0) + e.count
+        return composed_curve(counts.items(), self.relation)
+
     def _reveals_nothing(self) -> bool:
         """No entry, or only entries that reveal nothing private (pure ε = 0, or a count of 0): the
         composition is the identity, ``(0, 0)``-DP, with no PLD to build."""
@@ -249,6 +265,8 @@ class PrivacyLedger:
         homo = homogeneous_pure(self.entries)
         if homo is not None:
             return pure_composition_epsilon(homo[0], homo[1], delta)
+        if self._by_rdp():
+            return curve_epsilon(self._curve(), delta)
         p = self._pld()
         return math.inf if p is None else max(0.0, float(p.get_epsilon_for_delta(delta)))
 
@@ -259,8 +277,16 @@ class PrivacyLedger:
         homo = homogeneous_pure(self.entries)
         if homo is not None:
             return pure_composition_delta(homo[0], homo[1], epsilon)
+        if self._by_rdp():
+            return curve_delta(self._curve(), epsilon)
         p = self._pld()
         return 1.0 if p is None else float(p.get_delta_for_epsilon(epsilon))
+
+    def accountant(self) -> str:
+        """Which composition answers :meth:`epsilon`: ``pure-kov``, ``rdp`` or ``pld``."""
+        if homogeneous_pure(self.entries) is not None:
+            return "pure-kov"
+        return "rdp" if self._by_rdp() else "pld"
 
     def rdp_epsilon(self, delta: float) -> float | None:
         """Independent RDP figure for the same events, or ``None`` where unsupported."""
@@ -283,7 +309,7 @@ class PrivacyLedger:
         """The spend at ``delta``, and the run's status: ``stopped_early`` is true when a plan was
         declared and the run was not marked complete (a checkpoint written mid-run)."""
         out: dict[str, Any] = {"relation": self.relation, "delta": delta, "epsilon": self.epsilon(delta),
-                               "accountant": "pure-kov" if homogeneous_pure(self.entries) is not None else "pld",
+                               "accountant": self.accountant(),
                                "epsilon_rdp_crosscheck": self.rdp_epsilon(delta),
                                "events": sum(e.count for e in self.entries), "run_id": self.run_id,
                                "complete": self.complete, "stopped_early": self.plan is not None and not self.complete}

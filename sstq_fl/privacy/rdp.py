@@ -92,3 +92,45 @@ def rdp_epsilon(events: Iterable[tuple[PrivacyEvent, int]], relation: str, delta
         return float(acc.get_epsilon(delta))
     except (ValueError, ArithmeticError):  # unsupported events; ε so large that ε² overflows
         return None
+
+
+# Orders of the RDP-curve accountant: the closed form's log grid and every integer order 2 … 1024 (bounds
+# such as the Skellam mechanism's hold at integer orders only and are infinite elsewhere).
+CURVE_ORDERS = np.unique(np.concatenate([ZCDP_ORDERS, np.arange(2, 1025, dtype=float)]))
+
+
+def composed_curve(events: Iterable[tuple[PrivacyEvent, int]], relation: str) -> np.ndarray:
+    """``Σ count · ε_event(α)`` at :data:`CURVE_ORDERS`: RDP composes additively at each order (Mironov, CSF
+    2017, Prop. 1); an event without a curve refuses (:meth:`PrivacyEvent.rdp_curve`)."""
+    total = np.zeros_like(CURVE_ORDERS)
+    for event, count in events:
+        if count:
+            total += count * np.asarray(event.rdp_curve(relation, CURVE_ORDERS), dtype=float)
+    return total
+
+
+def curve_epsilon(curve: np.ndarray, delta: float) -> float:
+    """The least ``ε`` at ``delta`` of an RDP curve at :data:`CURVE_ORDERS`:
+    ``min_α ε(α) + log(1 − 1/α) − log(δα)/(α − 1)`` (Canonne, Kamath & Steinke, NeurIPS 2020, Prop. 12)."""
+    if not 0 <= delta < 1:
+        raise ValueError(f"delta must be in [0, 1), got {delta}")
+    if not np.any(curve):
+        return 0.0
+    if delta == 0:
+        return math.inf
+    with np.errstate(over="ignore", invalid="ignore"):
+        eps = curve + np.log1p(-1 / CURVE_ORDERS) - np.log(delta * CURVE_ORDERS) / (CURVE_ORDERS - 1)
+    eps = eps[np.isfinite(eps)]
+    return max(0.0, float(eps.min())) if eps.size else math.inf
+
+
+def curve_delta(curve: np.ndarray, epsilon: float) -> float:
+    """The least ``δ`` at ``epsilon`` of an RDP curve, by the same conversion solved for δ:
+    ``min_α exp((α − 1)(ε(α) − ε + log(1 − 1/α))) / α``, at most 1."""
+    if not np.any(curve):
+        return 0.0
+    a = CURVE_ORDERS
+    with np.errstate(over="ignore", invalid="ignore"):
+        log_delta = (a - 1) * (curve - epsilon + np.log1p(-1 / a)) - np.log(a)
+    log_delta = log_delta[np.isfinite(log_delta)]
+    return float(min(1.0, math.exp(min(0.0, float(log_delta.min()))))) if log_delta.size else 1.0

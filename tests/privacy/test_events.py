@@ -1,6 +1,8 @@
 import pytest
 
 from sstq_fl.privacy.events import (
+    DistributedDiscreteGaussianEvent,
+    SkellamSumEvent,
     ApproxDpEvent,
     ComposedEvent,
     ExponentialMechanismEvent,
@@ -22,6 +24,7 @@ ALL = [
     PoissonSampledEvent(0.01, GaussianEvent(0.8)), SelfComposedEvent(PureDpEvent(0.1), 10),
     ComposedEvent((GaussianEvent(1.0), PoissonSampledEvent(0.5, PureDpEvent(1.0)))), NonPrivateEvent(), PublicDataEvent("x"),
     ApproxDpEvent(1.0, 1e-6), ApproxDpEvent(0.0, 1e-3, "add_or_remove_one"), ShuffledLdpEvent(2.0, 300),
+    DistributedDiscreteGaussianEvent(3.0, 10, 40.0, 300.0, 64), SkellamSumEvent(9.0, 10, 40.0, 300.0),
 ]
 
 
@@ -58,8 +61,9 @@ def test_unknown_kind_refused():
         PrivacyEvent.from_json({"kind": "epsilon_delta", "epsilon": 1.0})
 
 
-BUILT_IN_KINDS = ["approx_dp", "composed", "exponential_mechanism", "gaussian", "laplace", "non_private",
-                  "poisson_sampled", "public", "pure_dp", "randomized_response", "self_composed", "shuffled_ldp"]
+BUILT_IN_KINDS = ["approx_dp", "composed", "distributed_discrete_gaussian", "exponential_mechanism", "gaussian",
+                  "laplace", "non_private", "poisson_sampled", "public", "pure_dp", "randomized_response",
+                  "self_composed", "shuffled_ldp", "skellam_sum"]
 
 
 @pytest.fixture

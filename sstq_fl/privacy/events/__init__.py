@@ -9,6 +9,7 @@ naming the new kind replays with nothing else changed.
 from .approx import ApproxDpEvent
 from .base import EVENTS, MAX_COMPOSED_EVENTS, MAX_EVENT_DEPTH, RELATIONS, PrivacyEvent
 from .composed import ComposedEvent, SelfComposedEvent
+from .distributed import DistributedDiscreteGaussianEvent, SkellamSumEvent
 from .gaussian import GaussianEvent
 from .laplace import LaplaceEvent
 from .non_private import NonPrivateEvent
@@ -19,8 +20,9 @@ from .sampled import PoissonSampledEvent
 from .shuffled import ShuffledLdpEvent
 
 __all__ = [
-    "EVENTS", "MAX_COMPOSED_EVENTS", "MAX_EVENT_DEPTH", "RELATIONS", "ApproxDpEvent", "ComposedEvent",
+    "EVENTS", "MAX_COMPOSED_EVENTS", "MAX_EVENT_DEPTH", "RELATIONS", "ApproxDpEvent", "ComposedEvent", "DistributedDiscreteGaussianEvent",
     "ExponentialMechanismEvent", "GaussianEvent", "LaplaceEvent", "NonPrivateEvent", "PoissonSampledEvent",
     "PrivacyEvent", "PublicDataEvent", "PureDpEvent", "RandomizedResponseEvent", "SelfComposedEvent", "ShuffledLdpEvent",
+    "SkellamSumEvent",
     "flat_rr_probabilities",
 ]

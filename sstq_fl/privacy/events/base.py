@@ -12,6 +12,10 @@ how it is accounted, so that the ledger never inspects its type:
 * :meth:`PrivacyEvent.sampled_pld`: the PLD of the event run on a Poisson subsample;
 * :meth:`PrivacyEvent.rdp`: the dp-accounting ``DpEvent`` of its Rényi-DP cross-check
   (Mironov, CSF 2017), under add-or-remove-one semantics;
+* :meth:`PrivacyEvent.rdp_curve`: for an event accounted by Rényi DP alone (``accounted_by = "rdp"``,
+  a mechanism whose guarantee is published as an RDP bound, not a privacy-loss distribution), its RDP
+  ``ε(α)`` at given orders under a relation; a ledger holding such an event composes by RDP
+  (:func:`sstq_fl.privacy.rdp.curve_epsilon`) and refuses any event without a curve;
 * :meth:`PrivacyEvent.pure_epsilon`: its ε when it is one pure ε-DP release;
 * :meth:`PrivacyEvent.weight`: how many mechanism executions it stands for.
 
@@ -37,6 +41,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
+
 from ...registry import Registry
 from ..errors import UnsupportedEventError, short_repr
 from ..floats import finite_real
@@ -60,6 +66,7 @@ class PrivacyEvent:
     ``"kind"`` of its JSON form).  A subclass without ``kind=`` is not registered."""
 
     kind: ClassVar[str] = "abstract"
+    accounted_by: ClassVar[str] = "pld"  # "rdp": composed by its RDP curve (rdp_curve), never by a PLD
 
     def __init_subclass__(cls, kind: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -92,6 +99,16 @@ class PrivacyEvent:
         """dp-accounting's ``DpEvent`` for the RDP accountant (add-or-remove-one semantics) of this
         event under ``relation``."""
         raise UnsupportedEventError(f"no RDP cross-check for a {self.kind} event under {relation}")
+
+    def rdp_curve(self, relation: str, orders: np.ndarray) -> np.ndarray:
+        """RDP ``ε(α)`` of one run of this event under ``relation`` at each of ``orders`` (all ``> 1``; ``inf``
+        where its bound does not hold).  By default a pure ``ε``-DP event's ``min(ε, αε²/2)``
+        (``ε²/2``-zCDP: Bun & Steinke, TCC 2016, Prop. 1.4; and ``D_α ≤ ε`` for every α); anything else refuses."""
+        eps = self.pure_epsilon()
+        if eps is None:
+            raise UnsupportedEventError(f"a {self.kind} event has no RDP curve: it cannot be composed with "
+                                        f"RDP-accounted events")
+        return np.minimum(eps, orders * eps * eps / 2)
 
     def pure_epsilon(self) -> float | None:
         """``ε`` when this event is one pure ε-DP release (``0`` for one that reveals nothing
