@@ -63,7 +63,8 @@ def add_config_option(p: argparse.ArgumentParser) -> None:
 def parse_overrides(items: list[str], path: str) -> dict[str, Any]:
     """``--set KEY=VALUE`` items as checked field values (each VALUE a TOML value; a bare word a string;
     ``task_params`` a TOML inline table).  Refused in one line: a newline or control character, an
-    option set twice (under either spelling), the ``[experiment]`` table, an unknown key."""
+    option set twice (under either spelling), the ``[experiment]``, ``[[cell]]`` and ``[[exclude]]`` tables, an
+    unknown key."""
     from .spec import key_name, parse_experiment, task_params_value
 
     out: dict[str, Any] = {}
@@ -77,6 +78,9 @@ def parse_overrides(items: list[str], path: str) -> dict[str, Any]:
             raise ValueError(f"--set {item!r}: expected KEY=VALUE")
         if key.split(".")[0].strip("\"' ") == "experiment":
             raise ValueError(f"--set {key}: the [experiment] table (title, description) is the file's own, not settable")
+        if key.split(".")[0].strip("\"' ") in ("cell", "exclude"):
+            raise ValueError(f"--set {key}: the [[cell]] and [[exclude]] tables are the file's own, not settable (a --set "
+                             f"value applies to every cell)")
         exp = parse_experiment(f"{key} = {_toml_value(value.strip())}".encode(), f"--set {key}")
         for name, v in {**task_params_value(exp.task_params, f"--set {key}"), **exp.fixed, **exp.axes}.items():
             if name in out:
@@ -116,7 +120,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(f"sweep {exp.title}: {c['done']} cells run, {c['skipped']} already complete, {c['failed']} failed, "
           f"{s['wall_s']:.1f} s wall on {s['cores']:g} cores"
           + (f", parallel efficiency {eff:.2f}" if eff is not None else ""))
-    print(f"wrote {args.out}/results.csv, aggregates.csv, final.csv, results.json, sweep.json and "
+    print(f"wrote {args.out}/results.csv, aggregates.csv, final.csv, trust.md, results.json, sweep.json and "
           f"{', '.join(Path(f).stem for f in s['figures'][::2])} figures (.png, .pdf)")
     return 1 if c["failed"] else 0
 

@@ -21,7 +21,16 @@ from ..fl.engine import RunConfig, existing_outputs, trainers
 from ..io import atomic_write_bytes, atomic_write_json, clean_temps, clear_out, mark_kind, refuse_other_kind, run_meta
 from ..rng import REPRODUCIBLE_WARNING
 from .figures import plot_all
-from .results import LDP_LABEL, metric_name, privacy_label, write_tables
+from .results import (
+    LDP_LABEL,
+    LEDGER_CENTRAL,
+    LOCAL_CENTRAL,
+    TRUST_FOOTNOTE,
+    metric_name,
+    privacy_label,
+    threat_model,
+    write_tables,
+)
 from .runner import CellResult, LocalExecutor, pending_jobs, run_flower_cells
 from .spec import Cell, Experiment, unique
 
@@ -30,7 +39,7 @@ DEFAULT_ENCODERS = ["clean", "privunit", "privunit-mrc", "sqkr", "sstq-flat:b=4"
 
 
 COMPARISON_FILES = ("comparison.json", "comparison.md", "comparison.png", "results.csv", "results.json",
-                    "aggregates.csv", "final.csv")
+                    "aggregates.csv", "final.csv", "trust.csv", "trust.md")
 
 
 def _slug(spec: str) -> str:
@@ -89,7 +98,7 @@ def compare(base: RunConfig, encoders: list[str], out: str | Path, resume: bool 
     summary = {"config": {k: v for k, v in vars(base).items() if k != "encoder"}, "rows": rows, "meta": run_meta(),
                "experiment": exp.provenance()}
     atomic_write_json(out / "comparison.json", summary)
-    atomic_write_bytes(out / "comparison.md", (markdown(rows) + _randomness_line(base)).encode())
+    atomic_write_bytes(out / "comparison.md", (markdown(rows) + _trust_line(rows) + _randomness_line(base)).encode())
     plot_comparison(results, out / "comparison.png", base)
     doc = write_tables(out, cells, [out / c.name for c in cells], {"experiment": exp.provenance(), "fixed": exp.fixed,
                                                                    "axes": exp.axes})
@@ -119,13 +128,25 @@ def _run(cells: list[Cell], out: Path, built: dict[str, Any], resume: bool, keep
 def _row(spec: str, m: dict[str, Any]) -> dict[str, Any]:
     """One encoder's table row; ``wall_s`` counts the rounds, ``setup_s`` the untimed warm-up before them.
     ``metrics.json`` stores a non-private run's ``ε = ∞`` as null (strict JSON), which the row restores;
-    ``encoder_privacy`` names it (``ε-LDP``, or e.g. ``non-private (compression only)``: no ε)."""
+    ``encoder_privacy`` names it (``ε-LDP``, or e.g. ``non-private (compression only)``: no ε).  Then whom the
+    clients trust, the threat model in short and the central ε: the trusted stage's, else (``trust = "server"``)
+    the local ε composed, ``epsilon_total`` (``central_epsilon_is`` says which)."""
     f = m["final"]
     eps = math.inf if f["epsilon_total"] is None else f["epsilon_total"]
+    central = f.get("epsilon_central")
+    ledger = isinstance(central, dict) and central.get("epsilon") is not None
     return {"encoder": spec, "bits_per_client": f["bits_per_client"], _metric_name(m): _metric(m),
             "train_loss": f.get("train_loss"), "epsilon_total": eps, "encoder_privacy": privacy_label(spec),
             "wall_s": f["wall_s"],
-            **({"setup_s": f["setup_s"]} if "setup_s" in f else {})}
+            **({"setup_s": f["setup_s"]} if "setup_s" in f else {}),
+            "trust": m.get("config", {}).get("trust", "server"), "threat_model": threat_model(f),
+            "epsilon_central": float(central["epsilon"]) if ledger else eps,
+            "central_epsilon_is": LEDGER_CENTRAL if ledger else LOCAL_CENTRAL}
+
+
+def _trust_line(rows: list[dict[str, Any]]) -> str:
+    """The table's footnote on ``epsilon_central`` where a row has no trusted stage."""
+    return f"\n{TRUST_FOOTNOTE.lstrip('† ')}\n" if any(r["central_epsilon_is"] == LOCAL_CENTRAL for r in rows) else ""
 
 
 def _randomness_line(base: RunConfig) -> str:

@@ -2,7 +2,9 @@
 
 - ``rounds``: the metric against the round, one line per group (mean over seeds) with its 95 % band;
 - ``bits``: the final metric against bits per client (log axis), error bars the 95 % interval;
-- ``epsilon``: the final metric against ε, one line per encoder setting (when ε is on the grid).
+- ``epsilon``: the final metric against ε, one line per encoder setting (when ε is on the grid);
+- ``trust``: the final metric against central ε and against bits per client, trust models side by side
+  (when a cell has a trusted stage, :func:`plot_trust`).
 
 Each as PNG and PDF, one panel per ε where ε is on the grid (up to :data:`MAX_PANELS`), titled with
 the experiment's title and file.
@@ -23,10 +25,10 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from ..io import atomic_write_bytes
 from ..plots import finite, integer_ticks
-from .results import LDP_LABEL
+from .results import LDP_LABEL, LOCAL_CENTRAL, central_epsilon
 
 MAX_PANELS = 6
-FIGURES = ("rounds", "bits", "epsilon")
+FIGURES = ("rounds", "bits", "epsilon", "trust")
 LABELS = {"test_accuracy": "test accuracy", "test_metric": "test metric", "test_loss": "test loss",
           "distance_to_optimum": "‖θ − θ*‖² (distance to optimum)"}
 
@@ -43,29 +45,39 @@ def save_both(fig: Figure, base: Path) -> list[Path]:
 
 
 def label_of(group: dict[str, Any], cols: Sequence[str], skip: Sequence[str] = ()) -> str:
-    """A group's legend label: its encoder spec (with its privacy when it is not ε-LDP, e.g. ``non-private
-    (compression only)``) and the grid values that vary (besides ``skip``)."""
+    """A group's legend label: its ``[[cell]]`` name, else its encoder spec (with its privacy when it is not ε-LDP,
+    e.g. ``non-private (compression only)``), and the grid values that vary (besides ``skip``)."""
     privacy = group.get("encoder_privacy", LDP_LABEL)
-    spec = str(group["encoder_spec"]) + ("" if privacy == LDP_LABEL else f" — {privacy}")
+    spec = str(group.get("name") or "") or str(group["encoder_spec"]) + ("" if privacy == LDP_LABEL else f" — {privacy}")
     return ", ".join([spec] + [f"{c} {group[c]}" for c in cols if c not in skip])
+
+
+def labels(rows: Sequence[dict[str, Any]], skip: Sequence[str]) -> list[str]:
+    """Each row's legend label (:func:`label_of`): the values that vary between the rows (besides ``skip``), and
+    for a named cell those that vary between the rows of its name."""
+    cols = varying(rows, skip)
+    out = []
+    for a in rows:
+        same = [r for r in rows if r.get("name") == a.get("name")] if a.get("name") else None
+        out.append(label_of(a, cols if same is None else varying(same, skip)))
+    return out
 
 
 def varying(rows: Sequence[dict[str, Any]], skip: Sequence[str]) -> list[str]:
     """The group columns whose value differs between ``rows`` (besides the encoder columns and ``skip``)."""
     if not rows:
         return []
-    cols = [c for c in rows[0] if c not in ("round", "seeds", "metric_name") and not c.endswith(
+    cols = [c for c in rows[0] if c not in ("round", "seeds", "metric_name", "name", "threat_model") and not c.endswith(
         ("_mean", "_sd", "_ci_low", "_ci_high")) and c not in ("encoder", "encoder_params", "encoder_spec",
                                                                "encoder_privacy", "b", *skip)]
     return [c for c in cols if len({str(r[c]) for r in rows}) > 1]
 
 
 def by_label(rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """``rows`` grouped by legend label (encoder spec and the varying grid values besides ε)."""
-    cols = varying(rows, ("epsilon",))
+    """``rows`` grouped by legend label (cell name or encoder spec, and the varying grid values besides ε)."""
     groups: dict[str, list[dict[str, Any]]] = {}
-    for a in rows:
-        groups.setdefault(label_of(a, cols), []).append(a)
+    for label, a in zip(labels(rows, ("epsilon",)), rows):
+        groups.setdefault(label, []).append(a)
     return groups
 
 
@@ -141,10 +153,9 @@ def plot_bits(doc: dict[str, Any], base: Path) -> Figure:
     fig, axes = _figure(len(parts), f"{doc_title(doc)}: final {LABELS.get(metric, metric)} against bits per client "
                                     f"(mean and 95 % interval over {_seeds(doc)})")
     for ax, (name, rows) in zip(axes, parts):
-        cols = varying(rows, ("epsilon",))
-        for i, a in enumerate(rows):
+        for i, (label, a) in enumerate(zip(labels(rows, ("epsilon",)), rows)):
             if a.get("metric_mean") is not None and a.get("bits_per_client_mean") is not None:
-                _point(ax, float(a["bits_per_client_mean"]), a, label_of(a, cols), style(i))
+                _point(ax, float(a["bits_per_client_mean"]), a, label, style(i))
         ax.set_xscale("log")
         _plain_log_ticks(ax)
         _metric_scale(ax, metric)
@@ -227,4 +238,131 @@ def plot_all(doc: dict[str, Any], out: Path) -> list[Path]:
     plot_rounds(doc, out / "rounds")
     plot_bits(doc, out / "bits")
     names = ["rounds", "bits"] + (["epsilon"] if plot_epsilon(doc, out / "epsilon") is not None else [])
+    names += ["trust"] if plot_trust(doc, out / "trust") is not None else []
     return [out / f"{n}.{fmt}" for n in names for fmt in ("png", "pdf")]
+
+
+# ----------------------------------------------------------------------------- trust models side by side
+MAX_TICKS = 8
+"""The most central ε (or bits) values the ``trust`` figure labels one by one (more: the log axis's own ticks)."""
+CENTRAL_AXES = ("epsilon", "central-epsilon", "central_epsilon", "trust", "name")
+"""The group columns a ``trust`` line runs across (or names itself by): the rest tell its lines apart."""
+
+
+def trust_lines(finals: Sequence[dict[str, Any]]) -> list[tuple[str, int, list[dict[str, Any]]]]:
+    """The final rows as the ``trust`` figure's lines: one per trust model and encoder (and any other grid value
+    that varies, besides ε, the curator's ``central-epsilon`` and the cell name), in first-seen order; each
+    ``(trust, index of the line within its trust, rows)``."""
+    cols = varying(finals, CENTRAL_AXES)
+    lines: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for a in finals:
+        lines.setdefault((str(a.get("trust")), str(a["encoder_spec"]), *(str(a[c]) for c in cols)), []).append(a)
+    seen: dict[str, int] = {}
+    out = []
+    for key, members in lines.items():
+        out.append((key[0], seen.get(key[0], 0), members))
+        seen[key[0]] = seen.get(key[0], 0) + 1
+    return out
+
+
+def trust_label(trust: str, members: list[dict[str, Any]], cols: Sequence[str], mixed_seeds: bool) -> str:
+    """A ``trust`` line's legend label: ``trust: `` and its cell name (when its rows share one) or encoder spec, the
+    other grid values that set it apart, ``ε: local, composed †`` without a trusted stage, and ``1 seed`` where
+    seeds differ between lines and it has one."""
+    names = {str(a.get("name") or "") for a in members}
+    first = members[0]
+    head = label_of({**first, "name": names.pop() if len(names) == 1 else ""}, cols)
+    centrals = [central_epsilon(a) for a in members]
+    local = any(what == LOCAL_CENTRAL for _, what in centrals)
+    level = all(x is None or not math.isfinite(x) for x, _ in centrals)
+    ones = mixed_seeds and all(int(a.get("seeds") or 0) == 1 for a in members)
+    return (f"{trust}: {head}" + (" (ε = ∞: dotted level)" if level else " (ε: local, composed †)" if local else "")
+            + (" (1 seed)" if ones else ""))
+
+
+def plot_trust(doc: dict[str, Any], base: Path) -> Figure | None:
+    """The final metric against central ε (left, log axis) and against bits per client per round (right, log axis),
+    trust models side by side: one colour and marker per trust model, one line per trust model and encoder across
+    its central ε values, error bars the 95 % t-interval over seeds (plain points for one seed).  Central ε is the
+    trusted stage's ledger, or for a run without one (``trust = "server"``) its local ε composed over the rounds
+    (a footnote says so); a non-private run without a trusted stage (ε = ∞) is a dotted level on the left.  None
+    when no cell has a trusted stage (or the table predates the ``trust`` column)."""
+    finals, metric = doc["final"], _metric(doc)
+    trusts = list(dict.fromkeys(str(a["trust"]) for a in finals if a.get("trust") is not None))
+    if not trusts or not set(trusts) - {"server"}:
+        return None
+    seeds = {int(a.get("seeds") or 0) for a in finals}
+    tasks = ", ".join(dict.fromkeys(str(a.get("task")) for a in finals if a.get("task") is not None))
+    interval = "plain points, no interval" if seeds == {1} else "mean and 95 % t-interval"
+    name = LABELS.get(metric, metric)
+    title = (f"{doc_title(doc)}: final {name} against central ε and against bits per client, by trust model; "
+             f"task {tasks}, {_seeds(doc)} ({interval})")
+    lines = trust_lines(finals)
+    local = any(central_epsilon(a)[1] == LOCAL_CENTRAL for _, _, m in lines for a in m)
+    if local:
+        title += ("\n† trust = server (no trusted stage): the central ε against the server is the local ε composed over "
+                  "the rounds (the run's ε spent)")
+    fig = Figure(figsize=(13.0, 6.0 + 0.2 * math.ceil(len(lines) / 3)), layout="constrained")
+    ax_eps, ax_bits = fig.subplots(1, 2)
+    fig.suptitle(textwrap.fill(title.split("\n")[0], 150) + ("\n" + title.split("\n")[1] if local else ""), fontsize=9)
+    cols = varying(finals, CENTRAL_AXES)
+    mixed = len(seeds) > 1
+    from matplotlib import colormaps
+
+    for trust, j, members in lines:
+        i = trusts.index(trust) if trust in trusts else len(trusts)
+        look = {"color": colormaps["tab10"](i % 10), "marker": MARKERS[i % len(MARKERS)], "ls": LINES[j % len(LINES)],
+                "mfc": "white" if j % 2 else None}
+        label = trust_label(trust, members, cols, mixed)
+        _trust_line(ax_eps, members, label, look)
+        for a in members:
+            if _finite(a.get("metric_mean")) and _finite(a.get("bits_per_client_mean")):
+                mean, low, high = float(a["metric_mean"]), a.get("metric_ci_low"), a.get("metric_ci_high")
+                err = None if low is None or high is None else [[mean - float(low)], [float(high) - mean]]
+                ax_bits.errorbar([float(a["bits_per_client_mean"])], [mean], yerr=err, fmt=look["marker"],
+                                 color=look["color"], mfc=look["mfc"], ms=5, capsize=3, label="_nolegend_")
+    ax_eps.set(xlabel="central ε (log scale; † local ε composed)" if local else "central ε (log scale)",
+               ylabel=f"final {name}", xscale="log")
+    ax_bits.set(xlabel="bits per client per round (log scale)", ylabel=f"final {name}", xscale="log")
+    for ax in (ax_eps, ax_bits):
+        _plain_log_ticks(ax)
+        _metric_scale(ax, metric)
+        ax.grid(True, which="both", alpha=0.3)
+    eps: list[Any] = [central_epsilon(a)[0] for a in finals]
+    bits: list[Any] = [a.get("bits_per_client_mean") for a in finals]
+    for ax, values in ((ax_eps, eps), (ax_bits, bits)):
+        xs = sorted({round(float(x), 12) for x in values if _finite(x) and float(x) > 0})
+        if 0 < len(xs) <= MAX_TICKS:
+            ax.set_xticks(xs, [f"{x:.3g}" for x in xs])
+            ax.xaxis.set_minor_formatter(NullFormatter())
+    handles, names = ax_eps.get_legend_handles_labels()
+    fig.legend(handles, names, loc="outside lower center", ncols=min(3, max(1, len(names))), fontsize=7)
+    save_both(fig, base)
+    return fig
+
+
+def _trust_line(ax: Axes, members: list[dict[str, Any]], label: str, look: dict[str, Any]) -> None:
+    """One ``trust`` line on the central-ε panel: its finite central ε values joined (error bars where there
+    are intervals), and each member without a central ε (a non-private run) as a dotted level."""
+    pts = sorted(((central_epsilon(a)[0], a) for a in members if _finite(a.get("metric_mean"))),
+                 key=lambda p: math.inf if p[0] is None else p[0])
+    finite_pts = [(float(x), a) for x, a in pts if x is not None and math.isfinite(x) and x > 0]
+    if finite_pts:
+        xs = [p[0] for p in finite_pts]
+        y = [float(a["metric_mean"]) for _, a in finite_pts]
+        low = [a.get("metric_ci_low") for _, a in finite_pts]
+        high = [a.get("metric_ci_high") for _, a in finite_pts]
+        err = None if all(v is None for v in low) else \
+            [[m - (m if lo is None else float(lo)) for m, lo in zip(y, low)],
+             [(m if h is None else float(h)) - m for m, h in zip(y, high)]]
+        ax.errorbar(xs, y, yerr=err, marker=look["marker"], ls=look["ls"], color=look["color"], mfc=look["mfc"], ms=5,
+                    capsize=3, label=label)
+        label = "_nolegend_"
+    for x, a in pts:
+        if x is None or not math.isfinite(x):
+            ax.axhline(float(a["metric_mean"]), color=look["color"], ls=":", lw=1.2, label=label)
+            label = "_nolegend_"
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)

@@ -118,7 +118,8 @@ def train_cell(trainer: Any, out: Path, resume: bool, record: dict[str, Any]) ->
 
 def cell_record(cell: Cell, provenance: dict[str, Any]) -> dict[str, Any]:
     """What a cell's folder records about where it came from: the experiment file, digest and its values."""
-    return {"experiment": provenance, "cell": cell.name, "values": cell.values, "config": asdict(cell.cfg)}
+    return {"experiment": provenance, "cell": cell.name, **({"label": cell.label} if cell.label else {}),
+            "values": cell.values, "config": asdict(cell.cfg)}
 
 
 Report = Callable[[CellResult], None]

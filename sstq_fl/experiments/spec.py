@@ -25,15 +25,46 @@ naming the file, its line and the key; a file nested deeper than :data:`MAX_DEPT
 cell's cross-field checks (e.g. ``diagnostics`` needs reproducible randomness) name the cell's
 values; :func:`~sstq_fl.experiments.preflight.preflight` checks each cell's task parameters and
 budget before a sweep writes anything.
+
+Explicit cells and exclusions::
+
+    encoder = ["clean", "sqkr"]
+    trust = ["server", "curator"]
+    seed = [0, 1]
+
+    [[cell]]                 # the top-level values are every cell's defaults
+    trust = "server"         # clean and sqkr, each seed
+
+    [[cell]]
+    name = "central DP"      # optional: the cell's label in tables and legends
+    trust = "curator"
+    central-epsilon = [2.0, 8.0]   # a list inside a cell: a product within the cell
+
+    [[exclude]]              # a partial assignment: a cell matching all its keys is dropped
+    trust = "curator"
+    encoder = "sqkr"
+
+With ``[[cell]]`` tables the grid is the union of the cells, each its table merged over the file's
+top-level values (the cell's keys win) and expanded as the product of its lists; the top-level
+product alone is not run (an empty ``[[cell]]`` is exactly that product).  Without them the grid is
+the top-level product.  ``[[exclude]]`` tables drop the cells that match every one of their keys (a
+list: any of its values), matched on the cell's values with the run's defaults filled in, before
+any cell is checked: an exclusion that matches no cell, and two cells of the same run, are one-line
+errors.  A cell's folder name comes from its own values (the cell's keys, then the file's lists it
+does not set), so a resumed sweep finds it again however the tables are ordered or named.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import itertools
 import json
+import math
 import re
 import tomllib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +73,8 @@ from ..fl.config import RunConfig
 from ..options import ABSENT, base_type, declared, expected, flag_of, in_range
 
 TABLES = ("task_params", "experiment")
+ARRAYS = ("cell", "exclude")
+"""The arrays of tables of an experiment file: ``[[cell]]`` and ``[[exclude]]``."""
 EXPERIMENT_KEYS = ("title", "description")
 MAX_DEPTH = 32
 """The deepest nesting of tables and lists an experiment file may hold."""
@@ -49,16 +82,91 @@ MAX_DEPTH = 32
 
 @dataclass(frozen=True)
 class Cell:
-    """One point of a grid: its folder name, the grid values that pick it (field names) and its config."""
+    """One point of a grid: its folder name, the grid values that pick it (field names), its config, and its
+    ``[[cell]]`` table's ``name`` (``label``; empty when the table gives none or the file has no tables)."""
 
     name: str
     values: dict[str, Any]
     cfg: RunConfig
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class CellTable:
+    """One ``[[cell]]`` table: its number (from 1), its ``name`` (or empty), its values (field names, in the file's
+    order; a list: an axis within the cell) and where it is (``path:line`` of its header)."""
+
+    index: int
+    name: str
+    values: dict[str, Any]
+    where: str
+
+    def title(self) -> str:
+        """``[[cell]] 2 ('central DP')``: how errors name the table."""
+        return f"[[cell]] {self.index}" + (f" ({self.name!r})" if self.name else "")
+
+    def record(self) -> dict[str, Any]:
+        """The table as ``sweep.json`` and ``results.json`` record it (file keys)."""
+        return {**({"name": self.name} if self.name else {}), **{key_name(k): v for k, v in self.values.items()}}
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """One ``[[exclude]]`` table: its number (from 1), the values of each of its keys (field names; a cell
+    matches when its value of every key is one of them) and where it is (``path:line`` of its header)."""
+
+    index: int
+    values: dict[str, list[Any]]
+    where: str
+
+    def describe(self) -> str:
+        """``trust=curator, encoder=sqkr``."""
+        return ", ".join(f"{key_name(k)}={_shown(v[0]) if len(v) == 1 else '[' + ', '.join(map(_shown, v)) + ']'}"
+                         for k, v in self.values.items())
+
+    def matches(self, resolved: dict[str, Any]) -> bool:
+        """Whether a cell whose values (defaults filled in) are ``resolved`` matches every key."""
+        return all(any(_same(k, resolved.get(k), v) for v in vals) for k, vals in self.values.items())
+
+    def record(self) -> dict[str, Any]:
+        return {key_name(k): v[0] if len(v) == 1 else v for k, v in self.values.items()}
+
+
+def _shown(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _same(name: str, a: Any, b: Any) -> bool:
+    """Whether a cell's value ``a`` of field ``name`` is the exclusion's ``b`` (encoder specs: the same encoder
+    and parameters, defaults filled in)."""
+    if a == b:
+        return True
+    if name == "encoder" and isinstance(a, str) and isinstance(b, str):
+        key = _spec_key(b)
+        return key is not None and _spec_key(a) == key
+    return False
+
+
+@functools.lru_cache(maxsize=1024)
+def _spec_key(spec: str) -> Any:
+    from .preflight import normalised_spec
+
+    try:
+        return normalised_spec(spec)
+    except (ValueError, KeyError):
+        return None
+
+
+@functools.cache
+def run_defaults() -> dict[str, Any]:
+    """Each :class:`~sstq_fl.fl.config.RunConfig` field's default (what a cell that does not set it runs with)."""
+    return {f.name: f.default for f in dataclasses.fields(RunConfig) if f.default is not dataclasses.MISSING}
 
 
 @dataclass(frozen=True)
 class Experiment:
-    """A parsed experiment: where it came from, its digest, fixed values and grid axes (field names)."""
+    """A parsed experiment: where it came from, its digest, fixed values and grid axes (field names), and its
+    ``[[cell]]`` and ``[[exclude]]`` tables."""
 
     path: str | None
     sha256: str
@@ -67,27 +175,99 @@ class Experiment:
     axes: dict[str, list[Any]] = field(default_factory=dict)
     task_params: dict[str, Any] = field(default_factory=dict)
     description: str = ""
+    cell_tables: tuple[CellTable, ...] = ()
+    exclusions: tuple[Exclusion, ...] = ()
 
     def provenance(self) -> dict[str, Any]:
         """What every result of this experiment records about it: the file, its sha256 and title."""
         return {"file": self.path, "sha256": self.sha256, "title": self.title}
 
+    def grid_record(self) -> dict[str, Any]:
+        """The file's ``[[cell]]`` and ``[[exclude]]`` tables as results record them (nothing when it has none)."""
+        return {**({"cell_tables": [t.record() for t in self.cell_tables]} if self.cell_tables else {}),
+                **({"exclude": [e.record() for e in self.exclusions]} if self.exclusions else {})}
+
+    def shapes(self, overrides: dict[str, Any] | None = None) -> list[tuple[CellTable | None, dict[str, list[Any]]]]:
+        """Each cell table's axes with ``overrides`` applied: the table's values (a single value: a one-value
+        axis), then the file's lists it does not set; without tables, the file's lists (one shape)."""
+        overrides = overrides or {}
+        out: list[tuple[CellTable | None, dict[str, list[Any]]]] = []
+        for table in self.cell_tables or (None,):
+            own = {k: v if isinstance(v, list) else [v] for k, v in (table.values if table else {}).items()}
+            axes = {k: v for k, v in {**own, **{k: v for k, v in self.axes.items() if k not in own}}.items()
+                    if k not in overrides}
+            axes.update({k: v for k, v in overrides.items() if isinstance(v, list)})
+            out.append((table, axes))
+        return out
+
+    def grid_size(self, overrides: dict[str, Any] | None = None) -> int:
+        """How many cells the grid has before its exclusions (none is built)."""
+        return sum(math.prod(len(v) for v in axes.values()) for _, axes in self.shapes(overrides))
+
     def cells(self, **overrides: Any) -> list[Cell]:
-        """The grid's cells (product of the axes, the first axis slowest), each config checked;
-        ``overrides`` (command-line options) replace fixed values and axes alike (a list: an axis)."""
-        axes = {k: v for k, v in self.axes.items() if k not in overrides}
-        axes.update({k: v for k, v in overrides.items() if isinstance(v, list)})
+        """The grid's cells (each table's product, the first axis slowest; tables in the file's order), its
+        exclusions dropped, each config checked; ``overrides`` (command-line options) replace fixed values,
+        axes and the tables' values alike (a list: an axis).  An exclusion that matches nothing, or two cells
+        of one run, are refused in one line, unless only the overrides make them so (then the repeated run is
+        run once)."""
         fixed = {k: v for k, v in overrides.items() if not isinstance(v, list)}
         base = {**self.fixed, **task_params_value(self.task_params, self.path), **fixed}
+        picked, problem = self._pick(overrides, base)
+        if problem and overrides:
+            problem = self._pick({}, {**self.fixed, **task_params_value(self.task_params, self.path)})[1]
+        if problem:
+            raise ValueError(problem)
         cells: list[Cell] = []
         names: set[str] = set()
-        for combo in itertools.product(*axes.values()) if axes else [()]:
-            values = dict(zip(axes, combo))
-            cfg = _config(base, values, self.path)
+        for table, values in picked:
+            cfg = _config(base, values, table.where if table else self.path, table.title() if table else "")
             check_encoder(cfg.encoder, self.path)
-            name = unique(cell_name(values), names)
-            cells.append(Cell(name, values, cfg))
+            cells.append(Cell(unique(cell_name(values), names), values, cfg, table.name if table else ""))
         return cells
+
+    def _candidates(self, overrides: dict[str, Any]) -> Iterator[tuple[CellTable | None, dict[str, Any]]]:
+        for table, axes in self.shapes(overrides):
+            for combo in itertools.product(*axes.values()) if axes else [()]:
+                yield table, dict(zip(axes, combo))
+
+    def _pick(self, overrides: dict[str, Any], base: dict[str, Any]
+              ) -> tuple[list[tuple[CellTable | None, dict[str, Any]]], str]:
+        """The cells the exclusions leave, each run once, and the first problem (an exclusion that matched
+        nothing, else a run given twice; empty when none)."""
+        hits = [0] * len(self.exclusions)
+        kept: list[tuple[CellTable | None, dict[str, Any]]] = []
+        seen: dict[str, tuple[CellTable | None, dict[str, Any]]] = {}
+        twice = ""
+        for table, values in self._candidates(overrides):
+            resolved = {**run_defaults(), **base, **values}
+            matched = [i for i, e in enumerate(self.exclusions) if e.matches(resolved)]
+            for i in matched:
+                hits[i] += 1
+            if matched:
+                continue
+            key = json.dumps(resolved, sort_keys=True, default=str)
+            if key in seen:
+                twice = twice or self._twice(seen[key], (table, values))
+                continue
+            seen[key] = (table, values)
+            kept.append((table, values))
+        unmatched = next((e for e, n in zip(self.exclusions, hits) if not n), None)
+        if unmatched is not None:
+            return kept, (f"{unmatched.where}: [[exclude]] {unmatched.index} ({unmatched.describe()}) matches no cell "
+                          f"of the grid: check its keys and values (an exclusion that drops nothing is refused)")
+        return kept, twice
+
+    def _twice(self, first: tuple[CellTable | None, dict[str, Any]], again: tuple[CellTable | None, dict[str, Any]]
+               ) -> str:
+        def named(c: tuple[CellTable | None, dict[str, Any]]) -> str:
+            return (f"{c[0].title()}'s " if c[0] else "") + "cell " + (_values_text(c[1]) or "of the file's values")
+
+        where = again[0].where if again[0] else self.path or "experiment"
+        return f"{where}: the {named(again)} is the same run as the {named(first)}: give each run once"
+
+
+def _values_text(values: dict[str, Any]) -> str:
+    return ", ".join(f"{key_name(k)}={_shown(v)}" for k, v in values.items())
 
 
 def task_params_value(params: dict[str, Any], path: str | None = None) -> dict[str, Any]:
@@ -100,13 +280,13 @@ def task_params_value(params: dict[str, Any], path: str | None = None) -> dict[s
                          f"boolean, list or table: {exc}") from None
 
 
-def _config(base: dict[str, Any], values: dict[str, Any], path: str | None) -> RunConfig:
-    """The cell's config; a cross-field error names the file and the cell's values."""
+def _config(base: dict[str, Any], values: dict[str, Any], path: str | None, table: str = "") -> RunConfig:
+    """The cell's config; a cross-field error names the file (the table's line), the table and the cell's values."""
     try:
         return RunConfig(**{**base, **values})
     except (ValueError, TypeError) as exc:
         where = ", ".join(f"{k}={v}" for k, v in values.items()) or "its values"
-        raise ValueError(f"{path or 'experiment'}: the cell {where}: {exc}") from None
+        raise ValueError(f"{path or 'experiment'}: {table + ': ' if table else ''}the cell {where}: {exc}") from None
 
 
 def check_encoder(spec: str, path: str | None) -> None:
@@ -177,7 +357,9 @@ def parse_experiment(raw: bytes, path: str = "experiment.toml") -> Experiment:
     task_params_value(params, path)
     meta = _meta(_table(doc, "experiment", lines, path), lines, path)
     title = meta.get("title") or Path(path).name
-    return Experiment(path, hashlib.sha256(raw).hexdigest(), title, fixed, axes, params, meta.get("description", ""))
+    tables, exclusions = _cell_tables(doc, lines, path), _exclusions(doc, lines, path)
+    return Experiment(path, hashlib.sha256(raw).hexdigest(), title, fixed, axes, params, meta.get("description", ""),
+                      tables, exclusions)
 
 
 def parse_toml(raw: bytes, path: str) -> dict[str, Any]:
@@ -231,15 +413,20 @@ def _table(doc: dict[str, Any], name: str, lines: list[str], path: str) -> dict[
 
 def _run_values(doc: dict[str, Any], lines: list[str], path: str) -> tuple[dict[str, Any], dict[str, list[Any]]]:
     """The file's run options, checked: fixed values and list-valued axes (by field name)."""
+    values = _options({k: v for k, v in doc.items() if k not in TABLES + ARRAYS}, lambda k: _where(path, lines, k))
+    return ({k: v for k, v in values.items() if not isinstance(v, list)},
+            {k: v for k, v in values.items() if isinstance(v, list)})
+
+
+def _options(items: dict[str, Any], where_of: Callable[[str], str], lists: str = "axis") -> dict[str, Any]:
+    """Run options (file keys → values) as field names → checked values (a list: each value checked; ``lists``
+    ``"axis"`` refuses a value listed twice), in order; errors name ``where_of(key)``."""
     keys, fields = run_keys(), {f.name: (f, opt) for f, opt in declared(RunConfig)}
-    fixed: dict[str, Any] = {}
-    axes: dict[str, list[Any]] = {}
+    out: dict[str, Any] = {}
     seen: dict[str, str] = {}
-    for key, value in doc.items():
-        if key in TABLES:
-            continue
+    for key, value in items.items():
         name = keys.get(key) or keys.get(key.replace("_", "-"))
-        where = _where(path, lines, key)
+        where = where_of(key)
         if name is None:
             raise ValueError(f"{where}: unknown key {key!r} (the options of sstq-fl run, e.g. "
                              f"{', '.join(list(keys)[:6])}, ...; see sstq-fl options)")
@@ -249,13 +436,82 @@ def _run_values(doc: dict[str, Any], lines: list[str], path: str) -> tuple[dict[
         if isinstance(value, list):
             if not value:
                 raise ValueError(f"{where}: {key} is an empty list (give at least one value)")
-            axes[name] = [check_value(name, *fields[name], v, where) for v in value]
-            twice = next((v for i, v in enumerate(axes[name]) if v in axes[name][:i]), None)
+            out[name] = [check_value(name, *fields[name], v, where) for v in value]
+            twice = next((v for i, v in enumerate(out[name]) if v in out[name][:i]), None)
             if twice is not None:
-                raise ValueError(f"{where}: {key} lists {short(twice)} twice (each cell would run twice)")
+                what = "each cell would run twice" if lists == "axis" else "give each value once"
+                raise ValueError(f"{where}: {key} lists {short(twice)} twice ({what})")
         else:
-            fixed[name] = check_value(name, *fields[name], value, where)
-    return fixed, axes
+            out[name] = check_value(name, *fields[name], value, where)
+    return out
+
+
+def _array(doc: dict[str, Any], name: str, lines: list[str], path: str) -> list[dict[str, Any]]:
+    """The file's ``[[name]]`` tables (none: an empty list); anything else under ``name`` is refused."""
+    value = doc.get(name, [])
+    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+        raise ValueError(f"{_where(path, lines, name)}: {name} must be an array of tables ([[{name}]] headers)")
+    return value
+
+
+def _cell_tables(doc: dict[str, Any], lines: list[str], path: str) -> tuple[CellTable, ...]:
+    """The ``[[cell]]`` tables, checked: ``name`` (a non-empty string) and run options (a list: an axis)."""
+    out = []
+    for i, table in enumerate(_array(doc, "cell", lines, path)):
+        title = f"[[cell]] {i + 1}"
+
+        def where_of(key: str, i: int = i, title: str = title) -> str:
+            return f"{_where_in(path, lines, 'cell', i, key)}: {title}"
+
+        name = table.get("name", "")
+        if not isinstance(name, str) or ("name" in table and not name.strip()):
+            raise ValueError(f"{where_of('name')}: name must be a non-empty string, got {short(name)}")
+        _no_tables(table, where_of, "cell")
+        values = _options({k: v for k, v in table.items() if k != "name"}, where_of)
+        out.append(CellTable(i + 1, name.strip(), values, _where_in(path, lines, "cell", i)))
+    return tuple(out)
+
+
+def _exclusions(doc: dict[str, Any], lines: list[str], path: str) -> tuple[Exclusion, ...]:
+    """The ``[[exclude]]`` tables, checked: run options only, at least one (a list: any of its values)."""
+    out = []
+    for i, table in enumerate(_array(doc, "exclude", lines, path)):
+        def where_of(key: str, i: int = i) -> str:
+            return f"{_where_in(path, lines, 'exclude', i, key)}: [[exclude]] {i + 1}"
+
+        if not table:
+            raise ValueError(f"{_where_in(path, lines, 'exclude', i)}: [[exclude]] {i + 1} is empty (it would drop "
+                             f"every cell): give the keys and values of the cells to drop")
+        _no_tables(table, where_of, "exclude")
+        values = _options(table, where_of, lists="any")
+        out.append(Exclusion(i + 1, {k: v if isinstance(v, list) else [v] for k, v in values.items()},
+                             _where_in(path, lines, "exclude", i)))
+    return tuple(out)
+
+
+def _no_tables(table: dict[str, Any], where_of: Callable[[str], str], array: str) -> None:
+    key = next((k for k, v in table.items() if isinstance(v, dict)), None)
+    if key is not None:
+        raise ValueError(f"{where_of(key)}: {key} is a table: a [[{array}]] holds run options"
+                         f"{' and a name' if array == 'cell' else ''} only ([task_params] is the file's)")
+
+
+def _where_in(path: str, lines: list[str], array: str, index: int, key: str | None = None) -> str:
+    """``path:line`` of ``key`` in the ``index``-th (from 0) ``[[array]]`` table, else of its header; ``path`` (or
+    the array's own line) when the tables are not written as headers."""
+    header = re.compile(r"^\s*\[\[\s*" + re.escape(array) + r"\s*\]\]")
+    starts = [i for i, line in enumerate(lines, 1) if header.match(line)]
+    if index >= len(starts):
+        return _where(path, lines, array)
+    start = starts[index]
+    if key is not None:
+        pattern = re.compile(r'^\s*["\']?' + re.escape(key) + r'["\']?\s*=')
+        for i in range(start, len(lines)):
+            if re.match(r"^\s*\[", lines[i]):
+                break
+            if pattern.match(lines[i]):
+                return f"{path}:{i + 1}"
+    return f"{path}:{start}"
 
 
 def check_value(name: str, f: Any, opt: Any, value: Any, where: str) -> Any:
@@ -324,6 +580,9 @@ def _where(path: str, lines: list[str], key: str, table: str = "") -> str:
 def single_values(exp: Experiment, allow_lists: tuple[str, ...] = ()) -> dict[str, Any]:
     """The file's values for one run (``run --config``, ``compare --config``): list values are refused
     except for the fields in ``allow_lists`` (returned as lists)."""
+    if exp.cell_tables or exp.exclusions:
+        raise ValueError(f"{exp.path}: its [[cell]] or [[exclude]] tables make a grid: one run takes one value per key "
+                         f"(run the grid with sstq-fl sweep {exp.path} --out DIR)")
     bad = [k for k in exp.axes if k not in allow_lists]
     if bad:
         raise ValueError(f"{exp.path}: {key_name(bad[0])} is a list: one run takes one value per key "

@@ -4,7 +4,7 @@ Layout of ``DIR``: ``cells/<cell>/`` (each a run folder: ``metrics.json``, ``tra
 ``curves.png``, ``experiment.json``), ``sweep.json`` (the experiment's file, digest and title, each
 cell's status and seconds, wall time, cores and parallel efficiency
 ``Σ cell seconds / (wall seconds × cores)``), ``results.csv``/``.json``, ``aggregates.csv``,
-``final.csv`` (:mod:`sstq_fl.experiments.results`) and the figures
+``final.csv``, ``trust.csv``/``.md`` (:mod:`sstq_fl.experiments.results`) and the figures
 (:mod:`sstq_fl.experiments.figures`).  ``resume`` reruns only the cells without a completed run.
 """
 
@@ -30,8 +30,8 @@ from .spec import Cell, Experiment
 from .sweep_limits import MAX_CELLS, check_grid
 
 log = logging.getLogger("sstq_fl.sweep")
-SWEEP_FILES = ("sweep.json", "results.csv", "results.csv.gz", "results.json", "aggregates.csv", "final.csv",
-               *(f"{name}.{fmt}" for name in FIGURES for fmt in ("png", "pdf")))
+SWEEP_FILES = ("sweep.json", "results.csv", "results.csv.gz", "results.json", "aggregates.csv", "final.csv", "trust.csv",
+               "trust.md", *(f"{name}.{fmt}" for name in FIGURES for fmt in ("png", "pdf")))
 
 
 @dataclass
@@ -72,14 +72,14 @@ def sweep(exp: Experiment, out: str | Path, opts: SweepOptions | None = None, **
     checked before anything is written; then stale temporary files are removed and this session is
     recorded in ``sweep.json`` before the first cell runs."""
     opts, out = opts or SweepOptions(), Path(out)
-    check_grid(exp.path, exp.axes, overrides, opts.max_cells)
+    check_grid(exp.path, [axes for _, axes in exp.shapes(overrides)], opts.max_cells, bool(exp.exclusions))
     cells = exp.cells(**overrides)
     preflight(cells, exp.path)
     claim(out, opts)
     clean_temps(out, everything=opts.resume)
     jobs = [(c, out / "cells" / c.name) for c in cells]
     header = {"experiment": exp.provenance(), "fixed": exp.fixed, "axes": exp.axes, "task_params": exp.task_params,
-              "overrides": overrides}
+              **exp.grid_record(), "overrides": overrides}
     session = start_session(out, header, cells, opts)
     log.info("sweep %s: %d cells -> %s (%s)", exp.title, len(cells), out, _how(opts))
     results, t0, cores = run_jobs(jobs, exp.provenance(), opts)
@@ -133,7 +133,7 @@ def start_session(out: Path, header: dict[str, Any], cells: list[Cell], opts: Sw
     before = _previous(out) if opts.resume else {}
     session = {"id": f"{os.getpid()}-{time.time_ns()}", "status": "running", "executor": opts.executor,
                "cpus_per_cell": opts.cpus, "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    cells_now = before.get("cells") or [{"name": c.name, "values": c.values, "status": "not run"} for c in cells]
+    cells_now = before.get("cells") or [{**_entry(c), "status": "not run"} for c in cells]
     atomic_write_json(out / "sweep.json", {**before, **header, "cells": cells_now,
                                            "sessions": [*before.get("sessions", []), session]})
     return session
@@ -154,11 +154,16 @@ def write_summary(out: Path, header: dict[str, Any], cells: list[Cell], results:
     earlier = {c["name"]: c for c in before.get("cells", [])}
     sessions = [s for s in before.get("sessions", []) if s.get("id") != session["id"]]
     summary = {**header, **{k: session[k] for k in ("counts", "wall_s", "cores", "parallel_efficiency")},
-               "cells": [{"name": c.name, "values": c.values, **_end(results.get(c.name), earlier.get(c.name))}
+               "cells": [{**_entry(c), **_end(results.get(c.name), earlier.get(c.name))}
                          for c in cells],
                "sessions": [*sessions, session]}
     atomic_write_json(out / "sweep.json", summary)
     return summary
+
+
+def _entry(c: Cell) -> dict[str, Any]:
+    """A cell as ``sweep.json`` names it: its folder, its values and its ``[[cell]]`` table's name (when it has one)."""
+    return {"name": c.name, "values": c.values, **({"label": c.label} if c.label else {})}
 
 
 def _previous(out: Path) -> dict[str, Any]:

@@ -16,10 +16,13 @@ def grid_size(axes: dict[str, list[Any]], overrides: dict[str, Any]) -> int:
     return math.prod(sizes.values())
 
 
-def check_grid(path: str | None, axes: dict[str, list[Any]], overrides: dict[str, Any], limit: int) -> None:
-    """Refuse (one line naming the file) a grid of more than ``limit`` cells."""
-    n = grid_size(axes, overrides)
+def check_grid(path: str | None, shapes: list[dict[str, list[Any]]], limit: int, excluded: bool = False) -> None:
+    """Refuse (one line naming the file) a grid of more than ``limit`` cells: ``shapes`` are the axes of each of its
+    ``[[cell]]`` tables (one shape without tables), counted before the ``[[exclude]]`` tables (``excluded``: the
+    file has some, which the message says)."""
+    n = sum(math.prod(len(v) for v in axes.values()) for axes in shapes)
     if n > limit:
-        shape = " × ".join(str(len(v)) for k, v in {**axes, **overrides}.items() if isinstance(v, list))
-        raise ValueError(f"{path or 'experiment'}: the grid has {n:,} cells ({shape}), more than {limit:,}: "
+        shape = " + ".join(" × ".join(str(len(v)) for v in axes.values() if len(v) > 1) or "1" for axes in shapes)
+        before = " before its exclusions" if excluded else ""
+        raise ValueError(f"{path or 'experiment'}: the grid has {n:,} cells{before} ({shape}), more than {limit:,}: "
                          f"shrink it or allow it with --max-cells {n}")
