@@ -352,7 +352,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"{cfg.encoder}: {metric}, train loss {number(f.get('train_loss'))} (non-private diagnostic), "
           f"{f['bits_per_client']} bits/client/round, randomness {cfg.randomness}, "
           f"epsilon {number(f['epsilon_total'])} at delta {f['delta']:g} ({f['wall_s']:.1f} s)"
-          + (f"; central epsilon {number(f['epsilon_central']['epsilon'])} ({cfg.trust} trusted)" if "epsilon_central" in f
+          + (f"; central epsilon {number(f['epsilon_central']['epsilon'])} ({trainer.trusted.trusted})" if trainer.trusted
              else ""))
     print(f"wrote {args.out}/metrics.json, {args.out}/transcript.jsonl, {args.out}/curves.png")
     return 0

@@ -77,15 +77,28 @@ class RunConfig(Options):
         None, unset=0.0, help="lsq: theta_true ~ N(0, s^2 I) (default 1/sqrt(dim), norm about 1; 1 is the paper's E2 "
                               "regime)")
     randomness: str = option("reproducible", help=RANDOMNESS_HELP, choices=("reproducible", "secure"))
-    trust: str = option("server", choices=("server", "shuffler", "curator"),
+    trust: str = option("server", choices=("server", "shuffler", "curator", "secagg"),
                         help="whom the clients trust (vectorized engine): server (the decoder sees each message with "
                              "its sender; the run's epsilon is the local one); shuffler (a trusted shuffler permutes "
                              "each round's messages and drops their senders; the run also reports the central epsilon "
                              "against whoever sees only the shuffled messages); curator (the central-DP reference: "
                              "encoder clean, a trusted curator adds Gaussian noise to the sum of the clipped updates, "
-                             "calibrated to --central-epsilon)")
+                             "calibrated to --central-epsilon); secagg (secure aggregation with distributed noise: "
+                             "encoder clean, each client adds its share of discrete noise to its quantized update and "
+                             "the server learns only the modular sum; --central-epsilon holds against the server)")
     central_epsilon: float = option(0.0, low=0, finite=True,
-                                    help="trust=curator: the run's central epsilon at --delta, over all its rounds")
+                                    help="trust=curator or secagg: the run's central epsilon at --delta, over all its "
+                                         "rounds")
+    secagg_bits: int = option(16, low=2, high=24, help="trust=secagg: bits per coordinate of the secure sum (the field "
+                                                      "Z_m, m = 2^bits, that each client's share lives in)")
+    secagg_noise: str = option("ddgauss", choices=("ddgauss", "skellam"),
+                               help="trust=secagg: each client's noise share: ddgauss (discrete Gaussian, Kairouz, Liu "
+                                    "& Steinke 2021) or skellam (Agarwal, Kairouz & Liu 2021)")
+    secagg_dropout: float = option(0.0, low=0, high=0.9, finite=True,
+                                   help="trust=secagg: the fraction of a round's clients that may drop out after "
+                                        "sending their masked share; the sum is still recovered (SecAgg+ threshold), "
+                                        "and the noise is calibrated for the fewest survivors (a round with fewer "
+                                        "participants releases nothing)")
     diagnostics: bool = option(False, help="also record the encoders' data-dependent statistics (reproducible mode "
                                            "only; labelled non-private in metrics.json)")
     pooled_diagnostics: bool = option(False, help="randomness=secure: write the diagnostics computed on the pooled "
@@ -129,14 +142,23 @@ class RunConfig(Options):
 
     def _check_trust(self) -> None:
         """A trusted stage runs on the vectorized engine; the curator takes clean updates and a target epsilon."""
-        if self.trust != "server" and self.engine != "vectorized":
+        if self.trust not in ("server", "secagg") and self.engine != "vectorized":
             raise ValueError(f"trust={self.trust}: the trusted stage runs on the vectorized engine only (the Flower apps "
                              f"decode replies by node); use --engine vectorized")
-        if (self.trust == "curator") != (self.central_epsilon > 0):
-            raise ValueError("trust=curator needs --central-epsilon > 0, and --central-epsilon needs trust=curator")
-        if self.trust == "curator" and self.encoder.split(":")[0] != "clean":
-            raise ValueError(f"trust=curator: the clients send their clipped updates unencoded (encoder clean), not "
-                             f"{self.encoder!r}")
+        if self.trust == "secagg" and self.client_budget_epsilon:
+            raise ValueError("client budget epsilon: a secagg share's guarantee rests on the other clients' noise too; "
+                             "client ledgers count LDP releases only (use --budget-epsilon)")
+        if self.trust == "secagg" and self.engine == "flower" and self.clients < 3:
+            raise ValueError(f"trust=secagg on Flower: SecAgg+ needs at least 3 clients, got {self.clients}")
+        if self.trust == "secagg" and self.clients_per_node > 1:
+            raise ValueError("trust=secagg: each SecAgg+ party is one node, so clients per node must be 1")
+        central = self.trust in ("curator", "secagg")
+        if central != (self.central_epsilon > 0):
+            raise ValueError("trust=curator or secagg needs --central-epsilon > 0, and --central-epsilon needs one of "
+                             "them")
+        if central and self.encoder.split(":")[0] != "clean":
+            raise ValueError(f"trust={self.trust}: the clients' clipped updates are summed unencoded (encoder clean), "
+                             f"not {self.encoder!r}")
 
     def task_kwargs(self) -> dict[str, Any]:
         """The task's own parameters (:func:`~sstq_fl.fl.tasks.make_task`)."""

@@ -202,6 +202,16 @@ class ClientData:
             return wire.pack(enc, msgs, round=t), stats
 
 
+    def shares(self, sa: Any, theta: torch.Tensor, t: int, ids: np.ndarray) -> np.ndarray:
+        """Round ``t``'s secure-aggregation shares of clients ``ids`` (:class:`~.secure_aggregation.SecureAggregation`):
+        minibatch, gradient, clip, rotate, round, noise, reduce mod ``m``.  Secure mode: each client's fresh key,
+        drawn here (on the client) and never returned.  The one copy of a round's client side under ``secagg``: the
+        vectorized engine and a Flower SecAgg+ node both call it."""
+        keys = client_coins(self.cfg.randomness, self.cfg.seed, t, ids)
+        grads, _ = self.gradients(theta, t, ids, keys)
+        return sa.shares(grads, t, ids, keys)
+
+
 @functools.lru_cache(maxsize=64)
 def _takes_out(fn: Any) -> bool:
     """Whether ``fn`` has a parameter ``out`` (read once per function, not once per round)."""
@@ -240,7 +250,8 @@ class Trainer:
                                                              if cfg.randomness == "reproducible" else {})})
         self.ledger.start([(self.enc.privacy_event(), cfg.rounds)],
                           Budget(cfg.budget_epsilon, cfg.delta) if cfg.budget_epsilon else None)
-        self.trusted = trusted_stage(cfg, self.enc.privacy_event().pure_epsilon(), str(self.ledger.run_id))
+        self.trusted = trusted_stage(cfg, self.enc.privacy_event().pure_epsilon(), str(self.ledger.run_id),
+                                     self.task.dim)
         self.out: Path | None = None  # the run's folder, once ``train`` starts: round charges are written there
 
     def participants(self, t: int) -> np.ndarray:
@@ -261,6 +272,8 @@ class Trainer:
         t = st.round + 1
         sent = self.participants(t)
         self.charge_round(st, t, sent)  # charged, and written, before any message leaves
+        if self.trusted is not None and self.trusted.aggregates:
+            return self.secure_round(st, t, sent)
         blobs, stats = self.client_messages(st.theta, t, sent)
         if self.trusted is not None:  # a shuffler: the decoder gets the bytes in random order, no senders
             blobs = self.trusted.shuffle(blobs, t)
@@ -287,14 +300,38 @@ class Trainer:
                     st.theta = st.theta - cfg.lr * mean
         else:
             rec["bits_per_client"] = 0
+        return self.close_round(st, rec, len(blobs))
+
+    def close_round(self, st: RoundState, rec: dict[str, Any], messages: int) -> dict[str, Any]:
+        """Evaluate the round's ``θ`` and add the run's ε (and the stage's central ε) to its record."""
         with stage("evaluate"):
             self.evaluate_into(st, rec)
         with stage("ledger"):
-            rec["epsilon_spent"] = self.ledger.epsilon(cfg.delta)
+            rec["epsilon_spent"] = self.ledger.epsilon(self.cfg.delta)
         if self.trusted is not None:
-            rec["messages_central"] = len(blobs)
-            rec["epsilon_central"] = self.trusted.epsilon(cfg.delta)
+            rec["messages_central"] = messages
+            rec["epsilon_central"] = self.trusted.epsilon(self.cfg.delta)
         return rec
+
+    def secure_round(self, st: RoundState, t: int, sent: np.ndarray) -> dict[str, Any]:
+        """Round ``t`` under secure aggregation: the clients' shares, their modular sum, its decoded mean (capped
+        at ``server_cap``), the step; a round with fewer participants than the sum's threshold releases nothing."""
+        from ..aggregation import cap_norm
+        from .secure_aggregation import SecureAggregation
+
+        sa, cfg = self.trusted, self.cfg
+        assert isinstance(sa, SecureAggregation) and st.theta is not None
+        rec: dict[str, Any] = {"round": t, "clients": int(len(sent)), "dropped": [], "bits_per_client": 0}
+        if not sa.charged(len(sent)):
+            rec["dropped"] = [{"client": int(c), "reason": "fewer participants than the secure sum's threshold"}
+                              for c in sent]
+            return self.close_round(st, rec, 0)
+        shares = self.clients.shares(sa, st.theta, t, sent)
+        mean = cap_norm(sa.mean(sa.modular_sum(shares), len(sent), t).to(st.theta.dtype), cfg.server_cap)
+        with stage("aggregate"):
+            st.theta = st.theta - cfg.lr * mean
+        rec["bits_per_client"] = sa.share_bits()
+        return self.close_round(st, rec, len(sent))
 
     def charge_round(self, st: RoundState, t: int, ids: np.ndarray) -> None:
         """Charge round ``t``'s messages of clients ``ids`` (the busiest client's new ones; with a trusted stage
@@ -376,7 +413,8 @@ class Trainer:
         for rec, eps in zip(rounds, epsilon_by_round(self.ledger, ck["round"], self.cfg.delta), strict=True):
             rec["epsilon_spent"] = eps
         if self.trusted is not None:
-            self.trusted = trusted_stage(self.cfg, self.enc.privacy_event().pure_epsilon(), str(self.ledger.run_id))
+            self.trusted = trusted_stage(self.cfg, self.enc.privacy_event().pure_epsilon(), str(self.ledger.run_id),
+                                         self.task.dim)
             assert self.trusted is not None
             self.trusted.resume(out / CENTRAL_TRANSCRIPT, ck)
             for rec, eps in zip(rounds, self.trusted.figures(ck["round"], self.cfg.delta), strict=True):
@@ -480,6 +518,11 @@ class Trainer:
         warmed.add(key)
         return time.perf_counter() - t0
 
+    def bits_per_client(self) -> int:
+        """Bits one client sends a round: its share of the secure sum under secure aggregation, else its message."""
+        bits = self.enc.payload_bits()
+        return self.trusted.bits_per_client(bits) if self.trusted is not None else bits
+
     def finish(self, out: Path, st: RoundState) -> dict[str, Any]:
         """Mark the ledger complete, rewrite the transcript and write ``metrics.json`` bound to it
         (``privacy_transcript``: run id, sha256, ε, δ; ``sstq-fl privacy replay --metrics`` checks it)."""
@@ -488,7 +531,7 @@ class Trainer:
         self.ledger.write_transcript(out / "transcript.jsonl", delta=self.cfg.delta)
         last = st.rounds[-1]
         final: dict[str, Any] = {k: last[k] for k in (*METRIC_KEYS, "train_loss") if k in last}
-        final.update({"bits_per_client": self.enc.payload_bits(), "epsilon_total": self.ledger.epsilon(self.cfg.delta),
+        final.update({"bits_per_client": self.bits_per_client(), "epsilon_total": self.ledger.epsilon(self.cfg.delta),
                       "delta": self.cfg.delta, "wall_s": st.wall_s,
                       **({"setup_s": self.setup_s} if self.setup_s is not None else {}), "encoder_spec": self.enc.spec,
                       "kashin_level": getattr(getattr(self.enc, "kashin_cfg", None), "level", None),

@@ -1,4 +1,4 @@
-"""Whom the clients trust (``RunConfig.trust``): the server, a shuffler, or a curator.
+"""Whom the clients trust (``RunConfig.trust``): the server, a shuffler, a curator, or no one (secure aggregation).
 
 * ``server`` (the default): the decoder sees each message with its sender; the run's ε is the local
   one, against the server.
@@ -20,7 +20,10 @@
   Its ledger charges one :class:`~sstq_fl.privacy.events.GaussianEvent` a round.  Against the curator
   there is no guarantee.
 
-The central ledger of either is written with its assumption to ``transcript_central.jsonl`` and to
+* ``secagg``: secure aggregation with distributed discrete noise, trusting no one with an update
+  (:mod:`sstq_fl.fl.secure_aggregation`).
+
+The central ledger of each is written with its assumption to ``transcript_central.jsonl`` and to
 ``metrics.json`` (``final.epsilon_central``), its running figure to each round's ``epsilon_central``; the
 transcript is written at every checkpoint, and a resumed run's central ledger is its replay.
 """
@@ -42,7 +45,7 @@ from ..privacy.events import GaussianEvent, PrivacyEvent, ShuffledLdpEvent
 from ..privacy.ldp import capped_central_epsilon
 from ..privacy.ledger import PrivacyLedger
 
-TRUSTS = ("server", "shuffler", "curator")
+TRUSTS = ("server", "shuffler", "curator", "secagg")
 SHUFFLER_THREAT = ("central, shuffler trusted: the analyst sees each round's messages in random order without sender "
                    "identities; composed over every round, for a client that took part in all of them")
 CURATOR_THREAT = ("central, curator trusted: the clients' clipped updates reach a curator unencoded, who releases their "
@@ -54,7 +57,13 @@ class TrustedStage(ABC):
     """A trusted party between the clients and the decoder, with the ledger of the guarantee it gives."""
 
     threat_model = ""
+    trusted = ""  # who the central guarantee trusts, in a few words (the run's summary line)
     hides_senders = False  # whether the decoder learns which client sent which message
+    aggregates = False  # whether the clients send shares of a secure sum instead of wire messages
+
+    def bits_per_client(self, message_bits: int) -> int:
+        """Bits one client sends a round through this stage, given its encoder's message bits."""
+        return message_bits
 
     def __init__(self, seed: int, randomness: str, run_id: str):
         self.seed, self.randomness = seed, randomness
@@ -75,9 +84,13 @@ class TrustedStage(ABC):
     def event(self, messages: int) -> PrivacyEvent:
         """The privacy event of one round in which ``messages`` messages reached the stage."""
 
+    def charged(self, messages: int) -> bool:
+        """Whether a round in which ``messages`` messages reached the stage is charged (released anything)."""
+        return messages > 0
+
     def charge(self, messages: int, round: int) -> None:
-        """One round in which ``messages`` messages reached the stage (none charges nothing)."""
-        if messages and round not in self.replayed:
+        """One round in which ``messages`` messages reached the stage (an uncharged round records nothing)."""
+        if self.charged(messages) and round not in self.replayed:
             self.ledger.record(self.event(messages), meta={"round": round})
         self.rounds = round
 
@@ -102,7 +115,8 @@ class TrustedStage(ABC):
             raise ValueError(f"--resume: {path} is not this run's central transcript (another plan or run id)")
         t = ck["round"]
         mine = [(e.meta.get("round"), e.event) for e in led.entries if e.meta.get("round", t + 1) <= t]
-        want = [(int(r["round"]), self.event(int(r["clients"]))) for r in ck["rounds"] if r.get("clients")]
+        want = [(int(r["round"]), self.event(int(r["clients"]))) for r in ck["rounds"]
+                if self.charged(int(r.get("clients") or 0))]
         if mine != want or any(e.count != 1 or not isinstance(e.meta.get("round"), int) for e in led.entries):
             raise ValueError(f"--resume: {path} charges {len(mine)} round(s), not the {len(want)} rounds with "
                              f"participants the checkpoint's {t} rounds imply")
@@ -137,6 +151,7 @@ class Shuffler(TrustedStage):
     """The shuffle stage for a run of ``epsilon0``-LDP messages."""
 
     threat_model = SHUFFLER_THREAT
+    trusted = "the shuffler trusted"
     hides_senders = True
 
     def __init__(self, epsilon0: float | None, seed: int, randomness: str, run_id: str):
@@ -171,6 +186,7 @@ class Curator(TrustedStage):
     """The trusted curator of the central-DP reference: Gaussian noise on the sum of clipped updates."""
 
     threat_model = CURATOR_THREAT
+    trusted = "the curator trusted"
 
     def __init__(self, target_epsilon: float, rounds: int, delta: float, clip: float, seed: int, randomness: str,
                  run_id: str):
@@ -195,8 +211,12 @@ class Curator(TrustedStage):
         return mean + torch.from_numpy(noise).to(mean.dtype).reshape(mean.shape)
 
 
-def trusted_stage(cfg: Any, epsilon0: float | None, run_id: str) -> TrustedStage | None:
-    """The stage of ``cfg.trust`` (``None`` for ``server``)."""
+def trusted_stage(cfg: Any, epsilon0: float | None, run_id: str, dim: int = 0) -> TrustedStage | None:
+    """The stage of ``cfg.trust`` (``None`` for ``server``; ``dim``: the model's, for ``secagg``)."""
+    if cfg.trust == "secagg":
+        from .secure_aggregation import SecureAggregation
+
+        return SecureAggregation(cfg, dim, run_id)
     if cfg.trust == "shuffler":
         return Shuffler(epsilon0, cfg.seed, cfg.randomness, run_id)
     if cfg.trust == "curator":

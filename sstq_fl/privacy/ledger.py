@@ -434,14 +434,16 @@ class PrivacyLedger:
 
     def _check_summary(self, parsed: ParsedTranscript) -> None:
         """The summary must agree with the events it closes (count, run id, accountant, status)."""
-        accountant = "pure-kov" if homogeneous_pure(self.entries) is not None else "pld"
+        accountant = self.accountant()
         self.complete = check_summary(parsed, sum(e.count for e in self.entries), self.run_id, accountant,
                                       self.plan is not None)
 
     def _check_accountable(self, parsed: ParsedTranscript) -> None:
         """Build (and cache) the composition now, refusing it if over the limits; check the budget."""
         try:
-            if homogeneous_pure(self.entries) is None:
+            if self.accountant() == "rdp":
+                self._curve()
+            elif homogeneous_pure(self.entries) is None:
                 self._pld()
             if self.plan is not None:
                 self.planned_epsilon(parsed.summary["delta"])

@@ -289,7 +289,7 @@ def _parse_summary(obj: dict[str, Any], head: ParsedTranscript, at: str) -> dict
             if _real(obj[key], f"summary {key}", at, allow_inf=True) < 0:
                 raise TranscriptError(f"{at}: summary {key} must be non-negative, got {obj[key]!r}")
     _count_field(obj["events"], "summary events", at, 0)
-    if obj.get("accountant", "pld") not in ("pld", "pure-kov"):
+    if obj.get("accountant", "pld") not in ("pld", "pure-kov", "rdp"):
         raise TranscriptError(f"{at}: unknown accountant {short_repr(obj['accountant'])}")
     for key in ("complete", "stopped_early"):
         if key in obj and not isinstance(obj[key], bool):

@@ -112,3 +112,16 @@ def test_curve_conversions_edge_cases() -> None:
     assert curve_epsilon(zero, 1e-5) == 0.0 and curve_delta(zero, 1.0) == 0.0
     assert math.isinf(curve_epsilon(CURVE_ORDERS * 0.1, 0.0))
     assert curve_delta(CURVE_ORDERS * 1e6, 0.1) == 1.0
+
+
+def test_a_gaussian_event_composes_with_rdp_events_by_its_exact_rdp() -> None:
+    from sstq_fl.privacy.events import GaussianEvent
+
+    g = GaussianEvent(2.0)
+    assert np.allclose(g.rdp_curve("replace_one", np.array([2.0, 5.0])), np.array([2.0, 5.0]) * 4 / 8)
+    led = PrivacyLedger("replace_one")
+    led.record(g, 3)
+    led.record(ddg())
+    want = curve_epsilon(3 * g.rdp_curve("replace_one", CURVE_ORDERS) + ddg().rdp_curve("replace_one", CURVE_ORDERS),
+                         1e-5)
+    assert led.epsilon(1e-5) == pytest.approx(want)

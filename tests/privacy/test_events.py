@@ -1,10 +1,9 @@
 import pytest
 
 from sstq_fl.privacy.events import (
-    DistributedDiscreteGaussianEvent,
-    SkellamSumEvent,
     ApproxDpEvent,
     ComposedEvent,
+    DistributedDiscreteGaussianEvent,
     ExponentialMechanismEvent,
     GaussianEvent,
     LaplaceEvent,
@@ -16,6 +15,7 @@ from sstq_fl.privacy.events import (
     RandomizedResponseEvent,
     SelfComposedEvent,
     ShuffledLdpEvent,
+    SkellamSumEvent,
 )
 
 ALL = [

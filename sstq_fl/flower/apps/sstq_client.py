@@ -59,6 +59,7 @@ from sstq_fl.flower.mod import check_server, encoder_for, server_round
 from sstq_fl.flower.plumbing import answer_query
 
 from .gen_client import run_task
+from .secagg_client import route_train
 
 if TYPE_CHECKING:
     from sstq_fl.fl.engine import ClientData, RunConfig
@@ -155,14 +156,15 @@ def _cohort_ids(msg: Message, context: Context, cfg: RunConfig) -> list[int]:
 
 
 def make_client_app(mods: Sequence[Mod] = (), node_defaults: Mapping[str, Any] | None = None) -> ClientApp:
-    """The project's ClientApp: ``train`` (through :class:`~sstq_fl.flower.LdpEncodeMod`), ``train.cohort``,
+    """The project's ClientApp: ``train`` (through :class:`~sstq_fl.flower.LdpEncodeMod`, or, for a SecAgg+
+    message of ``trust=secagg``, through Flower's ``secaggplus_mod``: :func:`~.secagg_client.route_train`), ``train.cohort``,
     ``train.gen`` and ``query``.  ``mods`` wrap every handler (outermost first: Flower's ``ClientApp(mods=...)``);
     ``node_defaults``: node config for the nodes a simulation starts, which have none of their own (the node's
     own config wins), e.g. ``{"trust-aggregator": True}`` where the CLI opts in for the nodes it starts."""
     defaults = dict(node_defaults or {})
     client_app = ClientApp(mods=list(mods))
     client_app.query()(query)
-    client_app.train(mods=[LdpEncodeMod(settings=ldp_settings, metrics="num-examples")])(train)
+    client_app.train(mods=[route_train, LdpEncodeMod(settings=ldp_settings, metrics="num-examples")])(train)
     client_app.train(COHORT_ACTION)(cohort)
 
     def gen(msg: Message, context: Context) -> Message:

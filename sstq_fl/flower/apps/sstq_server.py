@@ -218,7 +218,11 @@ def serve(grid: Grid, cfg: RunConfig, out: Path, resume: bool = False, progress:
     st = tr.initial_state(out, resume)
     if st.round == 0:
         tr.save(out, st)  # round 0: an interrupted run can always be resumed
-    if st.round < cfg.rounds:
+    if st.round < cfg.rounds and cfg.trust == "secagg":
+        from .secagg_server import serve_secagg
+
+        serve_secagg(grid, tr, st, out, progress, send_config, timeout or round_timeout())
+    elif st.round < cfg.rounds:
         wait = timeout or round_timeout()
         inner = SstqSampling(tr, st.round, wait, send_config)
         decoding = CohortDecoding if cfg.clients_per_node > 1 else LdpDecoding

@@ -20,9 +20,8 @@ from .sampled import PoissonSampledEvent
 from .shuffled import ShuffledLdpEvent
 
 __all__ = [
-    "EVENTS", "MAX_COMPOSED_EVENTS", "MAX_EVENT_DEPTH", "RELATIONS", "ApproxDpEvent", "ComposedEvent", "DistributedDiscreteGaussianEvent",
-    "ExponentialMechanismEvent", "GaussianEvent", "LaplaceEvent", "NonPrivateEvent", "PoissonSampledEvent",
-    "PrivacyEvent", "PublicDataEvent", "PureDpEvent", "RandomizedResponseEvent", "SelfComposedEvent", "ShuffledLdpEvent",
-    "SkellamSumEvent",
-    "flat_rr_probabilities",
+    "EVENTS", "MAX_COMPOSED_EVENTS", "MAX_EVENT_DEPTH", "RELATIONS", "ApproxDpEvent", "ComposedEvent",
+    "DistributedDiscreteGaussianEvent", "ExponentialMechanismEvent", "GaussianEvent", "LaplaceEvent",
+    "NonPrivateEvent", "PoissonSampledEvent", "PrivacyEvent", "PublicDataEvent", "PureDpEvent",
+    "RandomizedResponseEvent", "SelfComposedEvent", "ShuffledLdpEvent", "SkellamSumEvent", "flat_rr_probabilities",
 ]

@@ -59,9 +59,9 @@ class DistributedDiscreteGaussianEvent(_RdpOnly, kind="distributed_discrete_gaus
     ``τ = 10 Σ_{k=1}^{n−1} exp(−2π²σ² k/(k+1))`` (their Thm. 1) and ``s₂ = Δ₂/(√n σ)``, ``s₁ = Δ₁/(√n σ)``, the
     mechanism satisfies RDP of order ``α`` with (their Prop. 14, Eq. 17)
     ``ε(α) = min(α s₂²/2 + τ d, α (s₂² + 2 s₁ τ + τ² d)/2, α (s₂ + τ √d)²/2)``.
-    Valid at every real order ``α > 1``.  Rounds compose additively in RDP; Poisson sampling is not
-    combined with it (under secure aggregation the server runs the protocol and knows each round's
-    participants).
+    Valid at every real order ``α > 1`` for ``σ ≥ 1/2`` (infinite below, where Thm. 1 is not stated).
+    Rounds compose additively in RDP; Poisson sampling is not combined with it (under secure aggregation the
+    server runs the protocol and knows each round's participants).
     """
 
     local_stddev: float
@@ -83,6 +83,8 @@ class DistributedDiscreteGaussianEvent(_RdpOnly, kind="distributed_discrete_gaus
 
     def rdp_curve(self, relation: str, orders: np.ndarray) -> np.ndarray:
         d2, d1 = _sensitivities(relation, self.l2_bound, self.l1_bound)
+        if self.local_stddev < 0.5:  # Thm. 1 is stated for σ ≥ 1/2 only
+            return np.full(np.shape(orders), np.inf)
         root = math.sqrt(self.clients) * self.local_stddev
         s2, s1, tau, d = d2 / root, d1 / root, self.tau(), self.dim
         a = np.asarray(orders, dtype=float)

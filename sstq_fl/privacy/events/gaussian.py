@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ..pld import PLD, check_dense_width, neighboring_relation
-from .base import PrivacyEvent, check_positive
+from .base import PrivacyEvent, check_positive, check_relation
 
 if TYPE_CHECKING:
     import dp_accounting
@@ -51,6 +53,13 @@ class GaussianEvent(PrivacyEvent, kind="gaussian"):
         check_dense_width(sampled, self.loss_width(relation), interval)
         return pld_lib.from_gaussian_mechanism(self.noise_multiplier, value_discretization_interval=interval,
                                                sampling_prob=q, neighboring_relation=neighboring_relation(relation))
+
+    def rdp_curve(self, relation: str, orders: np.ndarray) -> np.ndarray:
+        """``α Δ²/(2σ²)`` with ``Δ = 2`` (replace one) or ``1`` (add or remove one), in units of ``C``: the
+        Gaussian mechanism's exact RDP (Mironov, CSF 2017, Prop. 7), for composition with RDP-published events."""
+        check_relation(relation)
+        k = 2.0 if relation == "replace_one" else 1.0
+        return np.asarray(orders, dtype=float) * k * k / (2 * self.noise_multiplier**2)
 
     def rdp(self, relation: str) -> dp_accounting.DpEvent:
         import dp_accounting
