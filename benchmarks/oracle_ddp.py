@@ -9,8 +9,9 @@ distributed-mean-estimation pipeline.  This script, in the project's environment
 (γ, σ) for each setting and computes
 
 * our ε at the same (γ, σ): with the reference's orders (integers 2…128 and 256, the same conversion, so it
-  must agree) and with ours (continuous orders for DDGauss; the least of more orders can only be smaller);
-* our calibrated σ for the same target ε (continuous orders, and the reference's orders), and our grid step
+  must agree) and with the ledger's orders (a superset of the reference's; the least over more orders can only
+  be smaller);
+* our calibrated σ for the same target ε (the ledger's orders, and the reference's orders), and our grid step
   for the reference's σ (:func:`make_codec`);
 * the MSE of our decoded mean on data of the same law (n Gaussian vectors normalised to the clip norm), as
   many repetitions as ``--reps`` (default: 4× the reference's), with 95% Student-t intervals, and the
@@ -131,13 +132,13 @@ def fmt(x: dict[str, float]) -> str:
 
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     """The ``ddp.md`` tables."""
-    head = ["# DDGauss / Skellam secure aggregation against the authors' code", "",
+    head = ["**DDGauss / Skellam secure aggregation against the authors' code.**", "",
             f"Reference: {meta['reference']['source']}, run for real (TensorFlow {meta['reference']['tensorflow']}, "
             f"tensorflow-privacy {meta['reference']['tensorflow_privacy']}) by `benchmarks/oracle_ddp_reference.py`; "
             "ours by `benchmarks/oracle_ddp.py`. clip = 1, δ = 1e-5, β = e^-0.5, data: n Gaussian vectors normalised "
             "to the clip norm. σ is the local noise std on the integer grid, γ the grid step.", "",
-            "## ε at the reference's (γ, σ), and the σ each calibrates for the target ε", "",
-            "| set | noise | n | d | b | T | target ε | ref γ | ref σ | ref ε | ours, ref orders | ratio | ours, cont. orders "
+            "### ε at the reference's (γ, σ), and the σ each calibrates for the target ε", "",
+            "| set | noise | n | d | b | T | target ε | ref γ | ref σ | ref ε | ours, ref orders | ratio | ours, ledger orders "
             "| ratio | our γ / ref γ | our σ / ref σ (ref orders) | our σ / ref σ (ours) |",
             "|" + "---|" * 17]
     for r in rows:
@@ -147,7 +148,7 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                     f"{o['eps_ref_orders']:.6f} | {c['eps_ratio_same_orders']:.6f} | {o['eps_ours']:.6f} | "
                     f"{c['eps_ratio_ours']:.4f} | {c['gamma_ratio']:.6f} | {c['sigma_ratio_same_orders']:.6f} | "
                     f"{c['sigma_ratio_ours']:.4f} |")
-    head += ["", "## MSE of the decoded mean, one round at the reference's (γ, σ): mean [95% interval] over repetitions", "",
+    head += ["", "### MSE of the decoded mean, one round at the reference's (γ, σ): mean [95% interval] over repetitions", "",
              "| set | noise | theirs | ours | ratio | ours at ⌈σ⌉ | ratio | agree | analytic (ours, exact σ) |", "|" + "---|" * 9]
     for r in rows:
         o, c = r["ours"], r["comparison"]
@@ -166,7 +167,7 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
     ok = sum(r["comparison"]["mse_agree"] for r in rows)
     return [f"Summary over {len(rows)} settings: ε ours / reference at the same (γ, σ) and orders "
             f"{min(same):.9f}–{max(same):.9f}; "
-            f"with our continuous orders {min(cont):.4f}–{max(cont):.4f}; calibrated σ ours / reference (same orders) "
+            f"with the ledger's orders {min(cont):.4f}–{max(cont):.4f}; calibrated σ ours / reference (same orders) "
             f"{min(sig):.6f}–{max(sig):.6f}; MSE of the decoded mean agrees (like for like: DDGauss at ⌈σ⌉) on {ok} of "
             f"{len(rows)} (within 2% or within the combined 95% interval).", ""]
 
@@ -174,9 +175,10 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
 NOTES = """Notes.
 * ε: the reference converts RDP to (ε, δ) over the orders 2…128 and 256 with tensorflow-privacy's
   `get_privacy_spent` (the Canonne–Kamath–Steinke conversion). "ours, ref orders" is our RDP through the same
-  conversion on the same orders; "cont. orders" is what `central_epsilon` reports by default: DDGauss over
-  continuous orders α > 1 (the bound holds for every real α ≥ 1), Skellam over the integers 2…10^8. More
-  orders can only lower the minimum, so that ratio is ≤ 1 and the difference is the reference's order grid.
+  conversion on the same orders; "ledger orders" is what `central_epsilon` and a run's ledger report: the
+  integer orders 2…1024 and 5,001 real orders 1 + 10^-2 … 1 + 10^8 (`sstq_fl.privacy.rdp.CURVE_ORDERS`;
+  Skellam's bound is stated at integer orders only). These include the reference's orders, so that ratio
+  is ≤ 1 and the difference is the reference's coarser order grid.
 * MSE: each repetition draws new data and new noise in both codes (the reference's TensorFlow seed is set
   once per run). "agree": the ratio is within 2%, or the difference within the combined 95% interval.
   The reference samples DDGauss noise at ⌈σ⌉ (its sampler accepts integer scales only) while its

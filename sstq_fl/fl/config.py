@@ -78,16 +78,15 @@ class RunConfig(Options):
                               "regime)")
     randomness: str = option("reproducible", help=RANDOMNESS_HELP, choices=("reproducible", "secure"))
     trust: str = option("server", choices=("server", "shuffler", "curator", "secagg"),
-                        help="whom the clients trust: server (the decoder sees each message with "
-                             "its sender; the run's epsilon is the local one); shuffler (a trusted shuffler permutes "
-                             "each round's messages and drops their senders; the run also reports the central epsilon "
-                             "against whoever sees only the shuffled messages; vectorized engine); curator (the "
-                             "central-DP reference: "
-                             "encoder clean, a trusted curator adds Gaussian noise to the sum of the clipped updates, "
-                             "calibrated to --central-epsilon; vectorized engine); secagg (secure aggregation with distributed noise: "
-                             "encoder clean, each client adds its share of discrete noise to its quantized update and "
-                             "the server learns only the modular sum; --central-epsilon holds against the server; on Flower "
-                             "through SecAgg+)")
+                        help="whom the clients trust: server (the decoder sees each message with its sender; the "
+                             "run's epsilon is the local one); shuffler (a trusted shuffler permutes each round's "
+                             "messages and drops their senders; the run also reports the central epsilon against "
+                             "whoever sees only the shuffled messages; vectorized engine); curator (the central-DP "
+                             "reference: encoder clean, a trusted curator adds Gaussian noise to the sum of the "
+                             "clipped updates, calibrated to --central-epsilon; vectorized engine); secagg (secure "
+                             "aggregation with distributed noise: encoder clean, each client adds its share of "
+                             "discrete noise to its quantized update and the server learns only the modular sum; "
+                             "--central-epsilon holds against the server; on Flower through SecAgg+)")
     central_epsilon: float = option(0.0, low=0, finite=True,
                                     help="trust=curator or secagg: the run's central epsilon at --delta, over all its "
                                          "rounds")
