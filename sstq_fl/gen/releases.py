@@ -14,6 +14,12 @@ to send before anything leaves it, as an encoder knows its own privacy event:
   config cannot turn it on).  It is recorded on the client ledger as the central event the server
   declares it feeds (:data:`CENTRAL_EVENT`: ``GaussianEvent(σ)``, ``PoissonSampledEvent(q,
   GaussianEvent(σ))``, or ``NonPrivateEvent`` for the ε = ∞ reference), under the same budget.
+* :data:`SECURE`: the reply is the client's **share** of a secure sum (``--trust secagg``): its clipped sums,
+  rotated, scaled, rounded (conditioned on the rounding error) and carrying its own share of discrete Gaussian
+  noise, reduced mod ``2^bits`` (:mod:`sstq_fl.secagg.records`).  The server learns only the modular sum of the
+  shares, so no opt-in is needed.  The event (a
+  :class:`~sstq_fl.privacy.events.DistributedDiscreteGaussianEvent`) is computed **on the client** from the
+  codec, shift and share count the request names (:data:`SECAGG`), the parameters the client applied.
 
 Client-level LDP implies record-level DP at the same ε, so the client's ledger composes both kinds
 into one record-level bound for that client's records (Dwork & Roth, "The Algorithmic Foundations
@@ -32,10 +38,15 @@ import numpy as np
 
 from ..privacy.events import ComposedEvent, PrivacyEvent, RandomizedResponseEvent, SelfComposedEvent
 
-LDP, AGGREGATOR = "ldp", "trusted-aggregator"
-KINDS = (LDP, AGGREGATOR)
+LDP, AGGREGATOR, SECURE = "ldp", "trusted-aggregator", "secure-aggregation"
+KINDS = (LDP, AGGREGATOR, SECURE)
 CENTRAL_EVENT = "central-event"
 """The task-config key in which the server names the central event an aggregator release feeds (JSON)."""
+SECAGG, SECAGG_TASK, SECAGG_SHAPES, SECAGG_ROUND_SEED = "secagg", "secagg-task", "secagg-shapes", "secagg-round-seed"
+"""The task-config keys of a secure-aggregation share: the release (:class:`~sstq_fl.secagg.records.RecordSecAgg`,
+JSON), the additive task whose sums the share carries, their names and shapes (JSON) and the public rotation seed."""
+SHARE_TASK = "secagg.share"
+"""The client task that answers with a share (:func:`sstq_fl.gen.client_tasks.secagg_share`)."""
 
 EventOf = Callable[[Mapping[str, Any], Mapping[str, np.ndarray]], PrivacyEvent]
 
@@ -66,6 +77,24 @@ def central_event(config: Mapping[str, Any], out: Mapping[str, np.ndarray]) -> P
 
 AGGREGATOR_RELEASE = ReleaseDeclaration(AGGREGATOR, central_event)
 """The declaration of every sum for a trusted aggregator."""
+
+
+def secure_event(config: Mapping[str, Any], out: Mapping[str, np.ndarray]) -> PrivacyEvent:
+    """The event of a share: :meth:`~sstq_fl.secagg.records.RecordSecAgg.event` of the release the request names,
+    i.e. of the codec, shift and share count the client applied (``ValueError`` for a malformed one)."""
+    from ..secagg.records import RecordSecAgg
+
+    text = config.get(SECAGG)
+    if not isinstance(text, str):
+        raise ValueError("the request does not name its secure-aggregation release (config 'secagg')")
+    try:
+        return RecordSecAgg.from_json(json.loads(text)).event()
+    except (TypeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"the request's secure-aggregation release cannot be read: {exc}") from None
+
+
+SECURE_RELEASE = ReleaseDeclaration(SECURE, secure_event)
+"""The declaration of a share of a secure sum."""
 
 
 def ldp_release(event: EventOf) -> ReleaseDeclaration:

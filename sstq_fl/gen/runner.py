@@ -17,6 +17,13 @@ Three release shapes cover the three pipelines:
 * :meth:`DPRunner.record_local_release` — clients privatise their own records and upload only
   sanitised outputs, which the server shuffles; the per-record mechanism is entered once
   (parallel composition across records).
+* :meth:`DPRunner.secure_release` (``--trust secagg``) — the additive release without a trusted
+  aggregator: each client sends a share of a secure sum (its clipped sums, quantized with
+  error-conditioned rounding, plus its own share of discrete Gaussian noise, mod ``2^bits``); the
+  server sums the shares mod ``2^bits`` and decodes the noisy sum.  One
+  ``DistributedDiscreteGaussianEvent`` (:mod:`sstq_fl.secagg.records`).  In this simulation the
+  server process computes the modular sum directly from the shares (no masking protocol runs:
+  training's ``--trust secagg`` uses Flower's SecAgg+, the gen workloads do not).
 
 Client work is a registered, named task (:func:`register_client_task`) run by a
 :class:`ClientPool`: in-process (:class:`InProcessPool`) or on Flower + Ray
@@ -38,6 +45,7 @@ Randomness (``randomness=``, :data:`sstq_fl.rng.RANDOMNESS_MODES`):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -61,8 +69,9 @@ from ..privacy.ledger import PrivacyLedger
 from ..privacy.replay import transcript_binding
 from ..registry import Registry
 from ..rng import derive_seed, stream_id
+from ..secagg.records import RecordSecAgg
 from .pipelines import BUILTINS, PIPELINES
-from .releases import CENTRAL_EVENT, ReleaseDeclaration
+from .releases import CENTRAL_EVENT, SECAGG, SECAGG_ROUND_SEED, SECAGG_SHAPES, SECAGG_TASK, SHARE_TASK, ReleaseDeclaration
 
 log = logging.getLogger("sstq_fl.gen")
 
@@ -130,6 +139,15 @@ class ClientContext:
         if not self.secure:
             return torch.rand(n, generator=self.generator(stage)).numpy()
         return rng.uniform(*self._stream(stage), n)[0]
+
+    def coins(self, stage: str) -> np.random.Generator:
+        """A numpy generator of protective coins for ``stage`` (a secure-aggregation share's rounding and noise):
+        secure, Philox-4x64 keyed with 128 bits of a fresh OS-CSPRNG key (drawn here, never sent or logged);
+        reproducible, PCG64 seeded by ``(seed, stage, round, client)`` (simulation only)."""
+        if self.secure:
+            k = rng.fresh_keys(1)[0]
+            return np.random.Generator(np.random.Philox(key=int(k[0]) | (int(k[1]) << 64)))
+        return np.random.Generator(np.random.PCG64(derive_seed(self.seed, stream_id(stage), self.round, self.cid)))
 
     def randint(self, stage: str, n: int, low: int, high: int) -> np.ndarray:
         """``n`` protective integers uniform on ``{low, …, high−1}`` (as :meth:`uniform`)."""
@@ -321,6 +339,41 @@ class DPRunner:
                                                               "std": std, "q": None, "count": 1, "eps0": None}, outs)
         return {k: v / self.n_decl for k, v in noisy.items()} if normalize else noisy
 
+    def secure_release(self, stage: str, task: str, payload: Arrays, config: dict[str, Scalar], bound: float,
+                       release: RecordSecAgg, shapes: dict[str, tuple[int, ...]], normalize: bool = False) -> Arrays:
+        """The sums of the additive ``task`` (shapes ``shapes``, public) through secure aggregation: each client runs
+        ``task`` on its records, flattens its sums and answers with its share under ``release``
+        (:data:`~sstq_fl.gen.releases.SHARE_TASK`); the server sums the shares mod ``2^bits``, decodes and records
+        ``release.event()``; ÷ ``N_decl`` if ``normalize``.
+
+        ``release.clients`` shares must arrive (the event is charged for that many noise shares): with fewer, the
+        sum would carry less noise than accounted, and nothing is decoded or released (``RuntimeError``)."""
+        from ..secagg.records import flat_dim, unflatten
+
+        if release.relation != self.ledger.relation:
+            raise ValueError(f"the release is accounted under {release.relation}; this ledger is {self.ledger.relation}")
+        if flat_dim(shapes) != release.codec.dim:
+            raise ValueError(f"the shapes flatten to {flat_dim(shapes)} values, the release encodes {release.codec.dim}")
+        rotation = derive_seed(self.seed, stream_id("secagg-rotation:" + stage))  # public: no privacy rests on it
+        conf = {**config, "bound": bound, SECAGG_TASK: task, SECAGG: json.dumps(release.to_json(), sort_keys=True),
+                SECAGG_SHAPES: json.dumps({k: list(v) for k, v in shapes.items()}, sort_keys=True),
+                SECAGG_ROUND_SEED: rotation}
+        outs = self._map(SHARE_TASK, payload, conf, 0)
+        if len(outs) < release.clients:
+            raise RuntimeError(f"{stage}: {len(outs)} of the {release.clients} shares the release is accounted for "
+                               f"arrived; their sum would carry less noise than charged, so nothing is released")
+        shares = np.stack([np.asarray(outs[c]["share"]) for c in sorted(outs)])
+        if shares.dtype != np.int64:
+            raise ValueError(f"{stage}: shares must be int64 arrays in Z_m, got {shares.dtype}")
+        modsum = release.modular_sum(shares)
+        sums = unflatten(release.decode(modsum, rotation), shapes)
+        digest = hashlib.sha256(np.ascontiguousarray(modsum).tobytes()).hexdigest()
+        self._record(release.event(), stage,
+                     {"contribution_bound": bound, "sensitivity": release.shift, "std": release.central_stddev(len(outs)),
+                      "q": None, "count": 1, "eps0": None, "trust": "secagg", "secagg": release.notes(),
+                      "rotation_seed": rotation, "modular_sum_sha256": digest}, outs)
+        return {k: v / self.n_decl for k, v in sums.items()} if normalize else sums
+
     def non_private_sum(self, stage: str, task: str, payload: Arrays, config: dict[str, Scalar], bound: float) -> Arrays:
         """The same sums **without noise** (a non-private reference); the ledger records it as such (ε = ∞)."""
         from ..privacy.events import NonPrivateEvent
@@ -381,7 +434,8 @@ class DPRunner:
         self.ledger.write_transcript(path, delta=delta)
         eps = self.ledger.epsilon(delta)
         res: dict[str, Any] = {"epsilon": eps if math.isfinite(eps) else None, "delta": delta,
-                               "relation": self.ledger.relation, "accountant": "pld", "randomness": self.randomness,
+                               "relation": self.ledger.relation, "accountant": self.ledger.accountant(),
+                               "randomness": self.randomness,
                                "privacy_transcript": transcript_binding(path)}
         if self.randomness == "reproducible":
             res["randomness_warning"] = rng.REPRODUCIBLE_WARNING

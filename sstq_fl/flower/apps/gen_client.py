@@ -12,7 +12,10 @@ declares it releases (:mod:`sstq_fl.gen.releases`):
   from the parameters it applied, before the reply leaves, and refused past any declared budget;
 * a sum for a trusted aggregator is sent only where the node operator opted in (node config
   :data:`TRUST_AGGREGATOR` ``= true``; the run config and the message cannot turn it on), and is charged as
-  the central event the server declares it feeds, under the same budgets.
+  the central event the server declares it feeds, under the same budgets;
+* a share of a secure sum (``secagg.share``) is held to the same opt-in: ``train.gen`` messages run no SecAgg+
+  masking, so the server would see the share itself, whose own noise is only this client's part of the total
+  (``sstq-fl gen --trust secagg`` runs in-process for that reason).
 
 A refusal is an error reply (``MOD_FAILED_PRECONDITION``, the reason in one line), as the LDP mod's: the
 server leaves the client out of that release and records why.
@@ -67,14 +70,15 @@ def run_task(msg: Message, context: Context, node_defaults: Mapping[str, Any] | 
 
 def _released(msg: Message, context: Context, node: Mapping[str, Any]) -> Message:
     from sstq_fl.data.workload import WorkloadData
-    from sstq_fl.gen.releases import AGGREGATOR
+    from sstq_fl.gen.releases import AGGREGATOR, SECURE
     from sstq_fl.gen.runner import registered_task, run_client_task
 
     conf: Any = msg.content["request"]
     pid, task, config = int(node["partition-id"]), str(conf["task"]), json.loads(str(conf["config"]))
     release = registered_task(task).release
-    if release.kind == AGGREGATOR and not trusts_aggregator(node):
-        raise GenRefusal(f"{NOT_TRUSTED}task {task} returns sums only a trusted aggregator may see; the node "
+    if release.kind in (AGGREGATOR, SECURE) and not trusts_aggregator(node):
+        what = "sums" if release.kind == AGGREGATOR else "a secure-sum share, unmasked on this path (no SecAgg+),"
+        raise GenRefusal(f"{NOT_TRUSTED}task {task} returns {what} only a trusted aggregator may see; the node "
                          f"operator allows it with node config {TRUST_AGGREGATOR}=true")
     found = client_ledger.budgets(0.0, 1e-5, node)
     data = WorkloadData.from_json(str(conf["data"]))

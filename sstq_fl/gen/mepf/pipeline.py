@@ -13,6 +13,11 @@ Differentially Private Image Generation", TMLR 2023), with a labelled release on
    the run is also appended to the private data set's ledger
    (:mod:`sstq_fl.privacy.dataset_ledger`), which can refuse it before any private record is
    read when the data set's cumulative ε would exceed ``dataset_budget_epsilon``.
+   Under ``--trust secagg`` the same sums go through secure aggregation instead: each client sends a share of a
+   secure sum (its sums, quantized with error-conditioned rounding, plus its own discrete Gaussian noise share,
+   mod ``2^32``) and the server decodes only their sum (:meth:`~sstq_fl.gen.runner.DPRunner.secure_release`).  One
+   ``DistributedDiscreteGaussianEvent``, its local noise calibrated on the ledger (by RDP) to the same
+   ``(ε, δ)`` under replace-one (:func:`calibrate_secure`); no client needs to trust the server.
 3. Post-processing only: ``μ̃_y = S̃_y / max(ñ_y, 1)`` (never raw counts) and a generator
    trained for a fixed number of steps to match ``μ̃`` (no early stopping on private data).
 4. Offline evaluation (:func:`~sstq_fl.gen.outputs.evaluate_samples`): LeNet-5 probe accuracy on the real
@@ -44,6 +49,7 @@ from ...options import option
 from ...privacy.calibration import calibrate_noise_multiplier
 from ...privacy.events import GaussianEvent, NonPrivateEvent, PrivacyEvent
 from ...progress import progress
+from ...secagg.records import RecordSecAgg
 from ..config import MAX_EPSILON, PROFILES, PipelineConfig, parse_ints
 from ..outputs import (
     SampleGrid,
@@ -89,6 +95,10 @@ class MepfConfig(PipelineConfig):
     PROFILE_DEFAULTS = {"cpu": {"records": 2000, "generator_steps": 500, "eval_samples": 1000, "probe_epochs": 2},
                         "full": {"records": 0, "generator_steps": 20_000, "eval_samples": 10_000, "probe_epochs": 10}}
     NON_PRIVATE_REFERENCE = "non-private (epsilon = inf: the release carries no noise)"
+
+    def secagg_refusal(self) -> str | None:
+        """DP-MEPF's one release is additive: it runs under secure aggregation (:func:`calibrate_secure`)."""
+        return None
 
     def reference_label(self) -> str:
         """``"dp"``, the non-private reference, or the public-only reference (zero information)."""
@@ -150,10 +160,32 @@ def _ledger_epsilon(sigma: float, delta: float) -> float:
         return math.inf
 
 
+def release_shapes(fx: Any, moments: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+    """The public shapes of the labelled release: ``counts [K]`` and ``sums [K, m·D]``."""
+    return {"counts": (fx.num_classes,), "sums": (fx.num_classes, len(moments) * fx.dim)}
+
+
+def calibrate_secure(cfg: MepfConfig, fx: Any, data: WorkloadData) -> RecordSecAgg:
+    """The release under ``--trust secagg``: the labelled sums (flattened, public shapes) through secure aggregation
+    with the replace-one shift ``Δ`` of the trusted release (:func:`~.features.replace_one_sensitivity`), the
+    aggregate bound ``N_decl·b``, every client's share guaranteed in the sum (the simulation's clients all take
+    part; a missing share refuses the release), and the local noise the least whose one
+    ``DistributedDiscreteGaussianEvent`` the ledger certifies ``(ε, δ)`` under replace-one (by RDP)."""
+    from ...secagg.records import SumSpec, calibrate_releases, flat_dim
+    from .features import contribution_bound, replace_one_sensitivity
+
+    if not cfg.epsilon <= MAX_EPSILON:
+        raise ValueError(f"epsilon must be at most {MAX_EPSILON:g} to calibrate, got {cfg.epsilon}")
+    spec = SumSpec(flat_dim(release_shapes(fx, cfg.moments)), replace_one_sensitivity(cfg.moments),
+                   data.n_decl * contribution_bound(cfg.moments, labelled=True))
+    return calibrate_releases(cfg.epsilon, cfg.delta, RELATION, [spec], data.clients)[0]
+
+
 # ----------------------------------------------------------------------------- the release
-def release_statistics(cfg: MepfConfig, data: WorkloadData, fx: Any, sigma: float | None
-                       ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The one labelled release on the clients (in-process or on Flower), with its ledger."""
+def release_statistics(cfg: MepfConfig, data: WorkloadData, fx: Any, sigma: float | None,
+                       secure: RecordSecAgg | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The one labelled release on the clients (in-process or on Flower), with its ledger: through the trusted
+    aggregator (``sigma``), or through secure aggregation (``secure``)."""
     from .client_tasks import extractor_payload
     from .features import contribution_bound, extractor_fingerprint, replace_one_sensitivity
 
@@ -166,7 +198,10 @@ def release_statistics(cfg: MepfConfig, data: WorkloadData, fx: Any, sigma: floa
         run.charge_public("feature-extractor", f"Φ trained on public Fashion-MNIST; sha256 {extractor_fingerprint(fx)}")
         if cfg.public_only:  # the zero-information reference touches no private record
             return {"release": {}, "runner": run, "dropped": []}
-        if sigma is None:
+        if secure is not None:
+            rel = run.secure_release("labelled-release", "mepf.class_sums", payload, config, bound, secure,
+                                     release_shapes(fx, cfg.moments))
+        elif sigma is None:
             rel = run.non_private_sum("labelled-release", "mepf.class_sums", payload, config, bound)
         else:
             rel = run.additive_release("labelled-release", "mepf.class_sums", payload, config, bound, sigma,
@@ -175,15 +210,21 @@ def release_statistics(cfg: MepfConfig, data: WorkloadData, fx: Any, sigma: floa
 
     out = run_workload(pipeline, data, "inprocess" if cfg.public_only else cfg.engine, cfg.device)
     std = None if sigma is None or cfg.public_only else sigma * delta_2 / 2
+    if secure is not None and not cfg.public_only:
+        std = secure.central_stddev()
     return out["release"], {"runner": out["runner"], "dropped": out["dropped"], "bound": bound, "sensitivity": delta_2,
                             "noise_std": std}
 
 
-def release_plan(cfg: MepfConfig, sigma: float | None) -> list[tuple[PrivacyEvent, int]]:
-    """The private events a run will charge: none (public-only), one non-private release (ε = ∞) or one
-    ``GaussianEvent(σ)``; declared to the data set's ledger before any private record is read."""
+def release_plan(cfg: MepfConfig, sigma: float | None, secure: RecordSecAgg | None = None
+                 ) -> list[tuple[PrivacyEvent, int]]:
+    """The private events a run will charge: none (public-only), one non-private release (ε = ∞), one
+    ``GaussianEvent(σ)`` or, under secure aggregation, its ``DistributedDiscreteGaussianEvent``; declared to the data
+    set's ledger before any private record is read."""
     if cfg.public_only:
         return []
+    if secure is not None:
+        return [(secure.event(), 1)]
     if sigma is None:
         return [(NonPrivateEvent(NONPRIVATE_SUMS), 1)]
     return [(GaussianEvent(sigma), 1)]
@@ -257,16 +298,22 @@ def _run(cfg: MepfConfig, out: Path) -> dict[str, Any]:
     split = load_private_split(cfg.data_path or None)
     data = workload_data(cfg)
     fx = clock("public_extractor", lambda: public_extractor(cfg, public_x, public_y))
-    sigma = clock("calibration", lambda: None if math.isinf(cfg.epsilon) or cfg.public_only else calibrate_sigma(cfg))
-    book = dataset_ledger(cfg, data, release_plan(cfg, sigma), RELATION)  # refuses here, when over the budget
-    rel, info = clock("release", lambda: release_statistics(cfg, data, fx, sigma))
+    secure, sigma = None, None
+    if cfg.trust == "secagg" and not cfg.public_only:
+        secure = clock("calibration", lambda: calibrate_secure(cfg, fx, data))
+    else:
+        sigma = clock("calibration", lambda: None if math.isinf(cfg.epsilon) or cfg.public_only else calibrate_sigma(cfg))
+    book = dataset_ledger(cfg, data, release_plan(cfg, sigma, secure), RELATION)  # refuses here, when over the budget
+    rel, info = clock("release", lambda: release_statistics(cfg, data, fx, sigma, secure))
     privacy = info["runner"].finish(out, cfg.delta, book)  # transcript and data-set ledger before any output
     stats = public_statistics(fx, public_x, public_y, cfg.moments) if cfg.public_only else rel
     means, probs = class_means(stats["counts"], stats["sums"])
     gen, losses = clock("generator", lambda: _train_generator(cfg, fx, means, probs))
     evals = clock("evaluation", lambda: _evaluate(cfg, data, gen, split, out))
     metrics = {**common_metrics(cfg, data, privacy, evals, info["dropped"], top=("downstream_accuracy", "domain_fd")),
-               "sigma": sigma, "noise_std": info["noise_std"], "sensitivity": info["sensitivity"],
+               "sigma": sigma if secure is None else 2 * secure.central_stddev() / info["sensitivity"],
+               "trust": cfg.trust, "secagg": secure.notes() if secure is not None else None,
+               "noise_std": info["noise_std"], "sensitivity": info["sensitivity"],
                "contribution_bound": info["bound"],
                "generator_loss_first_last": [float(np.mean(losses[:20])), float(np.mean(losses[-20:]))]}
     return write_metrics(out, metrics, t0, clock)

@@ -122,6 +122,14 @@ class StraightConfig(PipelineConfig):
         if self.resolved("rank") > dim:
             raise ValueError(f"rank {self.resolved('rank')} exceeds the {what} {dim}")
 
+    def secagg_refusal(self) -> str | None:
+        """The moment releases run under secure aggregation; DP-SGD's steps do not: they are Poisson-sampled
+        Gaussians, which have no RDP curve on the ledger to compose with the distributed discrete Gaussian."""
+        if self.method == "moments":
+            return None
+        return (f"StraightDP --method {self.method} runs DP-SGD, whose Poisson-sampled Gaussian steps the ledger cannot "
+                f"compose with the distributed discrete Gaussian (an RDP bound); use --method moments")
+
     @property
     def resolved_port(self) -> str:
         """The port: the given one, or the method's default (``guidance`` for moments+sgd, else ``none``)."""

@@ -56,6 +56,7 @@ from ...privacy.calibration import plan_epsilon
 from ...privacy.errors import Budget
 from ...privacy.events import NonPrivateEvent, PublicDataEvent
 from ...progress import progress
+from ...secagg.records import RecordSecAgg
 from ..outputs import (
     SampleGrid,
     common_metrics,
@@ -91,6 +92,7 @@ class Setup:
     tha: cal.ThaPlan | None
     plan: list[tuple[Any, int]]
     epsilon_moments: float | None
+    secure: tuple[RecordSecAgg, RecordSecAgg] | None = None  # --trust secagg: (class moments, second moment)
 
 
 def moments_budget(cfg: StraightConfig) -> float:
@@ -108,6 +110,9 @@ def calibrate(cfg: StraightConfig, n_decl: int, pub: PublicCalibration, model: A
         tha = tha_setup(cfg, pub, model, [], q, steps) if cfg.tha else None
         return Setup(q, None, None, tha, plan, None)
     eps_m = moments_budget(cfg) if cfg.uses_moments else None
+    if cfg.trust == "secagg":  # the config admits it for --method moments only (no DP-SGD to compose)
+        secure = calibrate_secure(cfg, n_decl, pub)
+        return Setup(q, None, None, None, [(r.event(), 1) for r in secure], eps_m, secure)
     sigma1 = cal.calibrate_moments(eps_m, cfg.delta) if eps_m is not None else None
     prefix = cal.moment_plan(sigma1) if sigma1 is not None else []
     if not cfg.uses_sgd:
@@ -117,6 +122,26 @@ def calibrate(cfg: StraightConfig, n_decl: int, pub: PublicCalibration, model: A
         return Setup(q, sigma1, None, tha, [*prefix, *tha.events(q)], eps_m)
     sigma = cal.calibrate_joint(cfg.epsilon, cfg.delta, prefix, q, steps)
     return Setup(q, sigma1, sigma, None, [*prefix, *cal.sgd_plan(q, [(sigma, steps)])], eps_m)
+
+
+def moment_shapes(classes: int, p: int) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]:
+    """The public shapes of the two moment releases: ``counts [Y]``, ``sums_w [Y, p]``; ``m2 [p, p]``."""
+    return {"counts": (classes,), "sums_w": (classes, p)}, {"m2": (p, p)}
+
+
+def calibrate_secure(cfg: StraightConfig, n_decl: int, pub: PublicCalibration) -> tuple[RecordSecAgg, RecordSecAgg]:
+    """The two moment releases under ``--trust secagg``: their add/remove shifts (``√5/2``, ``R_f²``) and aggregate
+    bounds (``N_decl`` times those), every client's share guaranteed in each sum (a missing share refuses the
+    release), and one common noise multiplier, the least whose two ``DistributedDiscreteGaussianEvent`` the ledger
+    certifies ``(ε, δ)`` under add/remove (by RDP)."""
+    from ...secagg.records import SumSpec, calibrate_releases, flat_dim
+    from .moments import CLASS_MOMENTS_SHIFT, second_moment_shift
+
+    first, second = moment_shapes(10, int(pub.basis.shape[0]))
+    b1, b2 = CLASS_MOMENTS_SHIFT, second_moment_shift(pub.r_f)
+    specs = [SumSpec(flat_dim(first), b1, n_decl * b1), SumSpec(flat_dim(second), b2, n_decl * b2)]
+    a, b = calibrate_releases(cfg.epsilon, cfg.delta, RELATION, specs, cfg.clients)
+    return a, b
 
 
 def full_plan(setup: Setup) -> list[tuple[Any, int]]:
@@ -166,6 +191,15 @@ def release_moments(run: DPRunner, cfg: StraightConfig, setup: Setup, pub: Publi
     payload = {"P": pub.basis, "m_pub": pub.mean, **pub.encoder_payload}
     conf: dict[str, Any] = {"r_f": pub.r_f, "classes": 10}
     b1, b2 = CLASS_MOMENTS_SHIFT, second_moment_shift(pub.r_f)
+    if setup.secure is not None:
+        first, second = moment_shapes(10, int(pub.basis.shape[0]))
+        u = run.secure_release("stage1-class-moments", "straightdp.class_moments", payload, conf, b1, setup.secure[0],
+                               first)
+        m2 = run.secure_release("stage1-second-moment", "straightdp.second_moment", payload, conf, b2,
+                                setup.secure[1], second, normalize=True)
+        release = MomentRelease(counts=u["counts"], sums_w=u["sums_w"], m2=m2["m2"],
+                                count_std=setup.secure[0].central_stddev(), r_f=pub.r_f)
+        return postprocess(release, pub.basis, pub.mean, cfg.resolved("rank"), FLOOR)
     if setup.sigma_moments is None:
         u = run.non_private_sum("stage1-class-moments", "straightdp.class_moments", payload, conf, b1)
         m2 = {k: v / run.n_decl for k, v in
@@ -402,6 +436,13 @@ def _run(cfg: StraightConfig, out: Path) -> dict[str, Any]:
     return write_metrics(out, metrics, t0, clock)
 
 
+def secure_epsilon(setup: Setup, delta: float) -> float | None:
+    """The ledger's ε of the secure moment releases (``None`` without them)."""
+    from ...secagg.records import plan_epsilon as secure_plan_epsilon
+
+    return None if setup.secure is None else secure_plan_epsilon(setup.secure, delta, RELATION)
+
+
 def grid_detail(cfg: StraightConfig) -> str:
     """What the sample grid's title says beside ε: the row (method, port, THA, backbone), its kind, the relation
     and the shared detail."""
@@ -418,7 +459,9 @@ def _metrics(cfg: StraightConfig, setup: Setup, pub: PublicCalibration, res: dic
             "autoencoder_sha256": pub.autoencoder_sha256,
             "epsilon_moments": setup.epsilon_moments,
             "epsilon_moments_certified": plan_epsilon(cal.moment_plan(setup.sigma_moments), cfg.delta, RELATION)
-            if setup.sigma_moments is not None else None, "sigma_moments": setup.sigma_moments,
+            if setup.sigma_moments is not None else secure_epsilon(setup, cfg.delta),
+            "sigma_moments": setup.sigma_moments, "trust": cfg.trust,
+            "secagg": [r.notes() for r in setup.secure] if setup.secure is not None else None,
             "sigma_sgd": setup.sigma_sgd, "q": setup.q, "clip": cfg.clip, "tau": pub.tau, "t0": pub.t0,
             "guidance_t0": guidance_time(cfg, pub) if cfg.resolved_port == "guidance" else None,
             "r_f": pub.r_f, "pca_dim": int(pub.basis.shape[0]), "rank": cfg.resolved("rank"),

@@ -85,6 +85,12 @@ class VqgConfig(PipelineConfig):
         if self.reference == "public" and (self.stage2, self.variant) != ("dpsgd-prior", "pp"):
             raise ValueError("reference=public needs stage2=dpsgd-prior and variant=pp (no private record is read)")
 
+    def secagg_refusal(self) -> str | None:
+        """DP-VQG sends no sums to an aggregator but DP-SGD's: its Poisson-sampled Gaussian steps have no RDP curve
+        on the ledger, which composes the distributed discrete Gaussian by RDP alone."""
+        return ("DP-VQG's only sums are its DP-SGD steps, Poisson-sampled Gaussians the ledger cannot compose with the "
+                "distributed discrete Gaussian (an RDP bound); its tokens are already LDP")
+
     @property
     def prior_peak_lr(self) -> float:
         """The prior's peak learning rate: ``prior_lr``, or the profile's (:data:`PRIOR_LR`)."""
