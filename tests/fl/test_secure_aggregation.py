@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -84,15 +85,32 @@ def test_dropout_tolerance_charges_the_fewest_survivors() -> None:
 
 
 def test_resume_replays_the_central_ledger(tmp_path: Path) -> None:
+    """A run interrupted after round 2 and resumed ends where the uninterrupted one does: the same decoded sums,
+    the same central ledger (each round charged once), the same ε; another plan is refused, not re-accounted."""
     cfg = RunConfig(**CFG)
-    whole = Trainer(cfg).train(tmp_path / "whole")
-    part = Trainer(dataclasses.replace(cfg, rounds=2))
-    part.keep_checkpoints = True
-    part.train(tmp_path / "half")
-    # a run that stopped after round 2, resumed to the full 4 rounds, ends where the uninterrupted one does
-    with pytest.raises(ValueError):  # another plan (2 rounds) is refused, not silently re-accounted
-        Trainer(cfg).train(tmp_path / "half", resume=True)
-    assert whole["final"]["epsilon_central"]["epsilon"] <= 4.0 + 1e-9
+    whole_tr = Trainer(cfg)
+    whole = whole_tr.train(tmp_path / "whole")
+    half = Trainer(cfg)
+    real = half.run_round
+
+    def stop(st: Any) -> Any:
+        if st.round == 2:
+            raise KeyboardInterrupt
+        return real(st)
+
+    half.run_round = stop  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        half.train(tmp_path / "half", progress=False)
+    with pytest.raises(ValueError):  # another plan (2 rounds) is refused
+        Trainer(dataclasses.replace(cfg, rounds=2)).train(tmp_path / "half", resume=True)
+    again = Trainer(cfg)
+    got = again.train(tmp_path / "half", resume=True)
+    assert isinstance(again.trusted, SecureAggregation) and isinstance(whole_tr.trusted, SecureAggregation)
+    assert again.trusted.sums == {t: h for t, h in whole_tr.trusted.sums.items() if t > 2}
+    assert got["final"]["epsilon_central"]["epsilon"] == whole["final"]["epsilon_central"]["epsilon"]
+    assert [r["epsilon_central"] for r in got["rounds"]] == [r["epsilon_central"] for r in whole["rounds"]]
+    led, _ = PrivacyLedger.from_transcript(tmp_path / "half" / "transcript_central.jsonl")
+    assert sum(e.count for e in led.entries) == cfg.rounds
 
 
 @pytest.mark.parametrize(("bad", "message"), [
