@@ -6,7 +6,6 @@ import dataclasses
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ from sstq_fl.fl.engine import RunConfig, Trainer
 from sstq_fl.fl.secure_aggregation import SecureAggregation, survivors_needed
 from sstq_fl.privacy.events import DistributedDiscreteGaussianEvent, SkellamSumEvent
 from sstq_fl.privacy.ledger import PrivacyLedger
+from tests.fl.test_resume_transcript import stopped_after
 
 CFG = dict(task="lsq", dim=40, n=1500, clients=12, rounds=4, trust="secagg", encoder="clean", central_epsilon=4.0,
            clip=1.0, lr=0.3, seed=3)
@@ -90,17 +90,7 @@ def test_resume_replays_the_central_ledger(tmp_path: Path) -> None:
     cfg = RunConfig(**CFG)
     whole_tr = Trainer(cfg)
     whole = whole_tr.train(tmp_path / "whole")
-    half = Trainer(cfg)
-    real = half.run_round
-
-    def stop(st: Any) -> Any:
-        if st.round == 2:
-            raise KeyboardInterrupt
-        return real(st)
-
-    half.run_round = stop  # type: ignore[method-assign]
-    with pytest.raises(KeyboardInterrupt):
-        half.train(tmp_path / "half", progress=False)
+    stopped_after(tmp_path / "half", after=2, **dataclasses.asdict(cfg))
     with pytest.raises(ValueError):  # another plan (2 rounds) is refused
         Trainer(dataclasses.replace(cfg, rounds=2)).train(tmp_path / "half", resume=True)
     again = Trainer(cfg)

