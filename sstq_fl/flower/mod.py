@@ -184,8 +184,8 @@ class LdpEncodeMod:
             return call_next(msg, context)
         if not self.warned:
             self.warned = warn_size_mods_inside(call_next)
+        check_pairing(msg)  # raised, not an error reply: secaggplus_mod would hide the reply's reason
         try:
-            check_pairing(msg)
             if legacy.is_fit(msg) and not wrapped_server(msg):
                 return legacy.refusal(msg)
             s = self.settings(msg, context)
@@ -260,7 +260,7 @@ def check_pairing(msg: Message) -> None:
     """Refuse a train message of SecAgg+ (its ``secaggplus_mod`` stages, or the fit it wraps): SecAgg+
     sums the clients' vectors, whereas each LDP message reaches the server whole to be decoded."""
     if RECORD_KEY_CONFIGS in msg.content.config_records:
-        raise LdpModError("cannot run with SecAgg+ (secaggplus_mod / SecAggPlusWorkflow): SecAgg+ sums the clients' "
+        raise LdpModError("LdpEncodeMod cannot run with SecAgg+ (secaggplus_mod / SecAggPlusWorkflow): SecAgg+ sums the clients' "
                           "vectors, an LDP message must reach the server whole to be decoded; remove SecAgg+ "
                           "(each LDP message protects its client by itself)")
 
