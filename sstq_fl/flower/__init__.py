@@ -6,6 +6,7 @@ The one place in ``sstq_fl`` that imports Flower (tests/test_backends.py checks 
 
     app = ClientApp(mods=[arrays_size_mod, LdpEncodeMod("privunit", epsilon=3.0, radius=0.01)])  # client
     strategy = LdpDecoding(FedAvg(fraction_evaluate=0.0), encoder="privunit", epsilon=3.0, radius=0.01)  # server
+    # a legacy flwr.server.strategy (LegacyContext + DefaultWorkflow, NumPyClient apps): LegacyLdpDecoding(FedAvg(...), ...)
 
 :mod:`.client_ledger` is each client's own privacy ledger and budget (in the node's state);
 :mod:`.cohort` makes a simulated node host a cohort of virtual clients (one message per client);
@@ -13,7 +14,8 @@ The one place in ``sstq_fl`` that imports Flower (tests/test_backends.py checks 
 error attribution, the QUERY handler, the in-process simulation launcher).
 """
 
-from .decoding import EmptyRound, LdpDecoding
+from .decoding import EmptyRound, LdpDecoding, WrongApi
+from .legacy import LegacyLdpDecoding
 from .mod import WIRE_STYPE, LdpEncodeMod, LdpSettings
 
-__all__ = ["WIRE_STYPE", "EmptyRound", "LdpDecoding", "LdpEncodeMod", "LdpSettings"]
+__all__ = ["WIRE_STYPE", "EmptyRound", "LdpDecoding", "LdpEncodeMod", "LdpSettings", "LegacyLdpDecoding", "WrongApi"]

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -124,6 +124,36 @@ def empty_round_cause(t: int, dropped: list[dict[str, Any]], enc: Encoder) -> st
     return f"no valid LDP message in round {t}: {len(reasons)} clients left out, client {first['client']}: {first['reason']}"
 
 
+def new_ledger(enc: Encoder, num_rounds: int | None, budget_epsilon: float | None, delta: float) -> PrivacyLedger:
+    """A server ledger for ``enc``'s messages, planned for ``num_rounds`` per client (refused over
+    ``budget_epsilon``); ``None``: a round loop of unknown length, recorded without a plan."""
+    ledger = PrivacyLedger("replace_one", notes={"encoder": enc.spec, "run_id": uuid.uuid4().hex[:12],
+                                                 "threat_model": "identified: the server sees each "
+                                                 "client's messages; epsilon is the busiest client's"})
+    budget = Budget(budget_epsilon, delta) if budget_epsilon else None
+    if num_rounds is not None:
+        ledger.start([(enc.privacy_event(), num_rounds)], budget)
+    return ledger
+
+
+class WrongApi(AppExitException, TypeError):
+    """A strategy of the other Flower API handed to a wrapper, or a wrapper run by the other API's
+    workflow (the message names the wrapper to use); exits like :class:`EmptyRound`."""
+
+    exit_code = ExitCode.SERVERAPP_STRATEGY_PRECONDITION_UNMET
+
+
+MESSAGE_API = ("LdpDecoding wraps a Message-API strategy (flwr.serverapp.strategy, run by strategy.start(grid, ...)); "
+               "for a legacy flwr.server.strategy strategy (LegacyContext, DefaultWorkflow, ServerApp(server_fn=...)) "
+               "use sstq_fl.flower.LegacyLdpDecoding")
+
+
+def check_message_api(strategy: object) -> None:
+    """Refuse anything but a Message-API strategy, naming the legacy wrapper for a legacy one."""
+    if not isinstance(strategy, Strategy):
+        raise WrongApi(f"{MESSAGE_API}: got {type(strategy).__module__}.{type(strategy).__name__}")
+
+
 class LdpDecoding(Strategy):
     """Wrap ``strategy``: decode the clients' LDP messages, hand it their average (module doc).
 
@@ -139,6 +169,7 @@ class LdpDecoding(Strategy):
                  ledger: PrivacyLedger | None = None, identify: Callable[[int], int] | None = None,
                  allow_empty_rounds: bool = False, on_charge: Callable[[], None] | None = None):
         super().__init__()
+        check_message_api(strategy)
         self.on_charge = on_charge
         self.allow_empty_rounds = allow_empty_rounds
         self.strategy, self.settings = strategy, LdpSettings(encoder, float(epsilon), float(radius), frame_seed=frame_seed)
@@ -150,6 +181,10 @@ class LdpDecoding(Strategy):
         self._sent: list[Message] = []
         self._round, self._global = 0, ArrayRecord()
         self._silent: set[int] = set()
+
+    def initialize_parameters(self, *args: Any, **kwargs: Any) -> None:
+        """Where a legacy workflow (``DefaultWorkflow``) starts a strategy: the one-line refusal."""
+        raise WrongApi(f"{MESSAGE_API}, or run this one with strategy.start(grid, initial_arrays, ...)")
 
     def summary(self) -> None:
         s = self.settings
@@ -165,12 +200,7 @@ class LdpDecoding(Strategy):
         s = self.settings
         self.enc = encoder_for(s.encoder, int(flatten(arrays).size), s.epsilon, s.radius, s.frame_seed)
         if self.ledger is None:
-            self.ledger = PrivacyLedger("replace_one", notes={"encoder": self.enc.spec, "run_id": uuid.uuid4().hex[:12],
-                                                              "threat_model": "identified: the server sees each "
-                                                              "client's messages; epsilon is the busiest client's"})
-            budget = Budget(self.budget_epsilon, self.delta) if self.budget_epsilon else None
-            if num_rounds is not None:
-                self.ledger.start([(self.enc.privacy_event(), num_rounds)], budget)
+            self.ledger = new_ledger(self.enc, num_rounds, self.budget_epsilon, self.delta)
         return self.enc
 
     def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
@@ -279,7 +309,8 @@ class LdpDecoding(Strategy):
         theta = flatten(self._global) - mean.double().numpy()
         key = str(getattr(self.strategy, "weighted_by_key", "num-examples"))
         arrays_key = next(iter(kept[0].content.array_records))  # the ArrayRecord's key in the clients' replies
-        content = RecordDict({arrays_key: unflatten(theta, self._global), "metrics": _metrics(kept, key)})
+        averaged = MetricRecord(uniform_metrics([_one_metrics(r) for r in kept], key))
+        content = RecordDict({arrays_key: unflatten(theta, self._global), "metrics": averaged})
         with flower_log_rewritten(_one_reply):
             arrays, metrics = self.strategy.aggregate_train(server_round, [Message(content, dst_node_id=0,
                                                                                    message_type=MessageType.TRAIN)])
@@ -311,7 +342,12 @@ def _dtype(arrays: ArrayRecord) -> torch.dtype:
     return torch.float32 if all(a.dtype == "float32" for a in arrays.values()) else torch.float64
 
 
-def _metrics(kept: list[Message], key: str) -> MetricRecord:
+def _one_metrics(r: Message) -> Mapping[str, Any]:
+    """A reply's metrics: its one MetricRecord (none when it holds several)."""
+    return next(iter(r.content.metric_records.values())) if len(r.content.metric_records) == 1 else {}
+
+
+def uniform_metrics(records: Sequence[Mapping[str, Any]], key: str) -> dict[str, Any]:
     """The kept replies' metrics for the inner strategy: each key every reply reports as a finite
     number, averaged uniformly (one message, one vote), and ``key`` = the number of messages.
 
@@ -319,10 +355,9 @@ def _metrics(kept: list[Message], key: str) -> MetricRecord:
     or list-valued entries (tests/fl/test_hostile.py) are left out instead of reaching Flower's
     weighted averages."""
     values: dict[str, list[float]] = {}
-    for r in kept:
-        rec = next(iter(r.content.metric_records.values())) if len(r.content.metric_records) == 1 else {}
+    for rec in records:
         for k, v in rec.items():
             if isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v):
                 values.setdefault(str(k), []).append(float(v))
-    out = {k: float(np.mean(v)) for k, v in values.items() if len(v) == len(kept) and k != key}
-    return MetricRecord({**out, key: len(kept)})
+    out = {k: float(np.mean(v)) for k, v in values.items() if len(v) == len(records) and k != key}
+    return {**out, key: len(records)}

@@ -60,12 +60,14 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, Context, Error, Message, MessageType, MetricRecord
 from flwr.common.constant import ErrorCode
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 
 from .. import wire
 from ..encoders import Encoder, make_encoder
 from ..fl.partition import encoder_seeds
 from ..rng import check_mode, fresh_keys
 from . import client_ledger
+from . import legacy_format as legacy
 
 # an Array holding one wire message (sstq_fl.wire), not a numpy array; the name is what Flower's
 # Array.numpy() error shows when a strategy without the wrapper reaches it
@@ -182,7 +184,10 @@ class LdpEncodeMod:
             return call_next(msg, context)
         if not self.warned:
             self.warned = warn_size_mods_inside(call_next)
+        check_pairing(msg)  # raised, not an error reply: secaggplus_mod would hide the reply's reason
         try:
+            if legacy.is_fit(msg) and not wrapped_server(msg):
+                return legacy.refusal(msg)
             s = self.settings(msg, context)
             _, sent = single(msg.content.array_records, "the server's train message")
             enc = encoder_for(s.encoder, int(flatten(sent).size), s.epsilon, s.radius, s.frame_seed)
@@ -217,6 +222,9 @@ class LdpEncodeMod:
         found = client_ledger.budgets(s.budget_epsilon, s.budget_delta, context.node_config)
         client_ledger.charge(context, partition(context), enc.privacy_event(), found, s.budget_delta)
         reply.content.array_records[key] = ArrayRecord({WIRE_KEY: wire_array(blob)})
+        if legacy.is_fit(msg):
+            legacy.reduce_metrics(reply, self.metrics)
+            return
         self._reduce_metrics(reply)
         if not wrapped_server(msg):
             count_one_message(reply)
@@ -246,6 +254,15 @@ def public_spec(enc: Encoder) -> str:
 def wrapped_server(msg: Message) -> bool:
     """The train message carries :class:`LdpDecoding`'s fingerprint (its server decodes LDP messages)."""
     return any(KEY_FINGERPRINT in conf for conf in msg.content.config_records.values())
+
+
+def check_pairing(msg: Message) -> None:
+    """Refuse a train message of SecAgg+ (its ``secaggplus_mod`` stages, or the fit it wraps): SecAgg+
+    sums the clients' vectors, whereas each LDP message reaches the server whole to be decoded."""
+    if RECORD_KEY_CONFIGS in msg.content.config_records:
+        raise LdpModError("LdpEncodeMod cannot run with SecAgg+ (secaggplus_mod / SecAggPlusWorkflow): SecAgg+ sums the clients' "
+                          "vectors, an LDP message must reach the server whole to be decoded; remove SecAgg+ "
+                          "(each LDP message protects its client by itself)")
 
 
 def check_server(msg: Message, enc: Encoder) -> None:
