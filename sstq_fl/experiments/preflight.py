@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import inspect
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .spec import Cell
+if TYPE_CHECKING:
+    from .spec import Cell
 
 
 def preflight(cells: list[Cell], path: str | None) -> None:

@@ -69,7 +69,7 @@ from .partitioners import partition_for
 from .resume import check_plan, check_prefix, epsilon_by_round, saved_rounds
 from .tasks import LeastSquaresTask, Task, make_task
 from .trust import TRANSCRIPT as CENTRAL_TRANSCRIPT
-from .trust import trusted_stage
+from .trust_models import trusted_stage
 
 log = logging.getLogger("sstq_fl.fl")
 

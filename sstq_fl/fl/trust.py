@@ -21,7 +21,7 @@
   there is no guarantee.
 
 * ``secagg``: secure aggregation with distributed discrete noise, trusting no one with an update
-  (:mod:`sstq_fl.fl.secure_aggregation`).
+  (:mod:`sstq_fl.fl.secure_aggregation`).  :func:`sstq_fl.fl.trust_models.trusted_stage` builds a run's stage.
 
 The central ledger of each is written with its assumption to ``transcript_central.jsonl`` and to
 ``metrics.json`` (``final.epsilon_central``), its running figure to each round's ``epsilon_central``; the
@@ -209,16 +209,3 @@ class Curator(TrustedStage):
         else:
             noise = std * rng.normal(np.array([self.seed], dtype=np.uint64), f"curator-{round}", d)[0]
         return mean + torch.from_numpy(noise).to(mean.dtype).reshape(mean.shape)
-
-
-def trusted_stage(cfg: Any, epsilon0: float | None, run_id: str, dim: int = 0) -> TrustedStage | None:
-    """The stage of ``cfg.trust`` (``None`` for ``server``; ``dim``: the model's, for ``secagg``)."""
-    if cfg.trust == "secagg":
-        from .secure_aggregation import SecureAggregation
-
-        return SecureAggregation(cfg, dim, run_id)
-    if cfg.trust == "shuffler":
-        return Shuffler(epsilon0, cfg.seed, cfg.randomness, run_id)
-    if cfg.trust == "curator":
-        return Curator(cfg.central_epsilon, cfg.rounds, cfg.delta, cfg.clip, cfg.seed, cfg.randomness, run_id)
-    return None

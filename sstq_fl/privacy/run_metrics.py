@@ -19,7 +19,7 @@ from .ledger import PrivacyLedger
 
 Check = tuple[str, Any, Any]  # (the metrics field, its value, what the replayed transcript gives)
 ABSENT = "<absent>"
-CENTRAL_TRUSTS = ("shuffler", "curator")
+CENTRAL_TRUSTS = ("shuffler", "curator", "secagg")
 
 
 def training_checks(metrics: dict[str, Any], led: PrivacyLedger, delta: float) -> list[Check]:

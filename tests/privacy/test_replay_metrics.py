@@ -26,6 +26,7 @@ RUNS: dict[str, dict[str, Any]] = {
     "sampled": dict(encoder="sqkr", sampling_rate=0.5, randomness="secure"),
     "shuffler": dict(encoder="sqkr", trust="shuffler", sampling_rate=0.5, randomness="secure"),
     "curator": dict(encoder="clean", trust="curator", central_epsilon=2.0),
+    "secagg": dict(encoder="clean", trust="secagg", central_epsilon=2.0),
 }
 
 
@@ -64,6 +65,10 @@ EDITS = {
     "final.epsilon_central.epsilon ": ("curator", lambda m: m["final"]["epsilon_central"].update(
         epsilon=m["final"]["epsilon_central"]["epsilon"] / 10)),
     "rounds[2].epsilon_central": ("curator", lambda m: m["rounds"][2].update(
+        epsilon_central=m["rounds"][2]["epsilon_central"] / 10)),
+    "final.epsilon_central.epsilon  ": ("secagg", lambda m: m["final"]["epsilon_central"].update(
+        epsilon=m["final"]["epsilon_central"]["epsilon"] / 10)),
+    "rounds[2].epsilon_central ": ("secagg", lambda m: m["rounds"][2].update(
         epsilon_central=m["rounds"][2]["epsilon_central"] / 10)),
     "rounds[1].epsilon_central": ("shuffler", lambda m: m["rounds"][1].update(
         epsilon_central=m["rounds"][1]["epsilon_central"] / 10)),

@@ -62,7 +62,7 @@ def share_train(msg: Message, context: Context) -> Message:
     import torch
     from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 
-    from .sstq_client import _client_data
+    from .shards import client_data
 
     fitins = compat.recorddict_to_fitins(msg.content, keep_input=True)
     cfg = _config(fitins.config, context)
@@ -70,7 +70,7 @@ def share_train(msg: Message, context: Context) -> Message:
     theta = torch.from_numpy(np.array(parameters_to_ndarrays(fitins.parameters)[0]))
     t, pid = int(fitins.config["server-round"]), int(context.node_config["partition-id"])
     sa = _stage(cfg_json, int(theta.numel()))
-    share = _client_data(cfg_json).shares(sa, theta, t, np.array([pid]))[0]
+    share = client_data(cfg_json).shares(sa, theta, t, np.array([pid]))[0]
     sent = share.astype(np.float64) - sa.codec.modulus / 2
     fitres = FitRes(Status(Code.OK, "share"), ndarrays_to_parameters([sent]), num_examples=1, metrics={})
     return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=msg)

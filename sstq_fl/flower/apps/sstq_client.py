@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import dp_accounting  # noqa: F401  (the client ledger's accountants, loaded with the app, not inside a timed round)
@@ -60,9 +59,10 @@ from sstq_fl.flower.plumbing import answer_query
 
 from .gen_client import run_task
 from .secagg_client import route_train
+from .shards import client_data
 
 if TYPE_CHECKING:
-    from sstq_fl.fl.engine import ClientData, RunConfig
+    from sstq_fl.fl.engine import RunConfig
 
 
 def run_config(msg: Message, context: Context) -> RunConfig:
@@ -84,17 +84,6 @@ def ldp_settings(msg: Message, context: Context) -> LdpSettings:
                        budget_epsilon=cfg.client_budget_epsilon, budget_delta=cfg.delta)
 
 
-@lru_cache(maxsize=2)
-def _client_data(cfg_json: str) -> ClientData:
-    """The task and the shards (no encoder, no ledger), once per actor process and config."""
-    import torch
-
-    from sstq_fl.fl.engine import ClientData, RunConfig
-
-    torch.set_num_threads(1)
-    return ClientData(RunConfig(**json.loads(cfg_json)))
-
-
 def query(msg: Message, context: Context) -> Message:
     if not deployment_process():  # a flwr-clientapp handles one message; warm a long-lived process up
         import torch  # noqa: F401
@@ -110,7 +99,7 @@ def train(msg: Message, context: Context) -> Message:
     from sstq_fl.fl.partition import client_coins
 
     cfg = run_config(msg, context)
-    data = _client_data(json.dumps(asdict(cfg), sort_keys=True))
+    data = client_data(json.dumps(asdict(cfg), sort_keys=True))
     content: Any = msg.content
     t, pid = int(content["config"]["server-round"]), int(context.node_config["partition-id"])
     theta = torch.from_numpy(np.array(content["arrays"]["theta"].numpy()))
@@ -130,7 +119,7 @@ def cohort(msg: Message, context: Context) -> Message:
 
     cfg = run_config(msg, context)
     ids = _cohort_ids(msg, context, cfg)
-    data = _client_data(json.dumps(asdict(cfg), sort_keys=True))
+    data = client_data(json.dumps(asdict(cfg), sort_keys=True))
     content: Any = msg.content
     theta = torch.from_numpy(np.array(content["arrays"]["theta"].numpy()))
     enc = encoder_for(cfg.encoder, int(theta.numel()), cfg.epsilon, cfg.clip, cfg.seed)
