@@ -122,12 +122,12 @@ def test_an_unreachable_epsilon_is_refused_in_one_line() -> None:
 
 
 def test_flower_secaggplus_decodes_the_same_sums_as_the_vectorized_engine(tmp_path: Path) -> None:
-    """Flower's own SecAgg+ (secaggplus_mod, SecAggPlusWorkflow) on 4 simulated nodes: the server sees masked
+    """Flower's own SecAgg+ (secaggplus_mod, SecAggPlusWorkflow) on 8 simulated nodes: the server sees masked
     vectors and their sum only, and decodes, round by round, the modular sums the vectorized engine computes."""
     pytest.importorskip("ray")
     from sstq_fl.flower.apps import sstq_server
 
-    cfg = RunConfig(**{**CFG, "clients": 4, "rounds": 2, "engine": "flower"})
+    cfg = RunConfig(**{**CFG, "clients": 8, "rounds": 2, "engine": "flower"})  # 8 nodes: 7 neighbours each (SecAgg+ graph)
     seen: dict[str, dict[int, str]] = {}
     real = sstq_server.Trainer
 
@@ -147,3 +147,12 @@ def test_flower_secaggplus_decodes_the_same_sums_as_the_vectorized_engine(tmp_pa
     assert seen["flower"] == vec_tr.trusted.sums and len(seen["flower"]) == 2
     assert flw["final"]["epsilon_central"]["epsilon"] == vec["final"]["epsilon_central"]["epsilon"]
     assert json.loads((tmp_path / "f" / "metrics.json").read_text())["config"]["trust"] == "secagg"
+
+
+def test_secaggplus_neighbourhoods_grow_with_log_n_and_a_majority_reconstructs() -> None:
+    from sstq_fl.flower.apps.secagg_client import secaggplus_graph
+
+    assert secaggplus_graph(4) == (4, 3)  # few nodes: everyone shares with everyone
+    for n in (100, 1000, 10_000):
+        k, t = secaggplus_graph(n)
+        assert k == 2 * math.ceil(math.log2(n)) + 1 and k % 2 == 1 and t == k // 2 + 1

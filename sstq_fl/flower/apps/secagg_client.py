@@ -11,6 +11,7 @@ reduce mod ``m``) and hands it to the mod as ``y − m/2``, which SecAgg+'s quan
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,15 @@ def secaggplus_ranges(bits: int, clients: int) -> dict[str, Any]:
         raise ValueError(f"trust=secagg on Flower: {clients} clients at {bits} bits need a mask modulus of {big}, over "
                          f"SecAgg+'s 2^32 (use fewer --secagg-bits)")
     return {"clipping_range": m / 2, "quantization_range": m, "modulus_range": big, "max_weight": 1.0}
+
+
+def secaggplus_graph(clients: int) -> tuple[int, int]:
+    """SecAgg+'s ``(num_shares, reconstruction_threshold)`` for ``clients`` nodes: each node shares its secrets with
+    ``k = 2⌈log₂ n⌉ + 1`` neighbours (all nodes when fewer; Bell et al., CCS 2020, Sec. 3: a random graph of
+    logarithmic degree), and any ``⌊k/2⌋ + 1`` of them reconstruct (a majority, so a server that claims a node dropped
+    cannot also collect its mask seed's shares from the rest).  Per-node cost then grows with ``log n``, not ``n``."""
+    k = min(clients, max(3, 2 * math.ceil(math.log2(max(clients, 2))) + 1))
+    return k, k // 2 + 1
 
 
 def recovered_sum(vector: np.ndarray, clients: int, bits: int) -> np.ndarray:

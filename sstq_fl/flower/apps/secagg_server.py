@@ -10,10 +10,10 @@ strategy it drives:
   (:func:`~.secagg_client.recovered_sum`), decodes it into the noisy mean, caps it at ``server_cap`` and steps ``θ``;
 * ``evaluate`` evaluates ``θ`` and, after a round, records and checkpoints it as every engine does.
 
-SecAgg+'s reconstruction threshold is the stage's fewest survivors (:attr:`SecureAggregation.min_clients`): a round
-with fewer surviving nodes halts in the protocol and releases nothing, so every completed round holds at least the
-shares its charge assumes.  Every sampled node holds a share of every other's secrets (``num_shares`` = the round's
-nodes).
+Each node shares its secrets with a logarithmic number of neighbours, a majority of whom reconstruct
+(:func:`~.secagg_client.secaggplus_graph`).  The workflow halts after collecting the masked vectors, before any
+unmasking, when fewer than the stage's fewest survivors (:attr:`SecureAggregation.min_clients`) sent theirs: the
+server never learns a sum with fewer noise shares than the round is charged for, and the round releases nothing.
 """
 
 from __future__ import annotations
@@ -130,13 +130,26 @@ def serve_secagg(grid: Any, tr: Trainer, st: RoundState, out: Path, progress: bo
     from sstq_fl.fl.secure_aggregation import SecureAggregation
     from sstq_fl.flower.plumbing import discover
 
-    from .secagg_client import secaggplus_ranges
+    from .secagg_client import secaggplus_graph, secaggplus_ranges
 
     cfg, sa = tr.cfg, tr.trusted
     assert isinstance(sa, SecureAggregation)
     strategy = SecAggDecoding(tr, st, out, discover(grid, cfg.clients), progress, send_config)
-    workflow = SecAggPlusWorkflow(num_shares=cfg.clients, reconstruction_threshold=max(2, sa.min_clients),
-                                  timeout=timeout, **secaggplus_ranges(sa.codec.bits, cfg.clients))
+    shares, threshold = secaggplus_graph(cfg.clients)
+    needed = sa.min_clients
+
+    class Guarded(SecAggPlusWorkflow):  # type: ignore[misc]
+        def collect_masked_vectors_stage(self, grid: Any, context: Any, state: Any) -> bool:
+            """SecAgg+'s stage, then halt before unmasking unless the charged number of masked shares arrived."""
+            ok = super().collect_masked_vectors_stage(grid, context, state)
+            if ok and len(state.active_node_ids) < needed:
+                log.warning("secure sum halted before unmasking: %d masked shares, %d needed",
+                            len(state.active_node_ids), needed)
+                return False
+            return bool(ok)
+
+    workflow = Guarded(num_shares=shares, reconstruction_threshold=threshold, timeout=timeout,
+                       **secaggplus_ranges(sa.codec.bits, cfg.clients))
     base = Context(run_id=0, node_id=0, node_config={}, state=RecordDict(), run_config={})
     context = LegacyContext(base, config=ServerConfig(num_rounds=cfg.rounds - st.round), strategy=strategy)
     DefaultWorkflow(fit_workflow=workflow)(grid, context)
