@@ -12,7 +12,7 @@ The guarantee is against the server and every reader of its outputs, with no par
 the protocol's collusion threshold).  Accounting (one ledger, ``transcript_central.jsonl``): each round is one
 :class:`~sstq_fl.privacy.events.DistributedDiscreteGaussianEvent` (or
 :class:`~sstq_fl.privacy.events.SkellamSumEvent`) for the *fewest* clients whose shares a completed round sums,
-``⌈(1 − dropout) · expected⌉`` (at most ``clients − 1``: SecAgg+ always tolerates one dropout): fewer shares would
+``⌈(1 − dropout) · expected⌉`` (at most ``clients − 1``: a round may always lose one node): fewer shares would
 carry less noise, so a round is charged as if only that many survived, and a round with fewer participants releases
 nothing and is not charged.  Rounds compose by RDP
 (replace-one neighbours); Poisson participation is not amplified (the server runs the protocol and learns who took
@@ -44,8 +44,7 @@ SECAGG_THREAT = ("central, no one trusted with an update: each client adds its s
 
 def survivors_needed(expected: float, dropout: float, clients: int) -> int:
     """The fewest clients whose shares a completed round sums: ``⌈(1 − dropout) · expected⌉``, and at most
-    ``clients − 1`` (SecAgg+'s reconstruction threshold is below its number of shares, so it always tolerates one
-    dropout); at least 1."""
+    ``clients − 1`` (a round may always lose one node and still complete); at least 1."""
     return max(1, min(math.ceil((1.0 - dropout) * expected - 1e-9), clients - 1))
 
 
