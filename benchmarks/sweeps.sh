@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The committed experiment files, run as sweeps (cells as Ray tasks, one CPU each): E3 (13 encoder settings x
-# 5 seeds) and E3 across epsilon and bits (12 encoder settings x 6 epsilons x 3 seeds).  Each result folder
+# 5 seeds) and E3 across epsilon and bits (12 encoder settings x 6 epsilons x 3 seeds); SWEEPS=matched_central
+# runs the four trust models at matched central epsilon (54 runs).  Each result folder
 # keeps sweep.json, final.csv, results.csv.gz, aggregates.csv.gz and the figures (PNG, PDF); the cells' run
 # folders, results.json and the uncompressed tables stay local (.gitignore).  RESUME=1 continues killed sweeps.
 set -euo pipefail
