@@ -99,6 +99,7 @@ def test_the_experiment_file_sets_the_interval_from_the_declaration():
 def test_the_palette_keeps_twelve_series_apart():
     looks = [palette.look(i) for i in range(12)]
     assert len({(s["color"], s["ls"]) for s in looks}) == 12
+    assert len({(s["color"], s["marker"]) for s in looks}) == 12  # points (no line) stay apart too
     assert len({s["color"] for s in looks[:8]}) == 8 and all(s["color"] in palette.OKABE_ITO for s in looks)
 
 
