@@ -279,7 +279,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(f"comparing {len(encoders)} encoders on {args.task} ({args.clients} clients, {args.rounds} rounds, "
           f"epsilon {args.epsilon}) -> {args.out}")
     compare(_run_config(args, encoders[0]), encoders, args.out, resume=args.resume, force=args.force,
-            experiment=getattr(args, "experiment", None), keep_checkpoints=args.keep_checkpoints)
+            experiment=getattr(args, "experiment", None), keep_checkpoints=args.keep_checkpoints,
+            interval=args.interval)
     print(f"wrote {args.out}/comparison.md (table), {args.out}/comparison.png (curves, accuracy vs bits), "
           f"{args.out}/comparison.json and one folder per encoder")
     return 0
@@ -447,7 +448,7 @@ def _fwht_kashin_ledger_parsers(bs: Any) -> None:
 
 def _training_parsers(sub: Any) -> None:
     """``run``, ``compare`` and ``demo``."""
-    from .experiments.cli import add_verbose
+    from .experiments.cli import add_interval, add_verbose
     from .fl.config import RunConfig
     from .options import add_arguments
 
@@ -459,6 +460,7 @@ def _training_parsers(sub: Any) -> None:
                    help="space- or ';'-separated specs (default: clean privunit sqkr sstq-flat:b=4 "
                         "sstq-flat:b=4,codebook=optimized sstq-ma:b=4 vqsgd)")
     _training_args(c, skip=("encoder",))
+    add_interval(c)
     c.set_defaults(fn=cmd_compare)
     dm = sub.add_parser("demo", help="the built-in default comparison (Fashion-MNIST, 100 clients, Flower + Ray)")
     dm.add_argument("--out", default="results/demo", type=out_folder, help="output folder (one sub-folder per encoder)")

@@ -32,11 +32,22 @@ def add_experiment_parsers(sub: Any, resume_force: Any) -> None:
     s.add_argument("--ray-address", default=None, help="attach to this Ray cluster (host:port) instead of a local Ray")
     add_keep_checkpoints(s)
     add_verbose(s)
+    add_interval(s)
     resume_force(s)
     s.set_defaults(fn=cmd_sweep)
     p = sub.add_parser("plot", help="redraw a sweep's or comparison's figures from its results.json")
     p.add_argument("dir", help="the folder sstq-fl sweep (or compare) wrote")
+    add_interval(p)
     p.set_defaults(fn=cmd_plot)
+
+
+def add_interval(p: argparse.ArgumentParser) -> None:
+    """``--interval t95|se|none`` (:class:`~sstq_fl.intervals.IntervalOptions`), unset unless given (the help says
+    what is used then)."""
+    from ..intervals import IntervalOptions
+    from ..options import add_arguments
+
+    add_arguments(p, IntervalOptions, defaults={"interval": None})
 
 
 def add_verbose(p: argparse.ArgumentParser) -> None:
@@ -114,7 +125,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     exp = load_experiment(args.experiment)
     overrides = parse_overrides(args.overrides, args.experiment)
     opts = SweepOptions(args.executor, args.cpus_per_cell, args.ray_address, args.resume, args.force,
-                        args.keep_checkpoints, args.max_cells or MAX_CELLS)
+                        args.keep_checkpoints, args.max_cells or MAX_CELLS, args.interval)
     s = sweep(exp, args.out, opts, **overrides)
     c, eff = s["counts"], s["parallel_efficiency"]
     print(f"sweep {exp.title}: {c['done']} cells run, {c['skipped']} already complete, {c['failed']} failed, "
@@ -130,7 +141,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from .figures import plot_all
     from .sweep import read_results
 
-    files = plot_all(read_results(args.dir), Path(args.dir))
+    files = plot_all(read_results(args.dir), Path(args.dir), args.interval)
     if not files:
         raise ValueError(f"{args.dir}/results.json has no rows to plot")
     print("wrote " + ", ".join(str(f) for f in files))

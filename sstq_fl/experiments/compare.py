@@ -76,12 +76,14 @@ def compare_experiment(base: RunConfig, encoders: list[str]) -> Experiment:
 
 
 def compare(base: RunConfig, encoders: list[str], out: str | Path, resume: bool = False, force: bool = False,
-            experiment: Experiment | None = None, keep_checkpoints: bool = False) -> dict[str, Any]:
+            experiment: Experiment | None = None, keep_checkpoints: bool = False, interval: str | None = None
+            ) -> dict[str, Any]:
     """Train every encoder on identical batches into ``out``/<encoder>; write the tables and plots.
 
     Every spec is checked (its trainer built) and ``out`` is checked (:func:`prepare_out`)
     before the first round is trained; nothing is written if either check fails.  ``experiment``:
-    the file the comparison's values came from (``--config``), recorded with each run."""
+    the file the comparison's values came from (``--config``), recorded with each run; ``interval``: the interval
+    over seeds of the tables and figures (default: the file's ``[experiment] interval``, else ``t95``)."""
     from .preflight import check_distinct_encoders
 
     out = Path(out)
@@ -101,7 +103,8 @@ def compare(base: RunConfig, encoders: list[str], out: str | Path, resume: bool 
     atomic_write_bytes(out / "comparison.md", (markdown(rows) + _trust_line(rows) + _randomness_line(base)).encode())
     plot_comparison(results, out / "comparison.png", base)
     doc = write_tables(out, cells, [out / c.name for c in cells], {"experiment": exp.provenance(), "fixed": exp.fixed,
-                                                                   "axes": exp.axes})
+                                                                   "axes": exp.axes,
+                                                                   "interval": interval or exp.interval or "t95"})
     plot_all(doc, out)
     return summary
 

@@ -36,7 +36,8 @@ SWEEP_FILES = ("sweep.json", "results.csv", "results.csv.gz", "results.json", "a
 
 @dataclass
 class SweepOptions:
-    """How a sweep runs: ``executor`` ``ray`` (default) or ``local``; CPUs per cell; where Ray is."""
+    """How a sweep runs: ``executor`` ``ray`` (default) or ``local``; CPUs per cell; where Ray is; the interval over
+    seeds its tables hold and its figures draw (None: the experiment file's ``[experiment] interval``, else ``t95``)."""
 
     executor: str = "ray"
     cpus: float = 1.0
@@ -45,6 +46,7 @@ class SweepOptions:
     force: bool = False
     keep_checkpoints: bool = False
     max_cells: int = MAX_CELLS
+    interval: str | None = None
 
 
 def claim(out: Path, opts: SweepOptions) -> None:
@@ -79,7 +81,7 @@ def sweep(exp: Experiment, out: str | Path, opts: SweepOptions | None = None, **
     clean_temps(out, everything=opts.resume)
     jobs = [(c, out / "cells" / c.name) for c in cells]
     header = {"experiment": exp.provenance(), "fixed": exp.fixed, "axes": exp.axes, "task_params": exp.task_params,
-              **exp.grid_record(), "overrides": overrides}
+              **exp.grid_record(), "overrides": overrides, "interval": opts.interval or exp.interval or "t95"}
     session = start_session(out, header, cells, opts)
     log.info("sweep %s: %d cells -> %s (%s)", exp.title, len(cells), out, _how(opts))
     results, t0, cores = run_jobs(jobs, exp.provenance(), opts)
@@ -117,7 +119,7 @@ def run_jobs(jobs: list[tuple[Cell, Path]], provenance: dict[str, Any], opts: Sw
         def report(r: CellResult) -> None:
             results[r.name] = r
             bar.advance(last=r.name)
-            log.log(logging.WARNING if r.status == "failed" else logging.INFO, "%s | %s", bar.line().split(":")[0],
+            log.log(logging.WARNING if r.status == "failed" else logging.INFO, "%s | %s", bar.head(),
                     r.line())
 
         if local:

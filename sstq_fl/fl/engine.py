@@ -95,6 +95,11 @@ POOLED_FILE = "pooled_diagnostics.json"
 METRIC_KEYS = ("test_accuracy", "test_metric", "test_loss", "distance_to_optimum")
 """A round's model metric, by task: accuracy (classifiers), a user task's own metric or its test loss,
 the least-squares distance to θ*."""
+METRIC_RANGES: dict[str, tuple[float, float]] = {
+    "test_accuracy": (0.0, 1.0), "test_metric": (-math.inf, math.inf), "test_loss": (0.0, math.inf),
+    "distance_to_optimum": (0.0, math.inf), "train_loss": (0.0, math.inf), "epsilon_spent": (0.0, math.inf),
+    "epsilon_central": (0.0, math.inf), "bits_per_client": (0.0, math.inf)}
+"""Each per-round value's range (a user task's ``test_metric``: unbounded); figures clip intervals to it."""
 
 _WARNED: set[str] = set()
 _WARM: weakref.WeakKeyDictionary[Task, set[str]] = weakref.WeakKeyDictionary()
