@@ -1,4 +1,4 @@
-"""The ``sstq-fl`` command line."""
+"""The sstq-fl command line."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-import torch
-
 from .argtypes import (
+    DEVICE_HELP,
     at_least_100,
     device_arg,
     item_list,
@@ -285,7 +284,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DEMO_ENCODERS = ["clean", "privunit", "sqkr", "sstq-flat:b=4", "sstq-ma:b=4"]
 
 
@@ -388,7 +386,7 @@ def build_parser(gen: bool = True) -> argparse.ArgumentParser:
     from .bench.parsers import add_bench_parsers
 
     _fwht_kashin_ledger_parsers(bs)
-    add_bench_parsers(bs, _table, _DEVICE)
+    add_bench_parsers(bs, _table)
     _training_parsers(sub)
 
     from .experiments.cli import add_experiment_parsers
@@ -425,7 +423,7 @@ def _fwht_kashin_ledger_parsers(bs: Any) -> None:
     f.add_argument("--rows", type=positive_int, default=100, help="vectors transformed at once")
     f.add_argument("--sizes", type=powers_of_two, default="1024,16384,65536,262144",
                    help="comma-separated transform sizes N (powers of 2)")
-    f.add_argument("--device", type=device_arg, default=_DEVICE, help="torch device (cpu, cuda, cuda:N)")
+    f.add_argument("--device", type=device_arg, default="auto", help=DEVICE_HELP)
     f.add_argument("--out", default="results/fwht.json", type=out_file, help="result JSON")
     f.set_defaults(fn=cmd_fwht)
     k = bs.add_parser("kashin", help="achieved Kashin level on adversarial inputs, per setting")
