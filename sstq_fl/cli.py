@@ -97,11 +97,14 @@ def cmd_encoders(args: argparse.Namespace) -> int:
     for r in rows:
         bias = "unbiased" if r["unbiased"] else "unbiased unless clipped" if r["unbiased_unless_clipped"] else "biased"
         where = "" if r["origin"]["kind"] == "built-in" else f"  [{ENCODERS.origin(r['name']).label()}]"
-        print(f"{r['name']:10s} bits = {r['bits_text']:40s} {bias}"
-              f"{'' if r['private'] else ', NOT private'}  — {r['summary']}{where}")
+        print(f"{r['name']:10s} {bias}{'' if r['private'] else ', NOT private'}  — {r['summary']}{where}")
+        if r["bits"]:
+            print(f"    bits_formula = \"{r['bits']}\"" + (f"  ({r['bits_text']})" if r["bits_text"] != r["bits"] else ""))
         for k, p in r["params"].items():
             ch = f" {{{'|'.join(map(str, p['choices']))}}}" if "choices" in p else ""
             print(f"    {k}={p['default']}{ch}: {p['doc']}")
+    for line in ENCODERS.refused().values():
+        print(line)
     return 0
 
 
@@ -583,8 +586,18 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _warning_line(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                  line: str | None = None) -> None:
+    """A warning as one line on stderr, ``sstq-fl: warning: MESSAGE`` (no source line: it is the library's)."""
+    print(f"sstq-fl: warning: {' '.join(str(message).split())}", file=sys.stderr if file is None else file)
+
+
 def console_main() -> NoReturn:
-    """The ``sstq-fl`` console script: :func:`main`, ended by :func:`sstq_fl.console.run_and_exit`."""
+    """The ``sstq-fl`` console script: :func:`main` with warnings as one line each, ended by
+    :func:`sstq_fl.console.run_and_exit`."""
+    import warnings
+
+    warnings.showwarning = _warning_line
     run_and_exit(main)
 
 
