@@ -1,4 +1,4 @@
-"""The ``sstq-fl`` command line."""
+"""The sstq-fl command line."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-import torch
-
 from .argtypes import (
+    DEVICE_HELP,
     at_least_100,
     device_arg,
     item_list,
@@ -98,11 +97,14 @@ def cmd_encoders(args: argparse.Namespace) -> int:
     for r in rows:
         bias = "unbiased" if r["unbiased"] else "unbiased unless clipped" if r["unbiased_unless_clipped"] else "biased"
         where = "" if r["origin"]["kind"] == "built-in" else f"  [{ENCODERS.origin(r['name']).label()}]"
-        print(f"{r['name']:10s} bits = {r['bits_text']:40s} {bias}"
-              f"{'' if r['private'] else ', NOT private'}  — {r['summary']}{where}")
+        print(f"{r['name']:10s} {bias}{'' if r['private'] else ', NOT private'}  — {r['summary']}{where}")
+        if r["bits"]:
+            print(f"    bits_formula = \"{r['bits']}\"" + (f"  ({r['bits_text']})" if r["bits_text"] != r["bits"] else ""))
         for k, p in r["params"].items():
             ch = f" {{{'|'.join(map(str, p['choices']))}}}" if "choices" in p else ""
             print(f"    {k}={p['default']}{ch}: {p['doc']}")
+    for line in ENCODERS.refused().values():
+        print(line)
     return 0
 
 
@@ -286,7 +288,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DEMO_ENCODERS = ["clean", "privunit", "sqkr", "sstq-flat:b=4", "sstq-ma:b=4"]
 
 
@@ -389,7 +390,7 @@ def build_parser(gen: bool = True) -> argparse.ArgumentParser:
     from .bench.parsers import add_bench_parsers
 
     _fwht_kashin_ledger_parsers(bs)
-    add_bench_parsers(bs, _table, _DEVICE)
+    add_bench_parsers(bs, _table)
     _training_parsers(sub)
 
     from .experiments.cli import add_experiment_parsers
@@ -426,7 +427,7 @@ def _fwht_kashin_ledger_parsers(bs: Any) -> None:
     f.add_argument("--rows", type=positive_int, default=100, help="vectors transformed at once")
     f.add_argument("--sizes", type=powers_of_two, default="1024,16384,65536,262144",
                    help="comma-separated transform sizes N (powers of 2)")
-    f.add_argument("--device", type=device_arg, default=_DEVICE, help="torch device (cpu, cuda, cuda:N)")
+    f.add_argument("--device", type=device_arg, default="auto", help=DEVICE_HELP)
     f.add_argument("--out", default="results/fwht.json", type=out_file, help="result JSON")
     f.set_defaults(fn=cmd_fwht)
     k = bs.add_parser("kashin", help="achieved Kashin level on adversarial inputs, per setting")
@@ -587,8 +588,18 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _warning_line(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                  line: str | None = None) -> None:
+    """A warning as one line on stderr, ``sstq-fl: warning: MESSAGE`` (no source line: it is the library's)."""
+    print(f"sstq-fl: warning: {' '.join(str(message).split())}", file=sys.stderr if file is None else file)
+
+
 def console_main() -> NoReturn:
-    """The ``sstq-fl`` console script: :func:`main`, ended by :func:`sstq_fl.console.run_and_exit`."""
+    """The ``sstq-fl`` console script: :func:`main` with warnings as one line each, ended by
+    :func:`sstq_fl.console.run_and_exit`."""
+    import warnings
+
+    warnings.showwarning = _warning_line
     run_and_exit(main)
 
 
