@@ -30,6 +30,7 @@ def add_experiment_parsers(sub: Any, resume_force: Any) -> None:
     s.add_argument("--cpus-per-cell", type=float, default=1.0,
                    help="CPUs each cell's Ray task holds (PyTorch gets one thread per CPU)")
     s.add_argument("--ray-address", default=None, help="attach to this Ray cluster (host:port) instead of a local Ray")
+    add_tracking(s)
     add_keep_checkpoints(s)
     add_verbose(s)
     resume_force(s)
@@ -37,6 +38,14 @@ def add_experiment_parsers(sub: Any, resume_force: Any) -> None:
     p = sub.add_parser("plot", help="redraw a sweep's or comparison's figures from its results.json")
     p.add_argument("dir", help="the folder sstq-fl sweep (or compare) wrote")
     p.set_defaults(fn=cmd_plot)
+
+
+def add_tracking(p: argparse.ArgumentParser) -> None:
+    """``--log-to SPEC`` (:class:`~sstq_fl.tracking.TrackingConfig`)."""
+    from ..options import add_arguments
+    from ..tracking import TrackingConfig
+
+    add_arguments(p, TrackingConfig)
 
 
 def add_verbose(p: argparse.ArgumentParser) -> None:
@@ -111,10 +120,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         from ..checks import probe_ray
 
         probe_ray(args.ray_address)
+    from ..options import from_args
+    from ..tracking import TrackingConfig
+
+    log_to = from_args(TrackingConfig, args).log_to  # a bad spec or a missing package: one line, before anything
     exp = load_experiment(args.experiment)
     overrides = parse_overrides(args.overrides, args.experiment)
     opts = SweepOptions(args.executor, args.cpus_per_cell, args.ray_address, args.resume, args.force,
-                        args.keep_checkpoints, args.max_cells or MAX_CELLS)
+                        args.keep_checkpoints, args.max_cells or MAX_CELLS, log_to)
     s = sweep(exp, args.out, opts, **overrides)
     c, eff = s["counts"], s["parallel_efficiency"]
     print(f"sweep {exp.title}: {c['done']} cells run, {c['skipped']} already complete, {c['failed']} failed, "
