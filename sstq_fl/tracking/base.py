@@ -8,6 +8,7 @@ distributions add back ends through the entry-point group ``sstq_fl.trackers``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 from abc import ABC, abstractmethod
@@ -107,6 +108,8 @@ def open_tracker(spec: str | None) -> Tracker:
     except ImportError as exc:
         raise ValueError(f"--log-to {spec}: importing {cls.package} failed ({described(exc)}); {INSTALL_HINT}") \
             from None
+    except Exception as exc:  # noqa: BLE001  (a location the back end cannot open: one line)
+        raise ValueError(f"--log-to {spec}: {first_line(exc) or type(exc).__name__}") from None
 
 
 class GuardedTracker(Tracker):
@@ -128,6 +131,10 @@ class GuardedTracker(Tracker):
         self._guarded(self.inner.log_round, step, metrics)
 
     def finish(self, final: Mapping[str, float] | None) -> None:
+        if self.broken:  # nothing more is logged; the back end still releases what it holds
+            with contextlib.suppress(Exception):
+                self.inner.finish(None)
+            return
         self._guarded(self.inner.finish, final)
 
     def _guarded(self, call: Any, *args: Any) -> None:

@@ -188,7 +188,7 @@ class Failing(Tracker):
         raise OSError("No space left on device")
 
     def finish(self, final):
-        raise AssertionError("finish after a failure")
+        Path(self.location, "finished").write_text(repr(final))
 
 
 def test_a_failing_tracker_stops_logging_with_one_warning_and_the_run_goes_on(tmp_path, caplog):
@@ -199,7 +199,7 @@ def test_a_failing_tracker_stops_logging_with_one_warning_and_the_run_goes_on(tm
         logged = run(RunConfig(**LSQ), tmp_path / "r", progress=False, log_to=f"failing:{tmp_path}")
     finally:
         TRACKERS.restore(saved)
-    assert (tmp_path / "started").read_text() == "r"
+    assert (tmp_path / "started").read_text() == "r" and (tmp_path / "finished").read_text() == "None"
     assert same_result(plain, logged)
     warned = [r.getMessage() for r in caplog.records if "logging stopped" in r.getMessage()]
     assert warned == [f"--log-to failing:{tmp_path}: logging stopped (OSError: No space left on device); the run goes on"]
@@ -269,3 +269,11 @@ def test_neither_package_is_imported_unless_its_back_end_is_chosen():
             "or m.startswith('torch.utils.tensorboard')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_location_the_back_end_cannot_open_is_one_line(tmp_path, capsys):
+    args = ["run", "--task", "lsq", "--dim", "10", "--n", "200", "--clients", "5", "--rounds", "2", "--encoder", "sqkr"]
+    assert main([*args, "--out", str(tmp_path / "o"), "--log-to", "mlflow:foo://bar"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sstq-fl: error: --log-to mlflow:foo://bar: ") and "'foo://bar'" in err and err.count("\n") == 1
+    assert not (tmp_path / "o" / "metrics.json").exists()
