@@ -273,6 +273,14 @@ def _run_config(args: argparse.Namespace, encoder: str) -> Any:
     return cfg
 
 
+def _log_to(args: argparse.Namespace) -> str | None:
+    """``--log-to``, checked (:class:`~sstq_fl.tracking.TrackingConfig`: a bad spec or a missing package is one line)."""
+    from .options import from_args
+    from .tracking import TrackingConfig
+
+    return from_args(TrackingConfig, args).log_to  # type: ignore[no-any-return]
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     """Several encoders on identical batches (every spec is checked before any training)."""
     from .experiments.compare import DEFAULT_ENCODERS, compare
@@ -282,7 +290,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
           f"epsilon {args.epsilon}) -> {args.out}")
     compare(_run_config(args, encoders[0]), encoders, args.out, resume=args.resume, force=args.force,
             experiment=getattr(args, "experiment", None), keep_checkpoints=args.keep_checkpoints,
-            interval=args.interval)
+            interval=args.interval, log_to=_log_to(args))
     print(f"wrote {args.out}/comparison.md (table), {args.out}/comparison.png (curves, accuracy vs bits), "
           f"{args.out}/comparison.json and one folder per encoder")
     return 0
@@ -343,12 +351,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .fl.engine import METRIC_KEYS, run, trainers
     from .progress import progress
 
-    cfg = _run_config(args, args.encoder)
+    cfg, log_to = _run_config(args, args.encoder), _log_to(args)
     trainer = trainers(cfg, [cfg.encoder])[cfg.encoder]  # checks the encoder, the data and the budget
     _claim_out(cfg, args)
     _record_experiment(args, cfg)
     with progress(cfg.rounds, f"{cfg.encoder} rounds", key="rounds", every=1):  # a bar on a terminal, else log lines
-        m = run(cfg, args.out, resume=args.resume, trainer=trainer, keep_checkpoints=args.keep_checkpoints)
+        m = run(cfg, args.out, resume=args.resume, trainer=trainer, keep_checkpoints=args.keep_checkpoints,
+                log_to=log_to)
     f = m["final"]
     metric = next((f"{k.replace('_', ' ')} {number(f[k])}" for k in METRIC_KEYS if k in f), "no published metric")
     print(f"{cfg.encoder}: {metric}, train loss {number(f.get('train_loss'))} (non-private diagnostic), "
@@ -514,12 +523,15 @@ def _resume_force_args(p: argparse.ArgumentParser) -> None:
 
 def _training_args(r: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
     """Options shared by ``run`` and ``compare``: the fields of :class:`~sstq_fl.fl.config.RunConfig`
-    (declared there once), where the Flower engine runs, ``--config``, and the output folder."""
+    (declared there once), where the Flower engine runs, ``--config``, ``--log-to``
+    (:class:`~sstq_fl.tracking.TrackingConfig`) and the output folder."""
     from .experiments.cli import add_config_option, add_keep_checkpoints, add_verbose
     from .fl.config import RunConfig
     from .options import add_arguments
+    from .tracking import TrackingConfig
 
     add_arguments(r, RunConfig, skip=skip)
+    add_arguments(r, TrackingConfig)
     r.add_argument("--ray-address", default=None, help="flower engine: attach to this Ray cluster (host:port)")
     r.add_argument("--client-cpus", type=resource_amount, default=None,
                    help="flower engine: CPUs Ray reserves for each simulated node's actor (default 0.5; 1 with cohort "

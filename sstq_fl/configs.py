@@ -31,13 +31,17 @@ class Configured:
 
 
 def configurations() -> Iterator[Configured]:
-    """The training run, each registered DP generative pipeline, then the intervals over seeds (no run-config key)."""
+    """The training run, where it is also logged, each registered DP generative pipeline, then the intervals over
+    seeds (no run-config key)."""
     from .fl.config import RunConfig
     from .gen.pipelines import PIPELINES
     from .intervals import IntervalOptions
+    from .tracking import TrackingConfig
 
     yield Configured("LDP training (`sstq-fl run`, `compare`; Flower `workload = \"train\"`)", RunConfig,
                      app_defaults=tuple(TRAIN_APP_DEFAULTS.items()))
+    yield Configured("Experiment tracking (`sstq-fl run`, `compare`, `sweep`; Flower `workload = \"train\"`)",
+                     TrackingConfig)
     for name, p in PIPELINES.items():
         yield Configured(f"{p.title} (`sstq-fl gen {name}`; Flower `workload = \"{name}\"`)", p.config,
                          p.prefix, tuple(p.shared))

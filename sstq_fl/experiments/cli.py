@@ -30,6 +30,7 @@ def add_experiment_parsers(sub: Any, resume_force: Any) -> None:
     s.add_argument("--cpus-per-cell", type=float, default=1.0,
                    help="CPUs each cell's Ray task holds (PyTorch gets one thread per CPU)")
     s.add_argument("--ray-address", default=None, help="attach to this Ray cluster (host:port) instead of a local Ray")
+    add_tracking(s)
     add_keep_checkpoints(s)
     add_verbose(s)
     add_interval(s)
@@ -48,6 +49,14 @@ def add_interval(p: argparse.ArgumentParser) -> None:
     from ..options import add_arguments
 
     add_arguments(p, IntervalOptions, defaults={"interval": None})
+
+
+def add_tracking(p: argparse.ArgumentParser) -> None:
+    """``--log-to SPEC`` (:class:`~sstq_fl.tracking.TrackingConfig`)."""
+    from ..options import add_arguments
+    from ..tracking import TrackingConfig
+
+    add_arguments(p, TrackingConfig)
 
 
 def add_verbose(p: argparse.ArgumentParser) -> None:
@@ -122,10 +131,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         from ..checks import probe_ray
 
         probe_ray(args.ray_address)
+    from ..options import from_args
+    from ..tracking import TrackingConfig
+
+    log_to = from_args(TrackingConfig, args).log_to  # a bad spec or a missing package: one line, before anything
     exp = load_experiment(args.experiment)
     overrides = parse_overrides(args.overrides, args.experiment)
     opts = SweepOptions(args.executor, args.cpus_per_cell, args.ray_address, args.resume, args.force,
-                        args.keep_checkpoints, args.max_cells or MAX_CELLS, args.interval)
+                        args.keep_checkpoints, args.max_cells or MAX_CELLS, args.interval, log_to)
     s = sweep(exp, args.out, opts, **overrides)
     c, eff = s["counts"], s["parallel_efficiency"]
     print(f"sweep {exp.title}: {c['done']} cells run, {c['skipped']} already complete, {c['failed']} failed, "

@@ -37,7 +37,8 @@ SWEEP_FILES = ("sweep.json", "results.csv", "results.csv.gz", "results.json", "a
 @dataclass
 class SweepOptions:
     """How a sweep runs: ``executor`` ``ray`` (default) or ``local``; CPUs per cell; where Ray is; the interval over
-    seeds its tables hold and its figures draw (None: the experiment file's ``[experiment] interval``, else ``t95``)."""
+    seeds its tables hold and its figures draw (None: the experiment file's ``[experiment] interval``, else ``t95``);
+    the tracker each cell's published metrics also go to (``log_to``, :mod:`sstq_fl.tracking`)."""
 
     executor: str = "ray"
     cpus: float = 1.0
@@ -47,6 +48,7 @@ class SweepOptions:
     keep_checkpoints: bool = False
     max_cells: int = MAX_CELLS
     interval: str | None = None
+    log_to: str | None = None
 
 
 def claim(out: Path, opts: SweepOptions) -> None:
@@ -111,8 +113,8 @@ def run_jobs(jobs: list[tuple[Cell, Path]], provenance: dict[str, Any], opts: Sw
 
     todo = pending_jobs(jobs, skipped)
     t0 = time.perf_counter()
-    executor = LocalExecutor(round_level=logging.DEBUG) if opts.executor == "local" else \
-        RayExecutor(opts.cpus, opts.ray_address)
+    executor = LocalExecutor(round_level=logging.DEBUG, log_to=opts.log_to) if opts.executor == "local" else \
+        RayExecutor(opts.cpus, opts.ray_address, log_to=opts.log_to)
     local = [j for j in todo if j[0].cfg.engine != "flower"]
     flower = [j for j in todo if j[0].cfg.engine == "flower"]
     with progress(len(todo), "cells", key="cells", every=len(todo) + 1, level=logging.DEBUG) as bar:
@@ -125,7 +127,7 @@ def run_jobs(jobs: list[tuple[Cell, Path]], provenance: dict[str, Any], opts: Sw
         if local:
             executor.run(local, opts.resume, opts.keep_checkpoints, provenance, report)
         if flower:
-            run_flower_cells(flower, opts.resume, opts.keep_checkpoints, provenance, report)
+            run_flower_cells(flower, opts.resume, opts.keep_checkpoints, provenance, report, log_to=opts.log_to)
     return results, t0, (executor.cores or 1) if local else 1
 
 
