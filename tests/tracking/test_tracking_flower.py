@@ -1,5 +1,6 @@
 """The Flower engine logs to a tracker as the vectorized engine does (the same ``Trainer.complete_round`` and
-``Trainer.finish``): ``sstq-fl run --engine flower`` and a comparison in one Flower simulation."""
+``Trainer.finish``): a comparison in one Flower simulation (the TensorBoard back end is read back on the vectorized
+engine, tests/tracking/test_tracking.py)."""
 
 import json
 
@@ -8,9 +9,9 @@ import pytest
 pytest.importorskip("flwr")
 
 from sstq_fl.experiments.compare import compare  # noqa: E402
-from sstq_fl.fl.engine import RunConfig, run  # noqa: E402
+from sstq_fl.fl.engine import RunConfig  # noqa: E402
 
-from .test_tracking import close, history, mlflow_runs, published, scalars  # noqa: E402
+from .test_tracking import close, history, mlflow_runs, published  # noqa: E402
 
 pytest.importorskip("tensorboard")
 pytest.importorskip("mlflow")
@@ -22,14 +23,6 @@ CFG = dict(task="lsq", dim=10, n=200, clients=4, batch=10, clip=1.0, lr=0.5, rou
 def _file_store(monkeypatch):
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
-
-
-def test_a_flower_run_logs_every_round_to_tensorboard(tmp_path):
-    m = run(RunConfig(encoder="sqkr", **CFG), tmp_path / "f", progress=False, log_to=f"tensorboard:{tmp_path / 'tb'}")
-    got = scalars(tmp_path / "tb" / "f")
-    assert close(got["epsilon_spent"], published(m["rounds"], "epsilon_spent"))
-    assert close(got["non_private/train_loss"], published(m["rounds"], "train_loss"))
-    assert close(got["final/epsilon_total"], [(2, m["final"]["epsilon_total"])])
 
 
 def test_a_flower_comparison_logs_one_mlflow_run_per_encoder(tmp_path):
