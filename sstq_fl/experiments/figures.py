@@ -278,6 +278,17 @@ CENTRAL_AXES = ("epsilon", "central-epsilon", "central_epsilon", "trust", "name"
 """The group columns a ``trust`` line runs across (or names itself by): the rest tell its lines apart."""
 
 
+def spread(xs: Sequence[float], factor: float = 1.5) -> list[float]:
+    """The ascending positive values ``xs`` thinned so that each kept one is at least ``factor`` times the last kept,
+    and at least an eighth of their span apart on a log axis (tick labels that do not overlap)."""
+    out: list[float] = []
+    step = max(factor, (xs[-1] / xs[0]) ** (1 / MAX_TICKS)) if xs else factor
+    for x in xs:
+        if not out or x >= step * out[-1]:
+            out.append(x)
+    return out
+
+
 def trust_lines(finals: Sequence[dict[str, Any]]) -> list[tuple[str, int, list[dict[str, Any]]]]:
     """The final rows as the ``trust`` figure's lines: one per trust model and encoder (and any other grid value
     that varies, besides ε, the curator's ``central-epsilon`` and the cell name), in first-seen order; each
@@ -294,13 +305,16 @@ def trust_lines(finals: Sequence[dict[str, Any]]) -> list[tuple[str, int, list[d
     return out
 
 
-def trust_label(trust: str, members: list[dict[str, Any]], cols: Sequence[str], mixed_seeds: bool) -> str:
-    """A ``trust`` line's legend label: ``trust: `` and its cell name (when its rows share one) or encoder spec, the
-    other grid values that set it apart, ``ε: local, composed †`` without a trusted stage, and ``1 seed`` where
-    seeds differ between lines and it has one."""
+def trust_label(trust: str, members: list[dict[str, Any]], cols: Sequence[str], mixed_seeds: bool,
+                named: dict[str, list[dict[str, Any]]]) -> str:
+    """A ``trust`` line's legend label: ``trust: `` and its cell name (when its rows share one: with the grid values
+    that vary between the rows of that name, ``named``) or encoder spec and the grid values that set it apart,
+    ``ε: local, composed †`` without a trusted stage, and ``1 seed`` where seeds differ between lines and it has
+    one."""
     names = {str(a.get("name") or "") for a in members}
     first = members[0]
-    head = label_of({**first, "name": names.pop() if len(names) == 1 else ""}, cols)
+    name = names.pop() if len(names) == 1 else ""
+    head = label_of({**first, "name": name}, varying(named.get(name, []), CENTRAL_AXES) if name else cols)
     centrals = [central_epsilon(a) for a in members]
     local = any(what == LOCAL_CENTRAL for _, what in centrals)
     level = all(x is None or not math.isfinite(x) for x, _ in centrals)
@@ -336,10 +350,14 @@ def plot_trust(doc: dict[str, Any], base: Path, interval: str | None = None) -> 
     fig.suptitle(textwrap.fill(title.split("\n")[0], 150) + ("\n" + title.split("\n")[1] if local else ""), fontsize=9)
     cols = varying(finals, CENTRAL_AXES)
     mixed = len(seeds) > 1
+    named: dict[str, list[dict[str, Any]]] = {}
+    for a in finals:
+        if a.get("name"):
+            named.setdefault(str(a["name"]), []).append(a)
     for trust, j, members in lines:
         i = trusts.index(trust) if trust in trusts else len(trusts)
         shape = {**look(i), "ls": LINES[j % len(LINES)], "mfc": "white" if j % 2 else None}
-        label = trust_label(trust, members, cols, mixed)
+        label = trust_label(trust, members, cols, mixed, named)
         _trust_line(ax_eps, members, label, shape, b)
         for a in members:
             if _finite(a.get("metric_mean")) and _finite(a.get("bits_per_client_mean")):
@@ -356,7 +374,7 @@ def plot_trust(doc: dict[str, Any], base: Path, interval: str | None = None) -> 
     eps: list[Any] = [central_epsilon(a)[0] for a in finals]
     bits: list[Any] = [a.get("bits_per_client_mean") for a in finals]
     for ax, values in ((ax_eps, eps), (ax_bits, bits)):
-        xs = sorted({round(float(x), 12) for x in values if _finite(x) and float(x) > 0})
+        xs = spread(sorted({round(float(x), 12) for x in values if _finite(x) and float(x) > 0}))
         if 0 < len(xs) <= MAX_TICKS:
             ax.set_xticks(xs, [f"{x:.3g}" for x in xs])
             ax.xaxis.set_minor_formatter(NullFormatter())
