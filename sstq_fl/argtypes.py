@@ -89,10 +89,18 @@ def item_list(s: str) -> list[str]:
     return out
 
 
+DEVICE_HELP = "torch device (cpu, cuda, cuda:N; auto: cuda where available, else cpu)"
+
+
 def device_arg(s: str) -> str:
-    """argparse type for a torch device that exists here (cpu, cuda, cuda:N)."""
+    """argparse type for a torch device that exists here (cpu, cuda, cuda:N), or ``auto``: cuda where available,
+    else cpu (torch is imported only here, when the command that takes the option is parsed)."""
     from .checks import torch_device
 
+    if s.strip() == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
     try:
         return torch_device(s)
     except ValueError as exc:

@@ -1,4 +1,4 @@
-"""The ``sstq-fl`` command line."""
+"""The sstq-fl command line."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-import torch
-
 from .argtypes import (
+    DEVICE_HELP,
     at_least_100,
     device_arg,
     item_list,
@@ -98,11 +97,14 @@ def cmd_encoders(args: argparse.Namespace) -> int:
     for r in rows:
         bias = "unbiased" if r["unbiased"] else "unbiased unless clipped" if r["unbiased_unless_clipped"] else "biased"
         where = "" if r["origin"]["kind"] == "built-in" else f"  [{ENCODERS.origin(r['name']).label()}]"
-        print(f"{r['name']:10s} bits = {r['bits_text']:40s} {bias}"
-              f"{'' if r['private'] else ', NOT private'}  — {r['summary']}{where}")
+        print(f"{r['name']:10s} {bias}{'' if r['private'] else ', NOT private'}  — {r['summary']}{where}")
+        if r["bits"]:
+            print(f"    bits_formula = \"{r['bits']}\"" + (f"  ({r['bits_text']})" if r["bits_text"] != r["bits"] else ""))
         for k, p in r["params"].items():
             ch = f" {{{'|'.join(map(str, p['choices']))}}}" if "choices" in p else ""
             print(f"    {k}={p['default']}{ch}: {p['doc']}")
+    for line in ENCODERS.refused().values():
+        print(line)
     return 0
 
 
@@ -271,6 +273,14 @@ def _run_config(args: argparse.Namespace, encoder: str) -> Any:
     return cfg
 
 
+def _log_to(args: argparse.Namespace) -> str | None:
+    """``--log-to``, checked (:class:`~sstq_fl.tracking.TrackingConfig`: a bad spec or a missing package is one line)."""
+    from .options import from_args
+    from .tracking import TrackingConfig
+
+    return from_args(TrackingConfig, args).log_to  # type: ignore[no-any-return]
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     """Several encoders on identical batches (every spec is checked before any training)."""
     from .experiments.compare import DEFAULT_ENCODERS, compare
@@ -279,13 +289,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(f"comparing {len(encoders)} encoders on {args.task} ({args.clients} clients, {args.rounds} rounds, "
           f"epsilon {args.epsilon}) -> {args.out}")
     compare(_run_config(args, encoders[0]), encoders, args.out, resume=args.resume, force=args.force,
-            experiment=getattr(args, "experiment", None), keep_checkpoints=args.keep_checkpoints)
+            experiment=getattr(args, "experiment", None), keep_checkpoints=args.keep_checkpoints,
+            interval=args.interval, log_to=_log_to(args))
     print(f"wrote {args.out}/comparison.md (table), {args.out}/comparison.png (curves, accuracy vs bits), "
           f"{args.out}/comparison.json and one folder per encoder")
     return 0
 
 
-_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DEMO_ENCODERS = ["clean", "privunit", "sqkr", "sstq-flat:b=4", "sstq-ma:b=4"]
 
 
@@ -341,12 +351,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .fl.engine import METRIC_KEYS, run, trainers
     from .progress import progress
 
-    cfg = _run_config(args, args.encoder)
+    cfg, log_to = _run_config(args, args.encoder), _log_to(args)
     trainer = trainers(cfg, [cfg.encoder])[cfg.encoder]  # checks the encoder, the data and the budget
     _claim_out(cfg, args)
     _record_experiment(args, cfg)
     with progress(cfg.rounds, f"{cfg.encoder} rounds", key="rounds", every=1):  # a bar on a terminal, else log lines
-        m = run(cfg, args.out, resume=args.resume, trainer=trainer, keep_checkpoints=args.keep_checkpoints)
+        m = run(cfg, args.out, resume=args.resume, trainer=trainer, keep_checkpoints=args.keep_checkpoints,
+                log_to=log_to)
     f = m["final"]
     metric = next((f"{k.replace('_', ' ')} {number(f[k])}" for k in METRIC_KEYS if k in f), "no published metric")
     print(f"{cfg.encoder}: {metric}, train loss {number(f.get('train_loss'))} (non-private diagnostic), "
@@ -388,7 +399,7 @@ def build_parser(gen: bool = True) -> argparse.ArgumentParser:
     from .bench.parsers import add_bench_parsers
 
     _fwht_kashin_ledger_parsers(bs)
-    add_bench_parsers(bs, _table, _DEVICE)
+    add_bench_parsers(bs, _table)
     _training_parsers(sub)
 
     from .experiments.cli import add_experiment_parsers
@@ -425,7 +436,7 @@ def _fwht_kashin_ledger_parsers(bs: Any) -> None:
     f.add_argument("--rows", type=positive_int, default=100, help="vectors transformed at once")
     f.add_argument("--sizes", type=powers_of_two, default="1024,16384,65536,262144",
                    help="comma-separated transform sizes N (powers of 2)")
-    f.add_argument("--device", type=device_arg, default=_DEVICE, help="torch device (cpu, cuda, cuda:N)")
+    f.add_argument("--device", type=device_arg, default="auto", help=DEVICE_HELP)
     f.add_argument("--out", default="results/fwht.json", type=out_file, help="result JSON")
     f.set_defaults(fn=cmd_fwht)
     k = bs.add_parser("kashin", help="achieved Kashin level on adversarial inputs, per setting")
@@ -447,7 +458,7 @@ def _fwht_kashin_ledger_parsers(bs: Any) -> None:
 
 def _training_parsers(sub: Any) -> None:
     """``run``, ``compare`` and ``demo``."""
-    from .experiments.cli import add_verbose
+    from .experiments.cli import add_interval, add_verbose
     from .fl.config import RunConfig
     from .options import add_arguments
 
@@ -459,6 +470,7 @@ def _training_parsers(sub: Any) -> None:
                    help="space- or ';'-separated specs (default: clean privunit sqkr sstq-flat:b=4 "
                         "sstq-flat:b=4,codebook=optimized sstq-ma:b=4 vqsgd)")
     _training_args(c, skip=("encoder",))
+    add_interval(c)
     c.set_defaults(fn=cmd_compare)
     dm = sub.add_parser("demo", help="the built-in default comparison (Fashion-MNIST, 100 clients, Flower + Ray)")
     dm.add_argument("--out", default="results/demo", type=out_folder, help="output folder (one sub-folder per encoder)")
@@ -511,12 +523,15 @@ def _resume_force_args(p: argparse.ArgumentParser) -> None:
 
 def _training_args(r: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
     """Options shared by ``run`` and ``compare``: the fields of :class:`~sstq_fl.fl.config.RunConfig`
-    (declared there once), where the Flower engine runs, ``--config``, and the output folder."""
+    (declared there once), where the Flower engine runs, ``--config``, ``--log-to``
+    (:class:`~sstq_fl.tracking.TrackingConfig`) and the output folder."""
     from .experiments.cli import add_config_option, add_keep_checkpoints, add_verbose
     from .fl.config import RunConfig
     from .options import add_arguments
+    from .tracking import TrackingConfig
 
     add_arguments(r, RunConfig, skip=skip)
+    add_arguments(r, TrackingConfig)
     r.add_argument("--ray-address", default=None, help="flower engine: attach to this Ray cluster (host:port)")
     r.add_argument("--client-cpus", type=resource_amount, default=None,
                    help="flower engine: CPUs Ray reserves for each simulated node's actor (default 0.5; 1 with cohort "
@@ -585,8 +600,18 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _warning_line(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                  line: str | None = None) -> None:
+    """A warning as one line on stderr, ``sstq-fl: warning: MESSAGE`` (no source line: it is the library's)."""
+    print(f"sstq-fl: warning: {' '.join(str(message).split())}", file=sys.stderr if file is None else file)
+
+
 def console_main() -> NoReturn:
-    """The ``sstq-fl`` console script: :func:`main`, ended by :func:`sstq_fl.console.run_and_exit`."""
+    """The ``sstq-fl`` console script: :func:`main` with warnings as one line each, ended by
+    :func:`sstq_fl.console.run_and_exit`."""
+    import warnings
+
+    warnings.showwarning = _warning_line
     run_and_exit(main)
 
 

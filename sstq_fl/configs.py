@@ -1,6 +1,7 @@
-"""Every configuration a user sets, in one list: the LDP training run and each DP generative
-pipeline.  The Flower app's run-config defaults (``[tool.flwr.app.config]`` in ``pyproject.toml``)
-and the options reference page (``docs/options.md``, ``sstq-fl options``) are generated from it."""
+"""Every configuration a user sets, in one list: the LDP training run, each DP generative
+pipeline and the intervals over seeds of a sweep's tables and figures.  The Flower app's run-config
+defaults (``[tool.flwr.app.config]`` in ``pyproject.toml``) and the options reference page
+(``docs/options.md``, ``sstq-fl options``) are generated from it."""
 
 from __future__ import annotations
 
@@ -30,15 +31,22 @@ class Configured:
 
 
 def configurations() -> Iterator[Configured]:
-    """The training run, then each registered DP generative pipeline."""
+    """The training run, where it is also logged, each registered DP generative pipeline, then the intervals over
+    seeds (no run-config key)."""
     from .fl.config import RunConfig
     from .gen.pipelines import PIPELINES
+    from .intervals import IntervalOptions
+    from .tracking import TrackingConfig
 
     yield Configured("LDP training (`sstq-fl run`, `compare`; Flower `workload = \"train\"`)", RunConfig,
                      app_defaults=tuple(TRAIN_APP_DEFAULTS.items()))
+    yield Configured("Experiment tracking (`sstq-fl run`, `compare`, `sweep`; Flower `workload = \"train\"`)",
+                     TrackingConfig)
     for name, p in PIPELINES.items():
         yield Configured(f"{p.title} (`sstq-fl gen {name}`; Flower `workload = \"{name}\"`)", p.config,
                          p.prefix, tuple(p.shared))
+    yield Configured("Intervals over seeds (`sstq-fl sweep`, `compare`, `plot`; experiment file `[experiment] interval`)",
+                     IntervalOptions)
 
 
 def app_run_config_defaults() -> dict[str, Any]:

@@ -2,7 +2,8 @@
 sample grid and a DP-MEPF ε sweep.
 
 Each figure's title says what produced it (:func:`title`: task, encoder spec(s), ε, clients,
-rounds, randomness mode, ...); round axes have integer ticks (:func:`integer_ticks`); every plot
+rounds, randomness mode, ...); round axes have integer ticks (:func:`integer_ticks`); long axis labels are
+wrapped to the axis (:func:`axis_label`); every series looks as :func:`sstq_fl.palette.look` says; every plot
 function returns its :class:`~matplotlib.figure.Figure` (closed to drawing, still readable) after
 writing the PNG atomically.  Figures are made without pyplot, so no global backend is switched.
 """
@@ -18,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, NullFormatter
 
 from .io import atomic_write_bytes
+from .palette import look
 
 PathLike = str | os.PathLike[str]
 SPEC_FACTS = ("task", "encoder", "epsilon", "clients", "rounds", "engine", "randomness", "trust")
@@ -53,6 +54,11 @@ def run_facts(config: Mapping[str, Any], *keys: str) -> dict[str, Any]:
     return facts
 
 
+def axis_label(text: str, width: int = 34) -> str:
+    """An axis label wrapped at ``width`` characters, so a long one fits beside a short axis instead of being cut."""
+    return "\n".join(textwrap.wrap(text, width)) or text
+
+
 def integer_ticks(ax: Axes) -> None:
     """Integer ticks on ``ax``'s x axis (rounds, steps)."""
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -77,25 +83,28 @@ def figure_title(fig: Figure) -> str:
 
 
 # ----------------------------------------------------------------------------- training runs
-def _round_panels(ax: Sequence[Axes], rounds: list[dict[str, Any]], key: str, label: str, color: str,
-                  style: str = "-", no_epsilon: str = "ε = ∞") -> None:
-    """Training loss, ``key`` and ε spent against the round on ``ax[0..2]`` (``style``: the ε line's, so
-    encoders with equal ε stay apart; ``no_epsilon``: the ε line's note when no ε is finite)."""
+def _round_panels(ax: Sequence[Axes], rounds: list[dict[str, Any]], key: str, label: str, i: int = 0,
+                  no_epsilon: str = "ε = ∞") -> None:
+    """Training loss, ``key`` and ε spent against the round on ``ax[0..2]`` in the ``i``-th series' look
+    (:func:`~sstq_fl.palette.look`; markers every few rounds); ``no_epsilon``: the ε line's note when no ε is
+    finite; a trusted stage's central ε dotted."""
     t = [x["round"] for x in rounds]
-    ax[0].plot(t, finite([x.get("train_loss") for x in rounds]), color=color, label=label)
-    ax[1].plot(t, finite([x.get(key) for x in rounds]), color=color, label=label)
+    kw = {"color": look(i)["color"], "ls": look(i)["ls"], "marker": look(i)["marker"], "ms": 4,
+          "markevery": max(1, len(t) // 8)}
+    ax[0].plot(t, finite([x.get("train_loss") for x in rounds]), label=label, **kw)
+    ax[1].plot(t, finite([x.get(key) for x in rounds]), label=label, **kw)
     eps = finite([x.get("epsilon_spent") for x in rounds])
-    ax[2].plot(t, eps, color=color, linestyle=style, label=label if any(map(math.isfinite, eps)) else f"{label} ({no_epsilon})")
+    ax[2].plot(t, eps, label=label if any(map(math.isfinite, eps)) else f"{label} ({no_epsilon})", **kw)
     if any("epsilon_central" in x for x in rounds):
-        ax[2].plot(t, finite([x.get("epsilon_central") for x in rounds]), color=color, linestyle=":",
+        ax[2].plot(t, finite([x.get("epsilon_central") for x in rounds]), **{**kw, "ls": ":"},
                    label=f"{label}: central (trusted stage: see the title)")
 
 
 def _label_round_axes(ax: Sequence[Axes], key: str) -> None:
     """Axis names, integer round ticks and log scales of the three per-round panels."""
-    ax[0].set(ylabel="training loss (non-private diagnostic; not published in secure mode)")
-    ax[1].set(ylabel=key.replace("_", " "))
-    ax[2].set(ylabel="ε spent (cumulative; local, against the server)")
+    ax[0].set(ylabel=axis_label("training loss (non-private diagnostic; not published in secure mode)"))
+    ax[1].set(ylabel=axis_label(key.replace("_", " ")))
+    ax[2].set(ylabel=axis_label("ε spent (cumulative; local, against the server)"))
     for a in ax[:3]:
         a.set_xlabel("round")
         integer_ticks(a)
@@ -116,7 +125,7 @@ def plot_run(metrics: dict[str, Any], path: PathLike) -> Figure:
     fig = Figure(figsize=(15, 4.4), layout="constrained")
     ax = fig.subplots(1, 3)
     key, c = metric_key(metrics), metrics["config"]
-    _round_panels(ax, metrics["rounds"], key, c["encoder"], "C0")
+    _round_panels(ax, metrics["rounds"], key, c["encoder"])
     _label_round_axes(ax, key)
     ax[2].legend(fontsize=8)
     fig.suptitle(title("sstq-fl run", run_facts(c)))
@@ -137,16 +146,15 @@ def plot_comparison(results: Mapping[str, dict[str, Any]], path: PathLike, confi
     ax = fig.subplots(1, 4)
     key = metric_key(next(iter(results.values())))
     for i, (spec, m) in enumerate(results.items()):
-        label, color = spec_label(spec, m), f"C{i % 10}"
-        _round_panels(ax, m["rounds"], key, label, color, ("-", "--", ":", "-.")[i % 4],
-                      (privacy or {}).get(spec, "ε = ∞"))
+        label = spec_label(spec, m)
+        _round_panels(ax, m["rounds"], key, label, i, (privacy or {}).get(spec, "ε = ∞"))
         bits, final = m["final"]["bits_per_client"], m["final"].get(key)
         if final is not None:  # absent: a secure run of a task whose metric uses the pooled data
-            ax[3].scatter([bits], [float(final)], color=color, label=label)
+            ax[3].scatter([bits], [float(final)], color=look(i)["color"], marker=look(i)["marker"], label=label)
             ax[3].annotate(spec, (bits, float(final)), fontsize=7, xytext=(3, 3), textcoords="offset points")
     _label_round_axes(ax, key)
     ax[0].set_yscale("log")
-    ax[3].set(xlabel="bits per client per round", ylabel=f"final {key.replace('_', ' ')}", xscale="log")
+    ax[3].set(xlabel="bits per client per round", ylabel=axis_label(f"final {key.replace('_', ' ')}"), xscale="log")
     if key == "distance_to_optimum":
         ax[3].set_yscale("log")
     ax[3].grid(True, which="both", alpha=0.3)
@@ -164,13 +172,13 @@ def plot_mse(result: dict[str, Any], path: PathLike) -> Figure:
     not its own."""
     fig = Figure(figsize=(7.5, 5.5), layout="constrained")
     ax = fig.subplots()
-    for label in dict.fromkeys(r["encoder"] for r in result["rows"]):
+    for i, label in enumerate(dict.fromkeys(r["encoder"] for r in result["rows"])):
         rs = [r for r in result["rows"] if r["encoder"] == label]
         m = np.array([r["mse"] for r in rs])
         lo = np.maximum(m - np.array([r["ci_low"] for r in rs]), 0)
         hi = np.array([r["ci_high"] for r in rs]) - m
         note = "" if rs[-1].get("private", True) else f", {rs[-1].get('encoder_privacy', 'non-private')}"
-        ax.errorbar([r["d"] for r in rs], m, yerr=[lo, hi], marker="o", capsize=3,
+        ax.errorbar([r["d"] for r in rs], m, yerr=[lo, hi], **look(i), capsize=3,
                     label=f"{label} ({rs[-1]['bits_per_message']} b{note})")
     ax.set(xscale="log", yscale="log", xlabel="dimension d", ylabel="E‖ĝ − g‖²")
     ax.grid(True, which="both", alpha=0.3)
@@ -198,16 +206,17 @@ def plot_frontier(result: dict[str, Any], path: PathLike) -> Figure:
     dims, epss = sorted({d for d, _ in settings}), sorted({e for _, e in settings})
     fig = Figure(figsize=(5.2 * len(epss), 4.6 * len(dims) + 0.8), layout="constrained")
     axes = np.atleast_2d(fig.subplots(len(dims), len(epss), squeeze=False))
+    names = list(dict.fromkeys(r["encoder"] for r in result["rows"]))  # one look per encoder in every panel
     for (d, eps), ax in ((s, axes[dims.index(s[0]), epss.index(s[1])]) for s in settings):
         rows = [r for r in result["rows"] if (r["d"], r["epsilon"]) == (d, eps) and r["mse"] is not None
                 and r["encoder"] != "clean"]
-        ax.set_prop_cycle(color=[colormaps["tab20"](i) for i in range(20)], marker=["o", "s", "^", "v", "D"] * 4)
         for name in dict.fromkeys(r["encoder"] for r in rows):
             rs = pareto([r for r in rows if r["encoder"] == name])
             m = np.array([r["mse"] for r in rs])
             err = [np.maximum(m - [r["ci_low"] for r in rs], 0), np.maximum(np.array([r["ci_high"] for r in rs]) - m, 0)]
-            ax.errorbar([r["bits"] for r in rs], m, yerr=err, ms=3, capsize=2, lw=1,
-                        ls="-" if rs[0]["private"] else "--", label=name if rs[0]["private"] else f"{name} (not private)")
+            shape = {**look(names.index(name)), **({} if rs[0]["private"] else {"ls": "--"})}
+            ax.errorbar([r["bits"] for r in rs], m, yerr=err, ms=3, capsize=2, lw=1, **shape,
+                        label=name if rs[0]["private"] else f"{name} (not private)")
         best = pareto([r for r in rows if r["private"]])
         if best:
             ax.step([r["bits"] for r in best], [r["mse"] for r in best], where="post", color="0.5", lw=4, alpha=0.35,
@@ -271,10 +280,10 @@ def _sweep_axes(ax: Axes, dp: list[dict[str, Any]], refs: list[dict[str, Any]], 
     """One sweep panel: ``key`` against ε for the DP rows (with their intervals), each reference row as a
     horizontal line, and the evaluation's reference (:func:`reference_lines`)."""
     eps = [r["epsilon"] for r in dp]
-    points(ax, eps, dp, key, "o-", color="C0", label="DP-MEPF (ε of the run)")
-    for r, (color, style) in zip(refs, (("C3", "--"), ("C2", ":"), ("C4", "-."))):
+    points(ax, eps, dp, key, "o-", color=look(0)["color"], label="DP-MEPF (ε of the run)")
+    for i, (r, style) in enumerate(zip(refs, ("--", ":", "-.")), start=1):
         name = r["reference"].split(" (")[0] + (" (ε = ∞)" if r["epsilon"] is None else f" (ε = {fmt_value(r['epsilon'])})")
-        ax.axhline(r[key], linestyle=style, color=color, label=name)
+        ax.axhline(r[key], linestyle=style, color=look(i)["color"], label=name)
     reference_lines(ax, calibration, key)
     ax.set(xscale="log", xlabel="ε (δ fixed, replace-one)", ylabel=ylabel)
     ax.set_xticks(eps, [fmt_value(float(f"{e:.3g}")) for e in eps])

@@ -6,7 +6,8 @@ Flower apps) whose ``sstq_fl.*`` lines should be seen.  :func:`progress` shows a
 when stderr is a terminal and otherwise logs a line every ~10 % of the loop and at its end, so a
 run whose output goes to a file (CI, ``flwr run``) still shows how far it got.  :func:`report` is
 for a loop whose body is out of the caller's reach (a training round): it moves the innermost open
-:func:`progress` opened with the same ``key``, or logs a line when there is none.
+:func:`progress` opened with the same ``key``, or logs a line when there is none.  The time left is one
+estimate (:func:`eta_seconds`, written by :func:`eta_text`), shown alike by the bar and the log line.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.logging import RichHandler
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as RichProgress
 from rich.table import Column
 
@@ -123,6 +124,22 @@ def format_fields(fields: dict[str, Any]) -> str:
     return ", ".join(f"{k.replace('_', ' ')} {fmt(v)}" for k, v in fields.items() if v is not None)
 
 
+def eta_seconds(elapsed: float, completed: int, total: int) -> float | None:
+    """The time left of a loop, at the mean pace so far: ``elapsed / completed · (total − completed)`` (None before
+    the first step or after the last).  The one estimate the bar and the log line show."""
+    if not 0 < completed < total:
+        return None
+    return elapsed / completed * (total - completed)
+
+
+def eta_text(seconds: float | None) -> str:
+    """``eta h:mm:ss`` (rounded to the second), ``eta -:--:--`` when unknown."""
+    if seconds is None or not math.isfinite(seconds):
+        return "eta -:--:--"
+    s = round(seconds)
+    return f"eta {s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
 def default_every(total: int) -> int:
     """Log interval of a loop with ``total`` steps when not on a terminal: about every 10 %."""
     return max(1, math.ceil(total / 10))
@@ -139,8 +156,9 @@ class Progress:
         self.total, self.description, self.key, self.every, self.level = total, description, key, every, level
         self.completed, self.t0, self._last_logged = 0, time.perf_counter(), 0
         self.fields: dict[str, Any] = {}
+        self.eta: float | None = None  # the time left as of the last update (eta_seconds)
         self._bar = bar
-        self._task = bar.add_task(description, total=total, info="") if bar is not None else None
+        self._task = bar.add_task(description, total=total, info="", eta=eta_text(None)) if bar is not None else None
 
     def advance(self, n: int = 1, **fields: Any) -> None:
         """``n`` more steps are done (``fields``: the latest values to show)."""
@@ -149,21 +167,24 @@ class Progress:
     def update(self, completed: int, **fields: Any) -> None:
         """``completed`` steps are done (absolute, e.g. a resumed run's round); ``fields`` as in :meth:`advance`."""
         self.completed, self.fields = completed, fields or self.fields
+        self.eta = eta_seconds(time.perf_counter() - self.t0, completed, self.total)
         if self._bar is not None and self._task is not None:
-            self._bar.update(self._task, completed=completed, info=format_fields(self.fields))
+            self._bar.update(self._task, completed=completed, info=format_fields(self.fields), eta=eta_text(self.eta))
         elif completed // self.every > self._last_logged // self.every or completed >= self.total:
             if completed != self._last_logged:
                 self._log()
 
-    def line(self) -> str:
-        """``description completed/total (pct %, elapsed, eta): fields``."""
+    def head(self) -> str:
+        """``description completed/total (pct %, elapsed, eta h:mm:ss)``: the eta the bar shows (:attr:`eta`)."""
         elapsed = time.perf_counter() - self.t0
         pct = 100 * self.completed / self.total if self.total else 100.0
-        eta = f", eta {elapsed / self.completed * (self.total - self.completed):.0f} s" \
-            if 0 < self.completed < self.total else ""
+        eta = f", {eta_text(self.eta)}" if self.eta is not None else ""
+        return f"{self.description} {self.completed}/{self.total} ({pct:.0f} %, {elapsed:.1f} s{eta})"
+
+    def line(self) -> str:
+        """:meth:`head` and ``: fields``."""
         extra = format_fields(self.fields)
-        return f"{self.description} {self.completed}/{self.total} ({pct:.0f} %, {elapsed:.1f} s{eta})" + \
-            (f": {extra}" if extra else "")
+        return self.head() + (f": {extra}" if extra else "")
 
     def _log(self) -> None:
         """Log the current line and remember where it was logged."""
@@ -187,7 +208,8 @@ def _start_bar(terminal: bool) -> RichProgress | None:
     if _live is None:
         info = TextColumn("{task.fields[info]}", table_column=Column(no_wrap=False))
         _live = RichProgress(TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
-                             TimeElapsedColumn(), TimeRemainingColumn(), info, console=console(), transient=True)
+                             TimeElapsedColumn(), TextColumn("{task.fields[eta]}"), info, console=console(),
+                             transient=True)
         _live.start()
     return _live
 

@@ -18,6 +18,8 @@ in the manner of Opacus' decorator registries:
   point with its distribution's name and version, or a registration at run time.
 * ``REG[name]`` of an unknown name is an :class:`UnknownName` error (a ``ValueError`` and a
   ``KeyError``) listing the registered names; ``names()``, ``items()`` and ``in`` list entries.
+  A plug-in that was skipped is remembered with its one-line reason (:meth:`Registry.refused`), and
+  ``REG[name]`` of its name says ``<what> plug-in NAME was refused at registration: <reason>``.
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ class Registry(Generic[T]):
         self._on_register = on_register
         self._entries: dict[str, T] = {}
         self._origins: dict[str, Origin] = {}
+        self._refused: dict[str, tuple[str, str]] = {}  # name -> (the plug-in, why it was not registered)
         self._builtins_loaded = self._plugins_loaded = False
 
     def register(self, name: str, obj: T | None = None) -> Any:
@@ -140,22 +143,18 @@ class Registry(Generic[T]):
                 importlib.import_module(module)
 
     def _load_plugin(self, ep: Any) -> None:
-        """Register one entry point's object, or warn (one line) why it is skipped."""
-        where = self._origin(ep)
+        """Register one entry point's object, or warn (one line) why it is skipped and remember the reason."""
         try:
             obj = ep.load()
         except Exception as exc:  # any failure of third-party code: skip that plug-in only
-            warnings.warn(f"{where} skipped: loading it failed ({described(exc)})", PluginWarning,
-                          stacklevel=5)
+            self._refuse(ep, f"loading it failed ({described(exc)})", "skipped")
             return
         if self._accepts is not None and not self._accepts(obj):
-            warnings.warn(f"{where} skipped: it is {type(obj).__name__} {obj!r:.60}, not {self.kind}", PluginWarning,
-                          stacklevel=5)
+            self._refuse(ep, f"it is {type(obj).__name__} {obj!r:.60}, not {self.kind}", "skipped")
             return
         taken = self._entries.get(ep.name)
         if taken is not None and taken is not obj:
-            warnings.warn(f"{where} refused: the name {ep.name!r} is already registered by {_describe(taken)}",
-                          PluginWarning, stacklevel=5)
+            self._refuse(ep, f"the name {ep.name!r} is already registered by {_describe(taken)}")
             return
         dist = getattr(ep, "dist", None)
         origin = Origin("entry point", str(ep.value).partition(":")[0].strip() or "?",
@@ -163,7 +162,20 @@ class Registry(Generic[T]):
         try:
             self._add(ep.name, obj, origin)
         except ValueError as exc:  # refused by the registry's own rules (e.g. an encoder missing a declaration)
-            warnings.warn(f"{where} refused: {described(exc)}", PluginWarning, stacklevel=5)
+            self._refuse(ep, " ".join(str(exc).split()))
+
+    def _refuse(self, ep: Any, reason: str, verb: str = "refused") -> None:
+        """Warn that the entry point ``ep`` is not registered (``<plug-in> refused: reason``) and remember why,
+        unless its name belongs to another entry (a look-up of the name finds that one)."""
+        warnings.warn(f"{self._origin(ep)} {verb}: {reason}", PluginWarning, stacklevel=6)
+        if ep.name not in self._entries:
+            self._refused[ep.name] = (self._origin(ep), reason)
+
+    def refused(self) -> dict[str, str]:
+        """The plug-ins that were not registered, by name: ``<what> plug-in NAME = VALUE (distribution D) was refused
+        at registration: <reason>``, one line each (plug-ins loaded first)."""
+        self.load()
+        return {name: f"{where} was refused at registration: {why}" for name, (where, why) in self._refused.items()}
 
     def origin(self, name: str) -> Origin:
         """Where the entry ``name`` came from (:class:`UnknownName` when there is none)."""
@@ -182,6 +194,8 @@ class Registry(Generic[T]):
         try:
             return self._entries[name]
         except KeyError:
+            if name in self._refused:
+                raise UnknownName(self.refused()[name]) from None
             raise UnknownName(f"unknown {self.what} {name!r}; registered: {', '.join(sorted(self._entries)) or 'none'}") \
                 from None
 
@@ -216,16 +230,18 @@ class Registry(Generic[T]):
         self.load()
         return dict(self._entries)
 
-    def snapshot(self) -> tuple[dict[str, T], bool, dict[str, Origin]]:
-        """The registry's entries (built-ins loaded), whether plug-ins were loaded and the entries' origins,
-        for :meth:`restore`."""
+    def snapshot(self) -> tuple[dict[str, T], bool, dict[str, Origin], dict[str, tuple[str, str]]]:
+        """The registry's entries (built-ins loaded), whether plug-ins were loaded, the entries' origins and the
+        refused plug-ins, for :meth:`restore`."""
         self._load_builtins()
-        return dict(self._entries), self._plugins_loaded, dict(self._origins)
+        return dict(self._entries), self._plugins_loaded, dict(self._origins), dict(self._refused)
 
-    def restore(self, state: tuple[dict[str, T], bool, dict[str, Origin]]) -> None:
+    def restore(self, state: tuple[dict[str, T], bool, dict[str, Origin], dict[str, tuple[str, str]]]) -> None:
         """Put back a state taken by :meth:`snapshot` (tests that install fake plug-ins use both)."""
         self._entries, self._plugins_loaded, self._origins = dict(state[0]), state[1], dict(state[2])
+        self._refused = dict(state[3])
 
     def reload_plugins(self) -> None:
-        """Forget that plug-ins were loaded: the next look-up loads the entry points again."""
+        """Forget that plug-ins were loaded (and refused): the next look-up loads the entry points again."""
         self._plugins_loaded = False
+        self._refused = {}

@@ -144,3 +144,55 @@ def test_real_entry_point_to_a_missing_module_is_skipped(fake_plugins):
     fake_plugins(metadata.EntryPoint("gone", "sstq_fl_no_such_module_xyz:Enc", "sstq_fl.encoders"))
     with pytest.warns(UserWarning, match=r"'gone'.*sstq_fl_no_such_module_xyz.*skipped"):
         assert "gone" not in registry()
+
+
+class _Displayed:
+    """A plug-in whose ``bits_formula`` is copied from the listing's displayed form (refused at registration)."""
+
+    @staticmethod
+    def make():
+        from sstq_fl.encoders.sqkr import SQKR
+
+        return type("Displayed", (SQKR,), {"bits_formula": "k·(⌈log2 N⌉ + 1)"})
+
+
+def test_a_refused_plugin_is_remembered_and_named_on_look_up(fake_plugins, capsys):
+    from sstq_fl.cli import main
+    from sstq_fl.encoders import base, make_encoder, registry
+
+    fake_plugins(FakeEntryPoint("displayed", "disp_pkg:Displayed", "disp-dist", _Displayed.make))
+    with pytest.warns(UserWarning, match=r"'displayed'.*disp-dist.*refused.*bits formula"):
+        assert "displayed" not in registry()
+    reason = base.ENCODERS.refused()["displayed"]
+    assert "plug-in 'displayed'" in reason and "was refused at registration: " in reason
+    assert 'write it as bits_formula = "k * (ceil(log2(N)) + 1)"' in reason
+    with pytest.raises(ValueError, match="was refused at registration") as exc:
+        make_encoder("displayed", 8, 1.0)
+    assert "unknown encoder" not in str(exc.value)
+    assert main(["encoders", "check", "displayed"]) == 2
+    err = capsys.readouterr().err
+    assert "plug-in 'displayed'" in err and "was refused at registration" in err and "unknown encoder" not in err
+    assert main(["encoders"]) == 0
+    assert reason in capsys.readouterr().out
+    with pytest.raises(ValueError, match="unknown encoder 'nothing-here'"):
+        make_encoder("nothing-here", 8, 1.0)
+
+
+def test_refused_plugin_from_an_installed_distribution_is_one_line_each(tmp_path):
+    """End to end: a distribution on the path whose encoder's formula is the displayed form; ``sstq-fl encoders
+    check`` prints one warning line and one error line naming the refusal and the expression to write, no traceback."""
+    (tmp_path / "disp_pkg").mkdir()
+    (tmp_path / "disp_pkg" / "__init__.py").write_text(
+        "from sstq_fl.encoders.vqsgd import VqSGD\n\n\nclass Displayed(VqSGD):\n    bits_formula = '⌈log2 d⌉ + 1'\n")
+    info = tmp_path / "disp_pkg-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: disp-pkg\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[sstq_fl.encoders]\ndisplayed = disp_pkg:Displayed\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(__file__).resolve().parents[1])])}
+    out = subprocess.run([sys.executable, "-m", "sstq_fl.cli", "encoders", "check", "displayed"], capture_output=True,
+                         text=True, env=env)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and "Traceback" not in out.stderr and len(lines) == 2, out.stderr
+    assert lines[0].startswith("sstq-fl: warning: encoder plug-in 'displayed'") and "disp-pkg" in lines[0]
+    assert lines[1].startswith("sstq-fl: error: ") and "was refused at registration" in lines[1]
+    assert 'write it as bits_formula = "ceil(log2(d)) + 1"' in lines[1]

@@ -60,9 +60,9 @@ def add_round_cost_parser(bs: Any, table: Any) -> None:
     p.set_defaults(fn=cmd)
 
 
-def add_speed_parser(bs: Any, table: Any, device: str) -> None:
-    """``bench encode-speed`` (``table(rows, cols)`` prints a result table; ``device``: the default device)."""
-    from ..argtypes import device_arg, input_kinds, item_list, out_file, positive_float, positive_int
+def add_speed_parser(bs: Any, table: Any) -> None:
+    """``bench encode-speed`` (``table(rows, cols)`` prints a result table)."""
+    from ..argtypes import DEVICE_HELP, device_arg, input_kinds, item_list, out_file, positive_float, positive_int
 
     def cmd(args: argparse.Namespace) -> int:
         from ..checks import check_array
@@ -91,7 +91,7 @@ def add_speed_parser(bs: Any, table: Any, device: str) -> None:
     s.add_argument("--encoders", type=item_list, default=None,
                    help="space- or ';'-separated encoder specs (default: clean and the E1 set)")
     s.add_argument("--reps", type=positive_int, default=5, help="timed repetitions (the median is reported)")
-    s.add_argument("--device", type=device_arg, default=device, help="torch device (cpu, cuda, cuda:N)")
+    s.add_argument("--device", type=device_arg, default="auto", help=DEVICE_HELP)
     s.add_argument("--inputs", type=input_kinds, default="",
                    help="comma-separated input kinds to time one message at a time, adaptive and constant-time encode "
                         "side by side (zero, gaussian, walsh-flat, frame-row; default: none)")
@@ -162,9 +162,9 @@ def add_frontier_parser(bs: Any, table: Any) -> None:
     p.set_defaults(fn=cmd)
 
 
-def add_bench_parsers(bs: Any, table: Any, device_help: str) -> None:
+def add_bench_parsers(bs: Any, table: Any) -> None:
     """Every ``bench`` parser of this module."""
-    add_speed_parser(bs, table, device_help)
+    add_speed_parser(bs, table)
     add_shuffle_parser(bs, table)
     add_round_cost_parser(bs, table)
     add_frame_round_parser(bs, table)

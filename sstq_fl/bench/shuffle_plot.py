@@ -8,6 +8,9 @@ from typing import Any
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from ..fl.engine import METRIC_RANGES
+from ..intervals import clip
+from ..palette import look
 from ..plots import finite, save, title
 
 
@@ -15,7 +18,7 @@ def _per_round(ax: Axes, rows: list[dict[str, Any]]) -> None:
     for i, e0 in enumerate(sorted({r["epsilon0"] for r in rows})):
         sel = [r for r in rows if r["epsilon0"] == e0]
         n = [r["messages"] for r in sel]
-        c = f"C{i}"
+        c = look(i)["color"]
         ax.plot(n, [r["stronger_clone"] for r in sel], "-o", color=c, ms=3, label=f"ε₀ = {e0:g}")
         ax.plot(n, [r["fmt21_numerical"] for r in sel], "--", color=c, lw=1)
         ax.plot(n, finite([r["fmt21_closed_form"] for r in sel]), ":", color=c, lw=1)
@@ -30,7 +33,7 @@ def _rounds(ax: Axes, rows: list[dict[str, Any]]) -> None:
             label="local (against the server)")
     for i, n in enumerate(sorted({r["messages"] for r in rows})):
         ax.plot(e0s, [next(r["central"] for r in rows if r["epsilon0"] == e and r["messages"] == n) for e in e0s],
-                "-o", color=f"C{i}", ms=3, label=f"central, n = {n}")
+                "-o", color=look(i)["color"], ms=3, label=f"central, n = {n}")
     ax.set(yscale="log", xlabel="ε₀ per message", ylabel=f"ε after {rows[0]['rounds']} rounds",
            title=f"{rows[0]['rounds']} rounds, full participation")
     ax.legend(fontsize=7)
@@ -41,19 +44,24 @@ def _e3(ax: Axes, e3: dict[str, Any]) -> None:
     for i, enc in enumerate(sorted({r["encoder"] for r in rows})):
         sel = sorted((r for r in rows if r["encoder"] == enc), key=lambda r: r["epsilon0"])
         acc = [r["accuracy"] for r in sel]
-        err = [[a - r["ci_low"] for a, r in zip(acc, sel)], [r["ci_high"] - a for a, r in zip(acc, sel)]]
-        ax.errorbar([r["central"] for r in sel], acc, yerr=err, fmt="-o", ms=3, color=f"C{i % 10}", capsize=2,
-                    label=enc)
-        ax.plot([r["local"] for r in sel], acc, ":", color=f"C{i % 10}", lw=1)
+        shape = look(i)
+        ax.errorbar([r["central"] for r in sel], acc, yerr=_errors(acc, sel), fmt="-" + shape["marker"], ms=3,
+                    color=shape["color"], capsize=2, label=enc)
+        ax.plot([r["local"] for r in sel], acc, ":", color=shape["color"], lw=1)
     ref = sorted(e3.get("reference_rows", []), key=lambda r: r["central"])
     if ref:
         acc = [r["accuracy"] for r in ref]
-        ax.errorbar([r["central"] for r in ref], acc, yerr=[[a - r["ci_low"] for a, r in zip(acc, ref)],
-                                                            [r["ci_high"] - a for a, r in zip(acc, ref)]],
-                    fmt="-s", color="k", ms=4, capsize=2, label="central Gaussian (curator), same central ε")
+        ax.errorbar([r["central"] for r in ref], acc, yerr=_errors(acc, ref), fmt="-s", color="k",
+                    ms=4, capsize=2, label="central Gaussian (curator), same central ε")
     ax.set(xscale="log", xlabel=f"ε after the run: central, n = {rows[0]['messages']} (—), local (··)",
            ylabel="final test accuracy (95 % t interval over seeds)", title="E3 ε sweep against both guarantees")
     ax.legend(fontsize=6)
+
+
+def _errors(acc: list[float], rows: list[dict[str, Any]]) -> list[list[float]]:
+    """The accuracies' intervals as ``yerr``, clipped to accuracy's range (:data:`~sstq_fl.fl.engine.METRIC_RANGES`)."""
+    cut = [clip(r["ci_low"], r["ci_high"], METRIC_RANGES["test_accuracy"]) for r in rows]
+    return [[max(a - lo, 0.0) for a, (lo, _, _) in zip(acc, cut)], [max(hi - a, 0.0) for a, (_, hi, _) in zip(acc, cut)]]
 
 
 def plot_shuffle(res: dict[str, Any], path: Path) -> None:

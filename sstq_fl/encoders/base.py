@@ -19,17 +19,22 @@ import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
 
 from .. import rng
+from ..lazy import lazy_module
 from ..privacy.events import NonPrivateEvent, PrivacyEvent, PureDpEvent
 from ..registry import PluginWarning as PluginWarning
 from ..registry import Registry
 from ..stages import stage
 from . import formula
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch")
 
 ENTRY_POINT_GROUP = "sstq_fl.encoders"
 MIN_EPSILON = 1e-12

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
+from ..lazy import lazy_module
 from .base import Encoder, Field, Messages, register_encoder
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch")
 
 NORM_TOLERANCE = 1e-5  # relative slack on a message's norm (float32 rounding of the clipped vector)
 

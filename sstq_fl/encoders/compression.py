@@ -30,13 +30,18 @@ Every MSE is declared exactly, float32 rounding of the sent values included.
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
 
 from .. import rng
+from ..lazy import lazy_module
 from .base import Encoder, Field, Messages, Param, WireError, register_encoder
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch")
 
 NON_PRIVATE_LABEL = "non-private (compression only)"
 """How tables and figures name the privacy of these encoders (never with an ε)."""

@@ -6,7 +6,9 @@ An encoder's ``bits_formula`` is a Python expression such as ``ceil(log2(N)) + b
 (:meth:`~sstq_fl.encoders.base.Encoder.bits_quantities`), ``+ - * / // % **``, unary ``-``,
 comparisons, ``and``/``or``/``not``, ``a if c else b`` and the functions in :data:`FUNCTIONS`;
 anything else (attributes, subscripts, calls of other names, lambdas, ...) is a ``ValueError``.
-:func:`render` gives the human-readable form shown by ``sstq-fl encoders`` (``⌈log2 N⌉ + b``).
+:func:`render` gives the human-readable form shown by ``sstq-fl encoders`` beside the formula (``⌈log2 N⌉ + b``);
+:func:`from_display` translates that form back, so that a formula copied from the listing is refused with the
+expression to write instead (:data:`GRAMMAR` says what a formula may use).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import re
 from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any
@@ -22,6 +25,16 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "ceil": math.ceil, "floor": math.floor, "log2": math.log2, "max": max, "min": min, "abs": abs,
 }
 """The functions a bit formula may call."""
+
+GRAMMAR = ("a bits formula is a Python expression of numbers, 'strings' and the encoder's names (d, its parameters) "
+           "with + - * / // % **, comparisons, and/or/not, A if C else B and ceil floor log2 max min abs")
+"""What a bits formula may use, in one line (part of every refusal of a formula)."""
+
+_DISPLAY = ((r"[·×]", " * "), (r"−", "-"), (r"≠", " != "), (r"≤", " <= "), (r"≥", " >= "), (r"\^", " ** "),
+            (r"\bmod\b", " % "), (r"⌈", "ceil("), (r"⌊", "floor("), (r"[⌉⌋]", ")"), (r"\|([^|]+)\|", r"abs(\1)"),
+            (r"\blog2\s+([A-Za-z_]\w*|\d+(?:\.\d+)?)", r"log2(\1)"), (r"\blog2\s+\(", "log2("),
+            (r",\s*else\b", " else"), (r"(?<![<>!=])=(?!=)", " == "))
+"""The displayed form's notation (:func:`render`) and the expression syntax each piece stands for."""
 
 _BINARY: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -42,22 +55,50 @@ def parse(expr: str) -> ast.expr:
     try:
         tree = ast.parse(expr.strip(), mode="eval").body
     except SyntaxError as exc:
-        raise ValueError(f"bits formula {expr!r} is not an expression ({exc.msg})") from None
+        raise ValueError(_refusal(expr, f"is not an expression ({_syntax(exc)})")) from None
     for node in ast.walk(tree):
         _check_node(node, expr)
     return tree
+
+
+def _syntax(exc: SyntaxError) -> str:
+    """Python's message without its guesses (``Perhaps you forgot a comma?`` misleads here), with the column."""
+    msg = exc.msg.split(". Perhaps")[0].split("; perhaps")[0]
+    return f"{msg} at column {exc.offset}" if exc.offset else msg
+
+
+def _refusal(expr: str, problem: str) -> str:
+    """``bits formula EXPR PROBLEM; write it as bits_formula = "FIXED"; GRAMMAR`` (the fix where one is found)."""
+    fixed = from_display(expr)
+    fix = f'; write it as bits_formula = "{fixed}"' if fixed is not None and fixed != expr.strip() else ""
+    return f"bits formula {expr!r} {problem}{fix}; {GRAMMAR}"
+
+
+def from_display(text: str) -> str | None:
+    """The expression a displayed formula stands for (``k·(⌈log2 d⌉ + 1)`` → ``k * (ceil(log2(d)) + 1)``), in
+    :func:`ast.unparse`'s spelling; None when the translation is not a permitted formula either."""
+    out = text.strip()
+    for pattern, repl in _DISPLAY:
+        out = re.sub(pattern, repl, out)
+    try:
+        tree = ast.parse(" ".join(out.split()), mode="eval").body
+        for node in ast.walk(tree):
+            _check_node(node, text)
+    except (SyntaxError, ValueError):
+        return None
+    return ast.unparse(tree)
 
 
 def _check_node(node: ast.AST, expr: str) -> None:
     allowed = (ast.Constant, ast.Name, ast.Load, ast.BinOp, ast.UnaryOp, ast.USub, ast.UAdd, ast.Not, ast.BoolOp,
                ast.And, ast.Or, ast.Compare, ast.IfExp, ast.Call, *_BINARY, *_COMPARE)
     if not isinstance(node, allowed):
-        raise ValueError(f"bits formula {expr!r}: {type(node).__name__} is not allowed (only arithmetic over names)")
+        raise ValueError(f"bits formula {expr!r}: {type(node).__name__} is not allowed; {GRAMMAR}")
     if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS
                                            and not node.keywords):
-        raise ValueError(f"bits formula {expr!r}: only the functions {sorted(FUNCTIONS)} may be called")
+        raise ValueError(f"bits formula {expr!r}: only the functions {sorted(FUNCTIONS)} may be called; {GRAMMAR}")
     if isinstance(node, ast.Constant) and not isinstance(node.value, int | float | str):
-        raise ValueError(f"bits formula {expr!r}: constant {node.value!r} is not a number or string")
+        raise ValueError(f"bits formula {expr!r}: constant {node.value!r} is not a number or string; {GRAMMAR}")
 
 
 def names(expr: str) -> set[str]:
@@ -108,7 +149,7 @@ def render(expr: str) -> str:
 
 def _render(node: ast.expr) -> str:
     if isinstance(node, ast.Constant):
-        return str(node.value)
+        return repr(node.value) if isinstance(node.value, str) else str(node.value)
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.BinOp):

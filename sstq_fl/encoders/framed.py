@@ -59,16 +59,21 @@ import dataclasses
 import math
 from abc import abstractmethod
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
 
 from .. import rng
+from ..lazy import lazy_module
 from ..stages import stage
 from .base import Encoder, Messages, Param, ball_scale, check_input
 from .maths.frames import FRAME_KINDS, Frame, make_frame
 from .maths.kashin import LINF_LEVEL, METHODS, WARMUPS, KashinConfig, kashin
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch")
 
 GUARANTEES = ("none", "whp", "unbiased")
 DRAWS = ("round", "fixed")

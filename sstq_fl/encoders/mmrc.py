@@ -43,16 +43,21 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
 
 from .. import rng
+from ..lazy import lazy_module
 from .base import Param, register_encoder
 from .privunit import MAX_EPSILON, calibrate, log_m
 from .rrsc import IndexEncoder
 from .seeded import seed_params
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch")
 
 MAX_BITS = 12
 """Largest ``bits`` (``N = 4096`` Gaussian candidates of dimension ``d`` per client)."""

@@ -24,13 +24,18 @@ then a uniform direction in the orthogonal complement.  Exact MSE ``R²/m² − 
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
 
 from .. import rng
+from ..lazy import lazy_module
 from .base import Encoder, Field, Messages, Param, WireError, register_encoder
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch")
 
 MAX_EPSILON = 30.0
 """Largest per-message ε PrivUnit is calibrated for.  The cap's probability is ``1/(1+e^{ε₁})`` and the

@@ -51,16 +51,21 @@ from __future__ import annotations
 import math
 import warnings
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
 
 from .. import rng
+from ..lazy import lazy_module
 from .base import Encoder, Field, Messages, Param, register_encoder
 from .maths.fwht import fwht_
 from .privunit import MAX_EPSILON, calibrate, cap_probability
 from .seeded import draw_seed, public_seeds, seed_fields, seed_params
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch")
 
 MAX_BITS = 24
 """Largest ``bits`` (``2^24`` candidates per message already costs seconds per client)."""

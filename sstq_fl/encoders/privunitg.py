@@ -37,13 +37,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
 
 from .. import rng
+from ..lazy import lazy_module
 from .base import Encoder, Field, Messages, Param, WireError, register_encoder
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch")
 
 MAX_EPSILON = 30.0
 """Largest per-message ε PrivUnitG is calibrated for.  The cap ``P(N(0,1) ≥ γ)`` is ``4.5·10⁻¹²`` at ε = 30,

@@ -44,16 +44,21 @@ bias orthogonal to ``x`` is at the noise floor; the MSE exceeds PrivUnitG's by `
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
 
 from .. import rng
+from ..lazy import lazy_module
 from .base import Encoder, Field, Messages, Param, register_encoder
 from .maths.fwht import fwht_
 from .privunitg import MAX_EPSILON, calibrate, check_norms, chunks, norm_bound, privatize, signed_directions
 from .seeded import draw_seed, public_seeds, seed_fields, seed_params
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch")
 
 DEFAULT_K = 1000
 """The authors' projection dimension (capped at ``d`` when ``k`` is not given)."""

@@ -52,16 +52,21 @@ import math
 from abc import abstractmethod
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
 
 from .. import rng
+from ..lazy import lazy_module
 from .base import Encoder, Field, Messages, Param, register_encoder
 from .maths.fwht import fwht_
 from .privunit_mrc import padded_dim
 from .seeded import draw_seed, public_seeds, seed_fields, seed_params
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch")
 
 MAX_BITS = 16
 """Largest ``bits`` (``M = 2^16`` codewords; ``rrsc`` also needs ``M ≤ d``)."""

@@ -14,15 +14,20 @@ finite ε (``p, q`` are computed from ``e^{−ε}`` where ``e^ε`` would overflo
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
 
 from .. import rng
+from ..lazy import lazy_module
 from ..privacy.events import flat_rr_probabilities
 from .base import Field, Messages, Param, WireError, register_encoder
 from .framed import FRAME_PARAMS, FramedEncoder
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch")
 
 
 @register_encoder("sqkr")

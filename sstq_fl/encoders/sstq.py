@@ -42,18 +42,23 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
 
 from .. import rng
+from ..lazy import lazy_module
 from ..privacy.events import flat_rr_probabilities
 from ..privacy.floats import EXP_SAFE
 from .base import Field, Messages, Param, register_encoder
 from .framed import FRAME_PARAMS, FramedEncoder
 from .maths import codebooks
 from .maths.kashin import kashin
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch")
 
 
 class _SSTQ(FramedEncoder):

@@ -13,15 +13,20 @@ Any finite ε is accepted (the probabilities and the gain are computed from ``e^
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from .. import rng
+from ..lazy import lazy_module
 from ..privacy.events import flat_rr_probabilities
 from ..privacy.floats import EXP_SAFE
 from .base import Encoder, Field, Messages, register_encoder
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch")
 
 
 def _decode_scale(radius: float, epsilon: float, k: int) -> float:

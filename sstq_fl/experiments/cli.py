@@ -30,13 +30,33 @@ def add_experiment_parsers(sub: Any, resume_force: Any) -> None:
     s.add_argument("--cpus-per-cell", type=float, default=1.0,
                    help="CPUs each cell's Ray task holds (PyTorch gets one thread per CPU)")
     s.add_argument("--ray-address", default=None, help="attach to this Ray cluster (host:port) instead of a local Ray")
+    add_tracking(s)
     add_keep_checkpoints(s)
     add_verbose(s)
+    add_interval(s)
     resume_force(s)
     s.set_defaults(fn=cmd_sweep)
     p = sub.add_parser("plot", help="redraw a sweep's or comparison's figures from its results.json")
     p.add_argument("dir", help="the folder sstq-fl sweep (or compare) wrote")
+    add_interval(p)
     p.set_defaults(fn=cmd_plot)
+
+
+def add_interval(p: argparse.ArgumentParser) -> None:
+    """``--interval t95|se|none`` (:class:`~sstq_fl.intervals.IntervalOptions`), unset unless given (the help says
+    what is used then)."""
+    from ..intervals import IntervalOptions
+    from ..options import add_arguments
+
+    add_arguments(p, IntervalOptions, defaults={"interval": None})
+
+
+def add_tracking(p: argparse.ArgumentParser) -> None:
+    """``--log-to SPEC`` (:class:`~sstq_fl.tracking.TrackingConfig`)."""
+    from ..options import add_arguments
+    from ..tracking import TrackingConfig
+
+    add_arguments(p, TrackingConfig)
 
 
 def add_verbose(p: argparse.ArgumentParser) -> None:
@@ -111,10 +131,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         from ..checks import probe_ray
 
         probe_ray(args.ray_address)
+    from ..options import from_args
+    from ..tracking import TrackingConfig
+
+    log_to = from_args(TrackingConfig, args).log_to  # a bad spec or a missing package: one line, before anything
     exp = load_experiment(args.experiment)
     overrides = parse_overrides(args.overrides, args.experiment)
     opts = SweepOptions(args.executor, args.cpus_per_cell, args.ray_address, args.resume, args.force,
-                        args.keep_checkpoints, args.max_cells or MAX_CELLS)
+                        args.keep_checkpoints, args.max_cells or MAX_CELLS, args.interval, log_to)
     s = sweep(exp, args.out, opts, **overrides)
     c, eff = s["counts"], s["parallel_efficiency"]
     print(f"sweep {exp.title}: {c['done']} cells run, {c['skipped']} already complete, {c['failed']} failed, "
@@ -130,7 +154,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from .figures import plot_all
     from .sweep import read_results
 
-    files = plot_all(read_results(args.dir), Path(args.dir))
+    files = plot_all(read_results(args.dir), Path(args.dir), args.interval)
     if not files:
         raise ValueError(f"{args.dir}/results.json has no rows to plot")
     print("wrote " + ", ".join(str(f) for f in files))

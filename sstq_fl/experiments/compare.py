@@ -76,24 +76,28 @@ def compare_experiment(base: RunConfig, encoders: list[str]) -> Experiment:
 
 
 def compare(base: RunConfig, encoders: list[str], out: str | Path, resume: bool = False, force: bool = False,
-            experiment: Experiment | None = None, keep_checkpoints: bool = False) -> dict[str, Any]:
+            experiment: Experiment | None = None, keep_checkpoints: bool = False, interval: str | None = None,
+            log_to: str | None = None
+            ) -> dict[str, Any]:
     """Train every encoder on identical batches into ``out``/<encoder>; write the tables and plots.
 
     Every spec is checked (its trainer built) and ``out`` is checked (:func:`prepare_out`)
     before the first round is trained; nothing is written if either check fails.  ``experiment``:
-    the file the comparison's values came from (``--config``), recorded with each run."""
+    the file the comparison's values came from (``--config``), recorded with each run; ``interval``: the interval
+    over seeds of the tables and figures (default: the file's ``[experiment] interval``, else ``t95``); ``log_to``:
+    each encoder's published metrics also go to this tracker (:mod:`sstq_fl.tracking`), a tracker run per encoder."""
     from .preflight import check_distinct_encoders
 
     out = Path(out)
     check_distinct_encoders(encoders, "--encoders")
     built = trainers(base, encoders)
     for t in built.values():
-        t.keep_checkpoints = keep_checkpoints
+        t.keep_checkpoints, t.log_to = keep_checkpoints, log_to
     taken: set[str] = set()
     cells = [Cell(unique(_slug(s), taken), {"encoder": s}, replace(base, encoder=s)) for s in encoders]
     prepare_out(cells, out, resume, force)
     exp = experiment or compare_experiment(base, encoders)
-    results = _run(cells, out, built, resume, keep_checkpoints, exp.provenance())
+    results = _run(cells, out, built, resume, keep_checkpoints, exp.provenance(), log_to)
     rows = [_row(s, results[s]) for s in encoders]
     summary = {"config": {k: v for k, v in vars(base).items() if k != "encoder"}, "rows": rows, "meta": run_meta(),
                "experiment": exp.provenance()}
@@ -101,13 +105,14 @@ def compare(base: RunConfig, encoders: list[str], out: str | Path, resume: bool 
     atomic_write_bytes(out / "comparison.md", (markdown(rows) + _trust_line(rows) + _randomness_line(base)).encode())
     plot_comparison(results, out / "comparison.png", base)
     doc = write_tables(out, cells, [out / c.name for c in cells], {"experiment": exp.provenance(), "fixed": exp.fixed,
-                                                                   "axes": exp.axes})
+                                                                   "axes": exp.axes,
+                                                                   "interval": interval or exp.interval or "t95"})
     plot_all(doc, out)
     return summary
 
 
 def _run(cells: list[Cell], out: Path, built: dict[str, Any], resume: bool, keep: bool,
-         provenance: dict[str, Any]) -> dict[str, dict[str, Any]]:
+         provenance: dict[str, Any], log_to: str | None = None) -> dict[str, dict[str, Any]]:
     """Run the cells (complete ones skipped), a line as each ends; return every encoder's metrics."""
     from ..progress import progress
 
@@ -118,7 +123,7 @@ def _run(cells: list[Cell], out: Path, built: dict[str, Any], resume: bool, keep
 
         jobs = pending_jobs([(c, out / c.name) for c in cells], report) if resume else [(c, out / c.name) for c in cells]
         if jobs and cells[0].cfg.engine == "flower":
-            run_flower_cells(jobs, resume, keep, provenance, report, raise_errors=True)
+            run_flower_cells(jobs, resume, keep, provenance, report, raise_errors=True, log_to=log_to)
         elif jobs:
             LocalExecutor(trainers={c.name: built[c.cfg.encoder] for c, _ in jobs}, raise_errors=True).run(
                 jobs, resume, keep, provenance, report)

@@ -1,13 +1,16 @@
 """A sweep's figures, drawn from its ``results.json`` alone (``sstq-fl plot DIR`` redraws them).
 
-- ``rounds``: the metric against the round, one line per group (mean over seeds) with its 95 % band;
-- ``bits``: the final metric against bits per client (log axis), error bars the 95 % interval;
+- ``rounds``: the metric against the round, one line per group (mean over seeds) with its interval as a band;
+- ``bits``: the final metric against bits per client (log axis), error bars the interval;
 - ``epsilon``: the final metric against ε, one line per encoder setting (when ε is on the grid);
 - ``trust``: the final metric against central ε and against bits per client, trust models side by side
   (when a cell has a trusted stage, :func:`plot_trust`).
 
 Each as PNG and PDF, one panel per ε where ε is on the grid (up to :data:`MAX_PANELS`), titled with
-the experiment's title and file.
+the experiment's title and file.  The interval over seeds (:mod:`sstq_fl.intervals`: ``t95`` by default,
+``se`` or ``none``) is named in each title, clipped to the metric's range
+(:data:`sstq_fl.fl.engine.METRIC_RANGES`; a note says so) and flagged where it rests on fewer than 3 seeds
+(logged, and noted under the title).  Series look as :func:`sstq_fl.palette.look` says.
 """
 
 from __future__ import annotations
@@ -23,7 +26,11 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
+from ..fl.engine import METRIC_RANGES
+from ..intervals import NAMES as INTERVAL_NAMES
+from ..intervals import Bands, warn_few_seeds
 from ..io import atomic_write_bytes
+from ..palette import LINES, look
 from ..plots import finite, integer_ticks
 from .results import LDP_LABEL, LOCAL_CENTRAL, central_epsilon
 
@@ -67,9 +74,9 @@ def varying(rows: Sequence[dict[str, Any]], skip: Sequence[str]) -> list[str]:
     """The group columns whose value differs between ``rows`` (besides the encoder columns and ``skip``)."""
     if not rows:
         return []
-    cols = [c for c in rows[0] if c not in ("round", "seeds", "metric_name", "name", "threat_model") and not c.endswith(
-        ("_mean", "_sd", "_ci_low", "_ci_high")) and c not in ("encoder", "encoder_params", "encoder_spec",
-                                                               "encoder_privacy", "b", *skip)]
+    cols = [c for c in rows[0] if c not in ("round", "seeds", "metric_name", "name", "threat_model", "interval")
+            and not c.endswith(("_mean", "_sd", "_ci_low", "_ci_high"))
+            and c not in ("encoder", "encoder_params", "encoder_spec", "encoder_privacy", "b", *skip)]
     return [c for c in cols if len({str(r[c]) for r in rows}) > 1]
 
 
@@ -89,15 +96,15 @@ def panels(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any
     return [(f"ε = {e:g}", [r for r in rows if float(r["epsilon"]) == e]) for e in eps[:MAX_PANELS]]
 
 
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")
-LINES = ("-", "--", "-.", ":")
-
-
 def style(i: int) -> dict[str, Any]:
-    """The ``i``-th group's colour (20 distinct), marker and line style."""
-    from matplotlib import colormaps
+    """The ``i``-th group's colour, marker and line style (:func:`sstq_fl.palette.look`)."""
+    return look(i)
 
-    return {"color": colormaps["tab20"](i % 20), "marker": MARKERS[i % len(MARKERS)], "ls": LINES[(i // 20) % 4]}
+
+def bands(doc: dict[str, Any], interval: str | None = None) -> Bands:
+    """The figure's intervals over seeds: ``interval`` (default: the kind the tables hold, else ``t95``), clipped
+    to the range of the doc's metric."""
+    return Bands(interval or str(doc.get("interval") or "t95"), METRIC_RANGES.get(_metric(doc), (-math.inf, math.inf)))
 
 
 def _figure(n: int, title: str) -> tuple[Figure, list[Axes]]:
@@ -112,6 +119,17 @@ def _figure(n: int, title: str) -> tuple[Figure, list[Axes]]:
     return fig, axes[:n]
 
 
+def _note(fig: Figure, b: Bands) -> None:
+    """The intervals' note (:meth:`~sstq_fl.intervals.Bands.note`) as a line under the figure's title."""
+    if b.note():
+        fig.suptitle(f"{fig.get_suptitle()}\n{b.note()}", fontsize=9)
+
+
+def _over(b: Bands, doc: dict[str, Any]) -> str:
+    """``mean and <interval> over <seeds>`` for a title."""
+    return f"mean over {_seeds(doc)}" if b.kind == "none" else f"mean and {INTERVAL_NAMES[b.kind]} over {_seeds(doc)}"
+
+
 def _legend(ax: Axes, single: bool) -> None:
     """The panel's legend: beside a single panel, inside each of several."""
     if single:
@@ -120,48 +138,50 @@ def _legend(ax: Axes, single: bool) -> None:
         ax.legend(fontsize=6)
 
 
-def _band(ax: Axes, members: list[dict[str, Any]], label: str, look: dict[str, Any]) -> None:
+def _band(ax: Axes, members: list[dict[str, Any]], label: str, look: dict[str, Any], b: Bands) -> None:
     members = sorted(members, key=lambda a: a["round"])
     x = [a["round"] for a in members]
     ax.plot(x, finite([a.get("metric_mean") for a in members]), label=label, lw=1.3, color=look["color"], ls=look["ls"])
-    low, high = finite([a.get("metric_ci_low") for a in members]), finite([a.get("metric_ci_high") for a in members])
+    low, high = (finite(list(v)) for v in zip(*(b(a) for a in members)))
     if any(not math.isnan(v) for v in low):
         ax.fill_between(x, low, high, color=look["color"], alpha=0.15, lw=0)
 
 
-def plot_rounds(doc: dict[str, Any], base: Path) -> Figure:
-    """The metric against the round, per group, with 95 % bands over seeds."""
-    aggs, metric = doc["aggregates"], _metric(doc)
+def plot_rounds(doc: dict[str, Any], base: Path, interval: str | None = None) -> Figure:
+    """The metric against the round, per group, with its interval over seeds as a band (``interval``: see
+    :func:`bands`)."""
+    aggs, metric, b = doc["aggregates"], _metric(doc), bands(doc, interval)
     parts = panels(aggs)
-    fig, axes = _figure(len(parts), f"{doc_title(doc)}: {LABELS.get(metric, metric)} per round "
-                                    f"(mean and 95 % interval over {_seeds(doc)})")
+    fig, axes = _figure(len(parts), f"{doc_title(doc)}: {LABELS.get(metric, metric)} per round ({_over(b, doc)})")
     for ax, (name, rows) in zip(axes, parts):
         for i, (label, members) in enumerate(by_label(rows).items()):
-            _band(ax, members, label, style(i))
+            _band(ax, members, label, style(i), b)
         ax.set(xlabel="round", ylabel=LABELS.get(metric, metric), title=name)
         _metric_scale(ax, metric)
         integer_ticks(ax)
         _legend(ax, len(parts) == 1)
+    _note(fig, b)
     save_both(fig, base)
     return fig
 
 
-def plot_bits(doc: dict[str, Any], base: Path) -> Figure:
-    """The final metric against bits per client (log axis), error bars the 95 % interval over seeds."""
-    finals, metric = doc["final"], _metric(doc)
+def plot_bits(doc: dict[str, Any], base: Path, interval: str | None = None) -> Figure:
+    """The final metric against bits per client (log axis), error bars the interval over seeds."""
+    finals, metric, b = doc["final"], _metric(doc), bands(doc, interval)
     parts = panels(finals)
     fig, axes = _figure(len(parts), f"{doc_title(doc)}: final {LABELS.get(metric, metric)} against bits per client "
-                                    f"(mean and 95 % interval over {_seeds(doc)})")
+                                    f"({_over(b, doc)})")
     for ax, (name, rows) in zip(axes, parts):
         for i, (label, a) in enumerate(zip(labels(rows, ("epsilon",)), rows)):
             if a.get("metric_mean") is not None and a.get("bits_per_client_mean") is not None:
-                _point(ax, float(a["bits_per_client_mean"]), a, label, style(i))
+                _point(ax, float(a["bits_per_client_mean"]), a, label, style(i), b)
         ax.set_xscale("log")
         _plain_log_ticks(ax)
         _metric_scale(ax, metric)
         ax.set(xlabel="bits per client per round (log scale)", ylabel=f"final {LABELS.get(metric, metric)}", title=name)
         ax.grid(True, which="both", alpha=0.3)
         _legend(ax, len(parts) == 1)
+    _note(fig, b)
     save_both(fig, base)
     return fig
 
@@ -182,26 +202,31 @@ def _metric_scale(ax: Axes, metric: str) -> None:
         ax.set_yscale("log")
 
 
-def _point(ax: Axes, x: float, a: dict[str, Any], label: str, look: dict[str, Any]) -> None:
-    mean, low, high = float(a["metric_mean"]), a.get("metric_ci_low"), a.get("metric_ci_high")
-    err = None if low is None or high is None else [[mean - float(low)], [float(high) - mean]]
-    ax.errorbar([x], [mean], yerr=err, fmt=look["marker"], color=look["color"], ms=5, capsize=3, label=label)
+def _point(ax: Axes, x: float, a: dict[str, Any], label: str, look: dict[str, Any], b: Bands) -> None:
+    ax.errorbar([x], [float(a["metric_mean"])], yerr=b.errors(a), fmt=look["marker"], color=look["color"], ms=5,
+                capsize=3, label=label)
 
 
-def plot_epsilon(doc: dict[str, Any], base: Path) -> Figure | None:
+def _errors(members: Sequence[dict[str, Any]], b: Bands) -> list[list[float]] | None:
+    """The rows' intervals as one ``yerr`` (None where no row has one; a row without one: no bar)."""
+    errs = [b.errors(a) for a in members]
+    if all(e is None for e in errs):
+        return None
+    return [[e[0][0] if e else 0.0 for e in errs], [e[1][0] if e else 0.0 for e in errs]]
+
+
+def plot_epsilon(doc: dict[str, Any], base: Path, interval: str | None = None) -> Figure | None:
     """The final metric against ε, one line per encoder setting (None when ε is not on the grid)."""
-    finals, metric = doc["final"], _metric(doc)
+    finals, metric, b = doc["final"], _metric(doc), bands(doc, interval)
     if len({float(a["epsilon"]) for a in finals}) < 2:
         return None
     fig, (ax,) = _figure(1, f"{doc_title(doc)}: final {LABELS.get(metric, metric)} against per-message ε "
-                            f"(mean and 95 % interval over {_seeds(doc)})")
+                            f"({_over(b, doc)})")
     for i, (label, members) in enumerate(by_label(finals).items()):
         members.sort(key=lambda a: float(a["epsilon"]))
         x, y = [float(a["epsilon"]) for a in members], finite([a.get("metric_mean") for a in members])
-        low, high = finite([a.get("metric_ci_low") for a in members]), finite([a.get("metric_ci_high") for a in members])
-        err = [[m - lo for m, lo in zip(y, low)], [h - m for m, h in zip(y, high)]]
         look = style(i)
-        ax.errorbar(x, y, yerr=None if all(math.isnan(v) for v in low) else err, marker=look["marker"], ls=look["ls"],
+        ax.errorbar(x, y, yerr=_errors(members, b), marker=look["marker"], ls=look["ls"],
                     color=look["color"], ms=4, capsize=2, label=label)
     ax.set(xlabel="per-message ε (log scale)", ylabel=f"final {LABELS.get(metric, metric)}", xscale="log")
     eps = sorted({float(a["epsilon"]) for a in finals})
@@ -210,6 +235,7 @@ def plot_epsilon(doc: dict[str, Any], base: Path) -> Figure | None:
     _metric_scale(ax, metric)
     ax.grid(True, which="both", alpha=0.3)
     _legend(ax, True)
+    _note(fig, b)
     save_both(fig, base)
     return fig
 
@@ -231,14 +257,17 @@ def doc_title(doc: dict[str, Any]) -> str:
     return f"{name} ({file})" if file and file != name else name
 
 
-def plot_all(doc: dict[str, Any], out: Path) -> list[Path]:
-    """Every figure of a sweep into ``out`` (PNG and PDF); return the files written."""
+def plot_all(doc: dict[str, Any], out: Path, interval: str | None = None) -> list[Path]:
+    """Every figure of a sweep into ``out`` (PNG and PDF), intervals of kind ``interval`` (default: the tables');
+    return the files written.  An interval over fewer than 3 seeds is logged as a warning (once)."""
     if not doc.get("rows"):
         return []
-    plot_rounds(doc, out / "rounds")
-    plot_bits(doc, out / "bits")
-    names = ["rounds", "bits"] + (["epsilon"] if plot_epsilon(doc, out / "epsilon") is not None else [])
-    names += ["trust"] if plot_trust(doc, out / "trust") is not None else []
+    b = bands(doc, interval)
+    warn_few_seeds(b.kind, {int(a.get("seeds") or 0) for a in doc["final"]}, f"{doc_title(doc)} figures")
+    plot_rounds(doc, out / "rounds", b.kind)
+    plot_bits(doc, out / "bits", b.kind)
+    names = ["rounds", "bits"] + (["epsilon"] if plot_epsilon(doc, out / "epsilon", b.kind) is not None else [])
+    names += ["trust"] if plot_trust(doc, out / "trust", b.kind) is not None else []
     return [out / f"{n}.{fmt}" for n in names for fmt in ("png", "pdf")]
 
 
@@ -247,6 +276,17 @@ MAX_TICKS = 8
 """The most central ε (or bits) values the ``trust`` figure labels one by one (more: the log axis's own ticks)."""
 CENTRAL_AXES = ("epsilon", "central-epsilon", "central_epsilon", "trust", "name")
 """The group columns a ``trust`` line runs across (or names itself by): the rest tell its lines apart."""
+
+
+def spread(xs: Sequence[float], factor: float = 1.5) -> list[float]:
+    """The ascending positive values ``xs`` thinned so that each kept one is at least ``factor`` times the last kept,
+    and at least an eighth of their span apart on a log axis (tick labels that do not overlap)."""
+    out: list[float] = []
+    step = max(factor, (xs[-1] / xs[0]) ** (1 / MAX_TICKS)) if xs else factor
+    for x in xs:
+        if not out or x >= step * out[-1]:
+            out.append(x)
+    return out
 
 
 def trust_lines(finals: Sequence[dict[str, Any]]) -> list[tuple[str, int, list[dict[str, Any]]]]:
@@ -265,13 +305,16 @@ def trust_lines(finals: Sequence[dict[str, Any]]) -> list[tuple[str, int, list[d
     return out
 
 
-def trust_label(trust: str, members: list[dict[str, Any]], cols: Sequence[str], mixed_seeds: bool) -> str:
-    """A ``trust`` line's legend label: ``trust: `` and its cell name (when its rows share one) or encoder spec, the
-    other grid values that set it apart, ``ε: local, composed †`` without a trusted stage, and ``1 seed`` where
-    seeds differ between lines and it has one."""
+def trust_label(trust: str, members: list[dict[str, Any]], cols: Sequence[str], mixed_seeds: bool,
+                named: dict[str, list[dict[str, Any]]]) -> str:
+    """A ``trust`` line's legend label: ``trust: `` and its cell name (when its rows share one: with the grid values
+    that vary between the rows of that name, ``named``) or encoder spec and the grid values that set it apart,
+    ``ε: local, composed †`` without a trusted stage, and ``1 seed`` where seeds differ between lines and it has
+    one."""
     names = {str(a.get("name") or "") for a in members}
     first = members[0]
-    head = label_of({**first, "name": names.pop() if len(names) == 1 else ""}, cols)
+    name = names.pop() if len(names) == 1 else ""
+    head = label_of({**first, "name": name}, varying(named.get(name, []), CENTRAL_AXES) if name else cols)
     centrals = [central_epsilon(a) for a in members]
     local = any(what == LOCAL_CENTRAL for _, what in centrals)
     level = all(x is None or not math.isfinite(x) for x, _ in centrals)
@@ -280,23 +323,23 @@ def trust_label(trust: str, members: list[dict[str, Any]], cols: Sequence[str], 
             + (" (1 seed)" if ones else ""))
 
 
-def plot_trust(doc: dict[str, Any], base: Path) -> Figure | None:
+def plot_trust(doc: dict[str, Any], base: Path, interval: str | None = None) -> Figure | None:
     """The final metric against central ε (left, log axis) and against bits per client per round (right, log axis),
     trust models side by side: one colour and marker per trust model, one line per trust model and encoder across
-    its central ε values, error bars the 95 % t-interval over seeds (plain points for one seed).  Central ε is the
+    its central ε values, error bars the interval over seeds (plain points for one seed).  Central ε is the
     trusted stage's ledger, or for a run without one (``trust = "server"``) its local ε composed over the rounds
     (a footnote says so); a non-private run without a trusted stage (ε = ∞) is a dotted level on the left.  None
     when no cell has a trusted stage (or the table predates the ``trust`` column)."""
-    finals, metric = doc["final"], _metric(doc)
+    finals, metric, b = doc["final"], _metric(doc), bands(doc, interval)
     trusts = list(dict.fromkeys(str(a["trust"]) for a in finals if a.get("trust") is not None))
     if not trusts or not set(trusts) - {"server"}:
         return None
     seeds = {int(a.get("seeds") or 0) for a in finals}
     tasks = ", ".join(dict.fromkeys(str(a.get("task")) for a in finals if a.get("task") is not None))
-    interval = "plain points, no interval" if seeds == {1} else "mean and 95 % t-interval"
+    kind = "plain points, no interval" if seeds == {1} or b.kind == "none" else f"mean and {INTERVAL_NAMES[b.kind]}"
     name = LABELS.get(metric, metric)
     title = (f"{doc_title(doc)}: final {name} against central ε and against bits per client, by trust model; "
-             f"task {tasks}, {_seeds(doc)} ({interval})")
+             f"task {tasks}, {_seeds(doc)} ({kind})")
     lines = trust_lines(finals)
     local = any(central_epsilon(a)[1] == LOCAL_CENTRAL for _, _, m in lines for a in m)
     if local:
@@ -307,20 +350,20 @@ def plot_trust(doc: dict[str, Any], base: Path) -> Figure | None:
     fig.suptitle(textwrap.fill(title.split("\n")[0], 150) + ("\n" + title.split("\n")[1] if local else ""), fontsize=9)
     cols = varying(finals, CENTRAL_AXES)
     mixed = len(seeds) > 1
-    from matplotlib import colormaps
-
+    named: dict[str, list[dict[str, Any]]] = {}
+    for a in finals:
+        if a.get("name"):
+            named.setdefault(str(a["name"]), []).append(a)
     for trust, j, members in lines:
         i = trusts.index(trust) if trust in trusts else len(trusts)
-        look = {"color": colormaps["tab10"](i % 10), "marker": MARKERS[i % len(MARKERS)], "ls": LINES[j % len(LINES)],
-                "mfc": "white" if j % 2 else None}
-        label = trust_label(trust, members, cols, mixed)
-        _trust_line(ax_eps, members, label, look)
+        shape = {**look(i), "ls": LINES[j % len(LINES)], "mfc": "white" if j % 2 else None}
+        label = trust_label(trust, members, cols, mixed, named)
+        _trust_line(ax_eps, members, label, shape, b)
         for a in members:
             if _finite(a.get("metric_mean")) and _finite(a.get("bits_per_client_mean")):
-                mean, low, high = float(a["metric_mean"]), a.get("metric_ci_low"), a.get("metric_ci_high")
-                err = None if low is None or high is None else [[mean - float(low)], [float(high) - mean]]
-                ax_bits.errorbar([float(a["bits_per_client_mean"])], [mean], yerr=err, fmt=look["marker"],
-                                 color=look["color"], mfc=look["mfc"], ms=5, capsize=3, label="_nolegend_")
+                ax_bits.errorbar([float(a["bits_per_client_mean"])], [float(a["metric_mean"])], yerr=b.errors(a),
+                                 fmt=shape["marker"], color=shape["color"], mfc=shape["mfc"], ms=5, capsize=3,
+                                 label="_nolegend_")
     ax_eps.set(xlabel="central ε (log scale; † local ε composed)" if local else "central ε (log scale)",
                ylabel=f"final {name}", xscale="log")
     ax_bits.set(xlabel="bits per client per round (log scale)", ylabel=f"final {name}", xscale="log")
@@ -331,17 +374,18 @@ def plot_trust(doc: dict[str, Any], base: Path) -> Figure | None:
     eps: list[Any] = [central_epsilon(a)[0] for a in finals]
     bits: list[Any] = [a.get("bits_per_client_mean") for a in finals]
     for ax, values in ((ax_eps, eps), (ax_bits, bits)):
-        xs = sorted({round(float(x), 12) for x in values if _finite(x) and float(x) > 0})
+        xs = spread(sorted({round(float(x), 12) for x in values if _finite(x) and float(x) > 0}))
         if 0 < len(xs) <= MAX_TICKS:
             ax.set_xticks(xs, [f"{x:.3g}" for x in xs])
             ax.xaxis.set_minor_formatter(NullFormatter())
     handles, names = ax_eps.get_legend_handles_labels()
     fig.legend(handles, names, loc="outside lower center", ncols=min(3, max(1, len(names))), fontsize=7)
+    _note(fig, b)
     save_both(fig, base)
     return fig
 
 
-def _trust_line(ax: Axes, members: list[dict[str, Any]], label: str, look: dict[str, Any]) -> None:
+def _trust_line(ax: Axes, members: list[dict[str, Any]], label: str, look: dict[str, Any], b: Bands) -> None:
     """One ``trust`` line on the central-ε panel: its finite central ε values joined (error bars where there
     are intervals), and each member without a central ε (a non-private run) as a dotted level."""
     pts = sorted(((central_epsilon(a)[0], a) for a in members if _finite(a.get("metric_mean"))),
@@ -350,13 +394,8 @@ def _trust_line(ax: Axes, members: list[dict[str, Any]], label: str, look: dict[
     if finite_pts:
         xs = [p[0] for p in finite_pts]
         y = [float(a["metric_mean"]) for _, a in finite_pts]
-        low = [a.get("metric_ci_low") for _, a in finite_pts]
-        high = [a.get("metric_ci_high") for _, a in finite_pts]
-        err = None if all(v is None for v in low) else \
-            [[m - (m if lo is None else float(lo)) for m, lo in zip(y, low)],
-             [(m if h is None else float(h)) - m for m, h in zip(y, high)]]
-        ax.errorbar(xs, y, yerr=err, marker=look["marker"], ls=look["ls"], color=look["color"], mfc=look["mfc"], ms=5,
-                    capsize=3, label=label)
+        ax.errorbar(xs, y, yerr=_errors([a for _, a in finite_pts], b), marker=look["marker"], ls=look["ls"],
+                    color=look["color"], mfc=look["mfc"], ms=5, capsize=3, label=label)
         label = "_nolegend_"
     for x, a in pts:
         if x is None or not math.isfinite(x):

@@ -4,8 +4,9 @@
 cells, encoder, its parameters, its privacy, ε, b, seed, trust and threat model, the grid's other values, bits
 per client, the metric, training loss, ε spent, the trusted stage's central ε).
 ``aggregates.csv``: per group of cells that differ only in their seed, and per round, the mean,
-standard deviation and a 95 % Student-t interval over seeds,
-``mean ± t₀.₉₇₅,ₙ₋₁ · s/√n`` (no interval for one seed); ``final.csv`` the same at the last round.
+standard deviation and an interval over seeds (:mod:`sstq_fl.intervals`; by default the 95 % Student-t interval
+``mean ± t₀.₉₇₅,ₙ₋₁ · s/√n``; none for one seed), its kind in the ``interval`` column (``t95``, ``se``,
+``none``) and its bounds in ``<value>_ci_low`` / ``<value>_ci_high``; ``final.csv`` the same at the last round.
 ``trust.csv`` / ``trust.md``: the final rows side by side by trust model (:func:`trust_rows`): each group's
 threat model, central ε (for a run without a trusted stage, ``trust = "server"``, its local ε composed over
 the rounds: the guarantee against the server, marked so), bits per client per round and final metric.
@@ -23,6 +24,8 @@ from typing import Any
 from ..encoders.base import ENCODERS, parse_spec
 from ..fl.checkpoint import completed_metrics
 from ..fl.engine import METRIC_KEYS, NON_PRIVATE_DIAGNOSTICS
+from ..intervals import NAMES as INTERVAL_NAMES
+from ..intervals import bounds
 from ..io import atomic_write_bytes, atomic_write_json, finite_json
 from .spec import Cell, key_name, run_defaults
 
@@ -115,9 +118,9 @@ def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, flo
     return mean, sd, mean - half, mean + half
 
 
-def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per group (cells equal but for the seed) and round: n, and the mean, sd and 95 % interval of each
-    summarised value (:func:`t_interval`)."""
+def aggregate(rows: Sequence[dict[str, Any]], interval: str = "t95") -> list[dict[str, Any]]:
+    """Per group (cells equal but for the seed) and round: n, the interval's kind, and the mean, sd and
+    interval of each summarised value (:func:`sstq_fl.intervals.bounds`)."""
     cols = group_columns(rows)
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in rows:
@@ -126,11 +129,12 @@ def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for members in groups.values():
         first = members[0]
         agg: dict[str, Any] = {**{c: first[c] for c in cols}, "round": first["round"], "metric_name": first["metric_name"],
-                               "seeds": len(members)}
+                               "seeds": len(members), "interval": interval}
         for key in SUMMARISED:
             vals = [float(r[key]) for r in members if _finite(r.get(key))]
             if vals:
-                mean, sd, low, high = t_interval(vals)
+                mean, sd, _, _ = t_interval(vals)
+                low, high = bounds(mean, sd, len(vals), interval)
                 agg.update({f"{key}_mean": mean, f"{key}_sd": sd, f"{key}_ci_low": low, f"{key}_ci_high": high})
         out.append(agg)
     return out
@@ -165,12 +169,13 @@ def to_csv(rows: Iterable[dict[str, Any]]) -> bytes:
 
 def write_tables(out: Path, cells: Sequence[Cell], folders: Sequence[Path], header: dict[str, Any]) -> dict[str, Any]:
     """Write ``results.csv``/``.json``, ``aggregates.csv``, ``final.csv`` and ``trust.csv``/``.md`` into ``out``;
-    return the JSON.  Every row has the same columns: the grid's fields (every cell's values, in first-seen order)
+    return the JSON (``header``'s ``interval``: the kind of interval the tables hold, default ``t95``).
+    Every row has the same columns: the grid's fields (every cell's values, in first-seen order)
     and a ``name`` column where any cell is named."""
     keys = list(dict.fromkeys(k for c in cells for k in c.values))
     named = any(c.label for c in cells)
     rows = [r for cell, folder in zip(cells, folders) for r in cell_rows(cell, folder, keys, named)]
-    aggs = aggregate(rows)
+    aggs = aggregate(rows, str(header.get("interval", "t95")))
     finals = final_rows(aggs)
     doc = {**header, "non_private_diagnostics": NON_PRIVATE_FIELDS, "rows": rows, "aggregates": aggs, "final": finals}
     atomic_write_bytes(out / "results.csv", to_csv(rows))
@@ -234,7 +239,8 @@ def group_columns_of(finals: Sequence[dict[str, Any]]) -> list[str]:
 def trust_rows(finals: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The final rows by trust model (in first-seen order), then encoder and central ε: name, trust, threat model,
     encoder, its privacy, per-message ε, central ε and what it is (:func:`central_epsilon`), bits per client per
-    round, the final metric with its 95 % t-interval (none for one seed) and the number of seeds."""
+    round, the final metric with its interval over seeds (its kind in ``interval``; none for one seed) and the
+    number of seeds."""
     names = derived_names(finals)
     order = {t: i for i, t in enumerate(dict.fromkeys(str(a.get("trust")) for a in finals))}
     out = []
@@ -245,7 +251,8 @@ def trust_rows(finals: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                     "epsilon": a.get("epsilon"), "central_epsilon": central, "central_epsilon_is": what,
                     "bits_per_client": a.get("bits_per_client_mean"), "metric_name": a.get("metric_name"),
                     "metric_mean": a.get("metric_mean"), "metric_ci_low": a.get("metric_ci_low"),
-                    "metric_ci_high": a.get("metric_ci_high"), "seeds": a.get("seeds")})
+                    "metric_ci_high": a.get("metric_ci_high"), "interval": a.get("interval", "t95"),
+                    "seeds": a.get("seeds")})
     out.sort(key=lambda r: (order[str(r["trust"])], str(r["encoder_spec"]),
                             math.inf if r["central_epsilon"] is None else r["central_epsilon"]))
     return out
@@ -258,9 +265,10 @@ def trust_markdown(rows: Sequence[dict[str, Any]], doc: dict[str, Any] | None = 
     seeds = sorted({int(r["seeds"]) for r in rows if r.get("seeds") is not None})
     file = Path(str(exp["file"])).name if exp.get("file") else ""
     what = str(exp.get("title") or file or "sweep") + (f" ({file})" if file and file != exp.get("title") else "")
-    head = [f"{what}: final {metric} by trust model; mean and 95 % Student-t interval over seeds (none for one seed)", "",
+    kind = INTERVAL_NAMES[str(rows[0].get("interval") or "t95")] if rows else INTERVAL_NAMES["t95"]
+    head = [f"{what}: final {metric} by trust model; mean and {kind} over seeds (none for one seed)", "",
             f"| cell | trust | threat model | encoder | ε per message | central ε | bits/client/round | {metric} "
-            f"[95 % interval] | seeds |", "|---|---|---|---|---|---|---|---|---|"]
+            f"[{kind}] | seeds |", "|---|---|---|---|---|---|---|---|---|"]
     local = False
     for r in rows:
         private = r.get("encoder_privacy") in (None, LDP_LABEL)
@@ -290,8 +298,13 @@ def _text(v: Any) -> str:
 
 RESULT_FIELDS: dict[str, type] = {"experiment": dict, "fixed": dict, "axes": dict, "task_params": dict, "overrides": dict,
                                   "cell_tables": list, "exclude": list, "non_private_diagnostics": dict, "rows": list,
+                                  "interval": str,
                                   "aggregates": list, "final": list}
 """The fields of a ``results.json`` and their JSON types (``rows``, ``aggregates`` and ``final`` required)."""
+
+
+def _json_type(kind: type) -> str:
+    return "object" if kind is dict else "array" if kind is list else "string"
 
 
 def checked_results(doc: Any) -> dict[str, Any]:
@@ -301,11 +314,13 @@ def checked_results(doc: Any) -> dict[str, Any]:
         raise ValueError(f"a JSON {type(doc).__name__}, not an object")
     for key, kind in RESULT_FIELDS.items():
         if key in doc and not isinstance(doc[key], kind) or key in ("rows", "aggregates", "final") and key not in doc:
-            raise ValueError(f"{key!r} is {type(doc.get(key)).__name__}, not a JSON {'object' if kind is dict else 'array'}")
+            raise ValueError(f"{key!r} is {type(doc.get(key)).__name__}, not a JSON {_json_type(kind)}")
     if not all(isinstance(r, dict) for r in doc["rows"]):
         raise ValueError("'rows' holds an entry that is not an object")
     try:
-        aggs = aggregate(doc["rows"])
+        aggs = aggregate(doc["rows"], str(doc.get("interval", "t95")))
+        if doc["aggregates"] and "interval" not in doc["aggregates"][0]:  # written before the interval was named
+            aggs = [{k: v for k, v in a.items() if k != "interval"} for a in aggs]
         final = final_rows(aggs)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValueError(f"its rows are not a sweep's rows ({type(exc).__name__}: {exc})") from None

@@ -80,12 +80,13 @@ def shared_task(cfg: Any) -> Any:
 
 
 def run_cell(cfg_json: str, folder: str, resume: bool, keep_checkpoints: bool, record: dict[str, Any],
-             threads: int = 0) -> dict[str, Any]:
+             threads: int = 0, log_to: str | None = None) -> dict[str, Any]:
     """One cell, on the vectorized engine, into ``folder``: the unit of work a Ray task runs.
 
     ``threads`` > 0 sets PyTorch's thread count first; ``record`` (the experiment's provenance and
-    the cell's values) is written to ``folder/experiment.json``.  Never raises for a failing cell:
-    returns ``{"status": "failed", "error": ...}``."""
+    the cell's values) is written to ``folder/experiment.json``; ``log_to``: the cell's published metrics
+    also go to this tracker (:mod:`sstq_fl.tracking`), a tracker run named after the cell's folder.  Never
+    raises for a failing cell: returns ``{"status": "failed", "error": ...}``."""
     import torch
 
     from ..fl.config import RunConfig
@@ -98,6 +99,7 @@ def run_cell(cfg_json: str, folder: str, resume: bool, keep_checkpoints: bool, r
         cfg = RunConfig(**json.loads(cfg_json))
         trainer = Trainer(cfg, task=shared_task(cfg), keep_checkpoints=keep_checkpoints)
         trainer.plot_curves = False  # the sweep draws its own figures from every cell
+        trainer.log_to = log_to
         return train_cell(trainer, Path(folder), resume, record)
     except Exception as exc:  # noqa: BLE001  (a failing cell is reported; the sweep goes on)
         return {"status": "failed", "seconds": time.perf_counter() - t0, "error": one_line(exc)}
@@ -135,6 +137,7 @@ class LocalExecutor:
     raise_errors: bool = False
     round_level: int = logging.INFO
     cores: int = 1  # one cell at a time (its PyTorch threads are PyTorch's default)
+    log_to: str | None = None  # the tracker of the cells it builds (a built trainer has its own)
 
     def run(self, jobs: list[tuple[Cell, Path]], resume: bool, keep: bool, provenance: dict[str, Any],
             report: Report) -> None:
@@ -147,7 +150,8 @@ class LocalExecutor:
 
     def _one(self, cell: Cell, folder: Path, resume: bool, keep: bool, provenance: dict[str, Any]) -> dict[str, Any]:
         if cell.name not in self.trainers:
-            got = run_cell(json.dumps(asdict(cell.cfg)), str(folder), resume, keep, cell_record(cell, provenance))
+            got = run_cell(json.dumps(asdict(cell.cfg)), str(folder), resume, keep, cell_record(cell, provenance),
+                           log_to=self.log_to)
             if got["status"] == "failed" and self.raise_errors:
                 raise ValueError(got["error"])
             return got
@@ -156,11 +160,13 @@ class LocalExecutor:
 
 @dataclass
 class RayExecutor:
-    """The cells as Ray tasks, ``cpus`` CPUs each, on a local Ray (``address`` None) or a cluster."""
+    """The cells as Ray tasks, ``cpus`` CPUs each, on a local Ray (``address`` None) or a cluster; ``log_to``:
+    each cell's tracker."""
 
     cpus: float = 1.0
     address: str | None = None
     cores: int = field(default=0)
+    log_to: str | None = None
 
     def run(self, jobs: list[tuple[Cell, Path]], resume: bool, keep: bool, provenance: dict[str, Any],
             report: Report) -> None:
@@ -170,7 +176,7 @@ class RayExecutor:
             task = ray.remote(num_cpus=self.cpus, max_retries=0)(run_cell)
             threads = max(1, int(self.cpus))
             pending = {task.remote(json.dumps(asdict(c.cfg)), str(f), resume, keep, cell_record(c, provenance),
-                                   threads): c for c, f in jobs}
+                                   threads, self.log_to): c for c, f in jobs}
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 for ref in ready:
@@ -201,10 +207,11 @@ class RayExecutor:
 
 
 def run_flower_cells(jobs: list[tuple[Cell, Path]], resume: bool, keep: bool, provenance: dict[str, Any],
-                     report: Report, raise_errors: bool = False) -> None:
+                     report: Report, raise_errors: bool = False, log_to: str | None = None) -> None:
     """Cells on the Flower engine: in this process, one Flower simulation (one Ray start) per group of
     cells with the same federation (clients, clients per node); each cell reported as it ends.  A
-    simulation that fails fails the group's unfinished cells (``raise_errors``: raises instead)."""
+    simulation that fails fails the group's unfinished cells (``raise_errors``: raises instead); ``log_to``:
+    each cell's tracker."""
     groups: dict[tuple[int, int], list[tuple[Cell, Path]]] = {}
     for cell, folder in jobs:
         groups.setdefault((cell.cfg.clients, cell.cfg.clients_per_node), []).append((cell, folder))
@@ -216,7 +223,7 @@ def run_flower_cells(jobs: list[tuple[Cell, Path]], resume: bool, keep: bool, pr
 
     for group in groups.values():
         try:
-            _flower_group(group, resume, keep, provenance, seen)
+            _flower_group(group, resume, keep, provenance, seen, log_to)
         except Exception as exc:  # noqa: BLE001  (the simulation failed: its unfinished cells did)
             if raise_errors:
                 raise
@@ -226,7 +233,7 @@ def run_flower_cells(jobs: list[tuple[Cell, Path]], resume: bool, keep: bool, pr
 
 
 def _flower_group(group: list[tuple[Cell, Path]], resume: bool, keep: bool, provenance: dict[str, Any],
-                  report: Report) -> None:
+                  report: Report, log_to: str | None = None) -> None:
     """One Flower simulation for ``group``'s cells, one after another."""
     from ..backends import backend  # Flower stays at the edges: found by entry point
 
@@ -240,7 +247,8 @@ def _flower_group(group: list[tuple[Cell, Path]], resume: bool, keep: bool, prov
         report(CellResult(group[i][0].name, "done", seconds, final=m["final"]))
 
     runs = [(c.cfg, f, resume and (f / "checkpoint.json").exists()) for c, f in group]
-    backend("flower-train-many")(runs, on_result=ended, keep_checkpoints=keep)
+    tracking: dict[str, Any] = {"log_to": log_to} if log_to else {}
+    backend("flower-train-many")(runs, on_result=ended, keep_checkpoints=keep, **tracking)
 
 
 def pending_jobs(jobs: Iterable[tuple[Cell, Path]], report: Report) -> list[tuple[Cell, Path]]:

@@ -15,6 +15,7 @@
 
     [experiment]           # optional: a title for tables and plots
     title = "bits against accuracy"
+    interval = "t95"       # optional: the interval over seeds, t95 (default), se or none
 
 The grid is the product of the list-valued keys, in the file's order (:meth:`Experiment.cells`).
 Keys are the options of :class:`~sstq_fl.fl.config.RunConfig` as written on the command line
@@ -70,12 +71,15 @@ from pathlib import Path
 from typing import Any
 
 from ..fl.config import RunConfig
+from ..intervals import IntervalOptions
 from ..options import ABSENT, base_type, declared, expected, flag_of, in_range
 
 TABLES = ("task_params", "experiment")
 ARRAYS = ("cell", "exclude")
 """The arrays of tables of an experiment file: ``[[cell]]`` and ``[[exclude]]``."""
-EXPERIMENT_KEYS = ("title", "description")
+FIGURE_KEYS = tuple(f.name for f, _ in declared(IntervalOptions))
+"""The ``[experiment]`` keys that set how results are summarised (:class:`~sstq_fl.intervals.IntervalOptions`)."""
+EXPERIMENT_KEYS = ("title", "description", *FIGURE_KEYS)
 MAX_DEPTH = 32
 """The deepest nesting of tables and lists an experiment file may hold."""
 
@@ -177,6 +181,7 @@ class Experiment:
     description: str = ""
     cell_tables: tuple[CellTable, ...] = ()
     exclusions: tuple[Exclusion, ...] = ()
+    interval: str | None = None
 
     def provenance(self) -> dict[str, Any]:
         """What every result of this experiment records about it: the file, its sha256 and title."""
@@ -359,7 +364,7 @@ def parse_experiment(raw: bytes, path: str = "experiment.toml") -> Experiment:
     title = meta.get("title") or Path(path).name
     tables, exclusions = _cell_tables(doc, lines, path), _exclusions(doc, lines, path)
     return Experiment(path, hashlib.sha256(raw).hexdigest(), title, fixed, axes, params, meta.get("description", ""),
-                      tables, exclusions)
+                      tables, exclusions, meta.get("interval"))
 
 
 def parse_toml(raw: bytes, path: str) -> dict[str, Any]:
@@ -388,13 +393,18 @@ def depth(value: Any) -> int:
 
 
 def _meta(meta: dict[str, Any], lines: list[str], path: str) -> dict[str, str]:
-    """The ``[experiment]`` table, checked: known keys only, each a string."""
+    """The ``[experiment]`` table, checked: known keys only, each a string, :data:`FIGURE_KEYS` among their choices."""
     for k, v in meta.items():
         where = _where(path, lines, k, "experiment")
         if k not in EXPERIMENT_KEYS:
             raise ValueError(f"{where}: unknown key {k!r} in [experiment] (known: {', '.join(EXPERIMENT_KEYS)})")
         if not isinstance(v, str):
             raise ValueError(f"{where}: [experiment] {k} must be a string, got {short(v)}")
+    for k in (k for k in FIGURE_KEYS if k in meta):
+        try:
+            IntervalOptions(**{k: meta[k]})
+        except ValueError as exc:
+            raise ValueError(f"{_where(path, lines, k, 'experiment')}: [experiment] {exc}") from None
     return meta
 
 

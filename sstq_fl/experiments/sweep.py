@@ -36,7 +36,9 @@ SWEEP_FILES = ("sweep.json", "results.csv", "results.csv.gz", "results.json", "a
 
 @dataclass
 class SweepOptions:
-    """How a sweep runs: ``executor`` ``ray`` (default) or ``local``; CPUs per cell; where Ray is."""
+    """How a sweep runs: ``executor`` ``ray`` (default) or ``local``; CPUs per cell; where Ray is; the interval over
+    seeds its tables hold and its figures draw (None: the experiment file's ``[experiment] interval``, else ``t95``);
+    the tracker each cell's published metrics also go to (``log_to``, :mod:`sstq_fl.tracking`)."""
 
     executor: str = "ray"
     cpus: float = 1.0
@@ -45,6 +47,8 @@ class SweepOptions:
     force: bool = False
     keep_checkpoints: bool = False
     max_cells: int = MAX_CELLS
+    interval: str | None = None
+    log_to: str | None = None
 
 
 def claim(out: Path, opts: SweepOptions) -> None:
@@ -79,7 +83,7 @@ def sweep(exp: Experiment, out: str | Path, opts: SweepOptions | None = None, **
     clean_temps(out, everything=opts.resume)
     jobs = [(c, out / "cells" / c.name) for c in cells]
     header = {"experiment": exp.provenance(), "fixed": exp.fixed, "axes": exp.axes, "task_params": exp.task_params,
-              **exp.grid_record(), "overrides": overrides}
+              **exp.grid_record(), "overrides": overrides, "interval": opts.interval or exp.interval or "t95"}
     session = start_session(out, header, cells, opts)
     log.info("sweep %s: %d cells -> %s (%s)", exp.title, len(cells), out, _how(opts))
     results, t0, cores = run_jobs(jobs, exp.provenance(), opts)
@@ -109,21 +113,21 @@ def run_jobs(jobs: list[tuple[Cell, Path]], provenance: dict[str, Any], opts: Sw
 
     todo = pending_jobs(jobs, skipped)
     t0 = time.perf_counter()
-    executor = LocalExecutor(round_level=logging.DEBUG) if opts.executor == "local" else \
-        RayExecutor(opts.cpus, opts.ray_address)
+    executor = LocalExecutor(round_level=logging.DEBUG, log_to=opts.log_to) if opts.executor == "local" else \
+        RayExecutor(opts.cpus, opts.ray_address, log_to=opts.log_to)
     local = [j for j in todo if j[0].cfg.engine != "flower"]
     flower = [j for j in todo if j[0].cfg.engine == "flower"]
     with progress(len(todo), "cells", key="cells", every=len(todo) + 1, level=logging.DEBUG) as bar:
         def report(r: CellResult) -> None:
             results[r.name] = r
             bar.advance(last=r.name)
-            log.log(logging.WARNING if r.status == "failed" else logging.INFO, "%s | %s", bar.line().split(":")[0],
+            log.log(logging.WARNING if r.status == "failed" else logging.INFO, "%s | %s", bar.head(),
                     r.line())
 
         if local:
             executor.run(local, opts.resume, opts.keep_checkpoints, provenance, report)
         if flower:
-            run_flower_cells(flower, opts.resume, opts.keep_checkpoints, provenance, report)
+            run_flower_cells(flower, opts.resume, opts.keep_checkpoints, provenance, report, log_to=opts.log_to)
     return results, t0, (executor.cores or 1) if local else 1
 
 

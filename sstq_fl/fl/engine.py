@@ -61,6 +61,7 @@ from ..privacy.ledger import PrivacyLedger
 from ..privacy.replay import transcript_binding
 from ..rng import REPRODUCIBLE_WARNING
 from ..stages import stage
+from ..tracking import NullTracker, Tracker, final_metrics, open_tracker, round_metrics, run_params
 from .allocator import tune_allocator
 from .checkpoint import finished_run, read_checkpoint, read_theta, remove_checkpoints, sigint_held
 from .config import RunConfig
@@ -95,6 +96,11 @@ POOLED_FILE = "pooled_diagnostics.json"
 METRIC_KEYS = ("test_accuracy", "test_metric", "test_loss", "distance_to_optimum")
 """A round's model metric, by task: accuracy (classifiers), a user task's own metric or its test loss,
 the least-squares distance to θ*."""
+METRIC_RANGES: dict[str, tuple[float, float]] = {
+    "test_accuracy": (0.0, 1.0), "test_metric": (-math.inf, math.inf), "test_loss": (0.0, math.inf),
+    "distance_to_optimum": (0.0, math.inf), "train_loss": (0.0, math.inf), "epsilon_spent": (0.0, math.inf),
+    "epsilon_central": (0.0, math.inf), "bits_per_client": (0.0, math.inf)}
+"""Each per-round value's range (a user task's ``test_metric``: unbounded); figures clip intervals to it."""
 
 _WARNED: set[str] = set()
 _WARM: weakref.WeakKeyDictionary[Task, set[str]] = weakref.WeakKeyDictionary()
@@ -253,6 +259,8 @@ class Trainer:
         self.trusted = trusted_stage(cfg, self.enc.privacy_event().pure_epsilon(), str(self.ledger.run_id),
                                      self.task.dim)
         self.out: Path | None = None  # the run's folder, once ``train`` starts: round charges are written there
+        self.log_to: str | None = None  # --log-to: the tracker the run's published metrics also go to
+        self.tracker: Tracker = NullTracker()
 
     def participants(self, t: int) -> np.ndarray:
         cfg = self.cfg
@@ -471,6 +479,7 @@ class Trainer:
             st.rounds.append(rec)
             st.round += 1
             self.save(out, st)
+        self.log_round(rec)
         for d in rec["dropped"]:
             log.warning("round %d: client %d left out: %s", rec["round"], d["client"], d["reason"])
         from ..progress import report  # a bar where the caller opened one (sstq-fl run, compare), else a log line
@@ -483,6 +492,7 @@ class Trainer:
         out = self.out = Path(out)
         st = self.initial_state(out, resume)
         show = sys.stderr.isatty() if progress is None else progress
+        self.start_tracking(out, st)
         try:
             if st.round == 0:
                 with sigint_held():
@@ -497,6 +507,26 @@ class Trainer:
             raise
         except KeyboardInterrupt as exc:
             raise RunInterrupted(st.round, out) from exc
+        finally:
+            self.end_tracking(None)  # a run that stopped (one that finished closed its tracker in ``finish``)
+
+    # ---------------------------------------------------------------- experiment tracker (--log-to)
+    def start_tracking(self, out: Path, st: RoundState) -> None:
+        """Open :attr:`log_to`'s tracker (:mod:`sstq_fl.tracking`) for the run in ``out``, named after the folder:
+        the config ``metrics.json`` records as its parameters, then the rounds a resumed run already completed."""
+        self.tracker = open_tracker(self.log_to)
+        self.tracker.start(out.resolve().name, run_params(asdict(self.cfg)))
+        for rec in st.rounds:
+            self.log_round(rec)
+
+    def log_round(self, rec: dict[str, Any]) -> None:
+        """Log a completed round's published values (:func:`~sstq_fl.tracking.round_metrics`)."""
+        self.tracker.log_round(int(rec["round"]), round_metrics(rec, POOLED_KEYS))
+
+    def end_tracking(self, final: dict[str, Any] | None) -> None:
+        """Close the tracker with the run's published final values (``None``: the run stopped before completing)."""
+        tracker, self.tracker = self.tracker, NullTracker()
+        tracker.finish(None if final is None else final_metrics(final, POOLED_KEYS))
 
     def warm_up(self, st: RoundState) -> float:
         """One untimed client step (encode, unpack, aggregate) and evaluation, discarded, so the
@@ -553,6 +583,7 @@ class Trainer:
             plot_run(metrics, out / "curves.png")
         if st.round >= self.cfg.rounds and not self.keep_checkpoints:
             remove_checkpoints(out)
+        self.end_tracking(final if st.round >= self.cfg.rounds else None)
         return metrics
 
 
@@ -591,19 +622,22 @@ def plot_run(metrics: dict[str, Any], path: Path) -> Any:
 
 
 def run(cfg: RunConfig, out: str | Path, resume: bool = False, progress: bool | None = None,
-        trainer: Trainer | None = None, keep_checkpoints: bool = False) -> dict[str, Any]:
+        trainer: Trainer | None = None, keep_checkpoints: bool = False, log_to: str | None = None) -> dict[str, Any]:
     """Run ``cfg`` into ``out`` on its engine (``trainer``: an already built one, vectorized engine;
-    ``keep_checkpoints``: leave the checkpoint once the run completes); with ``resume``, a run already
-    complete there returns its metrics."""
+    ``keep_checkpoints``: leave the checkpoint once the run completes; ``log_to``: also log its published
+    metrics to this tracker, :mod:`sstq_fl.tracking`); with ``resume``, a run already complete there returns its
+    metrics."""
     done = finished_run(Path(out), cfg, resume)
     if done is not None:
         return done
     if cfg.engine == "flower":
         from ..backends import backend  # Flower stays at the edges: found by entry point
 
-        return backend("flower-train")(cfg, Path(out), resume, progress, keep_checkpoints=keep_checkpoints)
+        kw: dict[str, Any] = {"log_to": log_to} if log_to else {}
+        return backend("flower-train")(cfg, Path(out), resume, progress, keep_checkpoints=keep_checkpoints, **kw)
     trainer = trainer or Trainer(cfg)
     trainer.keep_checkpoints = trainer.keep_checkpoints or keep_checkpoints
+    trainer.log_to = log_to or trainer.log_to
     return trainer.train(out, resume, progress)
 
 

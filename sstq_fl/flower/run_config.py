@@ -4,7 +4,8 @@ Keys are the config fields with hyphens (:func:`sstq_fl.options.run_config_keys`
 app runs: ``train`` (the LDP training run, :class:`sstq_fl.fl.config.RunConfig`) or the name of a registered DP
 generative pipeline (:data:`sstq_fl.gen.pipelines.PIPELINES`: ``dp-mepf``, ``dp-vqg``, ``straightdp``), whose own
 keys carry its prefix (``mepf-``, ``vqg-``, ``sdp-``).  ``round-timeout`` (seconds) and ``out-dir`` / ``resume``
-belong to the app.  TOML has no null: each optional field declares the marker that means unset (``0``, ``""``,
+belong to the app; ``log-to`` (:class:`sstq_fl.tracking.TrackingConfig`) to training's experiment tracker.
+TOML has no null: each optional field declares the marker that means unset (``0``, ``""``,
 ``-1``).
 """
 
@@ -51,9 +52,27 @@ def config_from_run_config(rc: dict[str, Any]) -> tuple[Any, Path, bool]:
     from ..gen.pipelines import prefixes as gen_prefixes
     from ..options import from_run_config
 
-    prefixes = gen_prefixes()
-    cfg = from_run_config(RunConfig, rc, ignore=lambda key: key in APP_KEYS or key.startswith(prefixes), engine="flower")
+    prefixes, tracking = gen_prefixes(), tracking_keys()
+    cfg = from_run_config(RunConfig, rc, ignore=lambda key: key in APP_KEYS or key in tracking or key.startswith(prefixes),
+                          engine="flower")
     return cfg, out_dir(rc), bool(rc.get("resume", False))
+
+
+def tracking_keys() -> dict[str, str]:
+    """The run-config keys of :class:`~sstq_fl.tracking.TrackingConfig` (``log-to``)."""
+    from ..options import run_config_keys
+    from ..tracking import TrackingConfig
+
+    return run_config_keys(TrackingConfig)
+
+
+def tracking_from_run_config(rc: dict[str, Any]) -> Any:
+    """``train``: where the run's published metrics are also logged (``log-to``; ``""``: nowhere), checked."""
+    from ..options import from_run_config
+    from ..tracking import TrackingConfig
+
+    keys = tracking_keys()
+    return from_run_config(TrackingConfig, {k: v for k, v in rc.items() if k in keys})
 
 
 def workload_from_run_config(rc: dict[str, Any]) -> tuple[Any, Callable[..., dict[str, Any]]]:

@@ -16,6 +16,8 @@ from typing import Any
 
 from ..encoders.base import Encoder, make_encoder
 from ..errors import described
+from ..progress import progress
+from ..registry import UnknownName
 from . import batching, bits, moments, privacy, wirecheck
 from .report import CheckResult, Report, failed
 
@@ -55,8 +57,11 @@ def check_encoder(spec: str | type[Encoder], *, dim: int = 6, epsilon: float = 1
         "mse": lambda: moments.check_mse(enc, moment_draws(), alpha),
     }
     report = Report(enc.spec)
-    for name in checks or CHECKS:
-        report.append(_run(name, runners[name]))
+    names = list(checks or CHECKS)
+    with progress(len(names), f"{enc.name} conformance checks", key="kit-checks", every=1) as bar:
+        for name in names:
+            report.append(_run(name, runners[name]))
+            bar.advance(1, last=f"{report[-1].status} {name}")
     return report
 
 
@@ -95,6 +100,8 @@ def _build(spec: str | type[Encoder], dim: int, epsilon: float, radius: float, s
         if not isinstance(spec, str):
             raise ValueError(f"expected an encoder spec string or Encoder subclass, got {type(spec).__name__}")
         return make_encoder(spec, dim, epsilon, radius=radius, seed=seed)
+    except UnknownName as exc:  # an unknown name, or a plug-in refused at registration: the message says which
+        raise ValueError(f"cannot build encoder {_label(spec)} (d={dim}, ε={epsilon:g}): {exc}") from None
     except Exception as exc:  # any failure to build, third-party constructors included
         raise ValueError(f"cannot build encoder {_label(spec)} (d={dim}, ε={epsilon:g}): {described(exc)}") from None
 

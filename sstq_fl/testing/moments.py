@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ..encoders.base import Encoder
+from ..progress import progress
 from . import inputs
 from .report import CheckResult, failed, passed, skipped
 from .stats import two_sided_z
@@ -37,12 +38,16 @@ class Draws:
 def draw(enc: Encoder, trials: int) -> list[Draws]:
     """``trials`` decoded messages for each of :func:`~sstq_fl.testing.inputs.moment_inputs`."""
     out = []
-    for label, x in inputs.moment_inputs(enc):
-        s = inputs.seeds("moments" + label, trials)
-        c = inputs.coins(s)
-        msgs = enc.encode(x.repeat(trials, 1), s, coins=c)
-        est = enc.decode(msgs, coins=c).double().cpu()
-        out.append(Draws(label, x, enc.preprocess(x[None]).double().cpu()[0], est, float(msgs.stats.get("clipped", 0))))
+    xs = inputs.moment_inputs(enc)
+    with progress(len(xs) * trials, "mean and MSE messages", key="kit-moments", every=trials) as bar:
+        for label, x in xs:
+            s = inputs.seeds("moments" + label, trials)
+            c = inputs.coins(s)
+            msgs = enc.encode(x.repeat(trials, 1), s, coins=c)
+            est = enc.decode(msgs, coins=c).double().cpu()
+            out.append(Draws(label, x, enc.preprocess(x[None]).double().cpu()[0], est,
+                             float(msgs.stats.get("clipped", 0))))
+            bar.advance(trials)
     return out
 
 

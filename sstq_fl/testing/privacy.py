@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ..encoders.base import Encoder, Messages
+from ..progress import progress
 from . import inputs
 from .report import CheckResult, failed, passed, skipped
 from .stats import chi_square_pvalue, cp_lower, epsilon_lower_bound
@@ -101,11 +102,13 @@ def _audit(enc: Encoder, budget: Budget) -> CheckResult:
     pairs = inputs.worst_pairs(enc)
     a = budget.alpha / (2 * 2 * len(pairs))  # two bounds per ordered pair, both orders of each pair
     best, where = -math.inf, ""
-    for label, x, y in pairs:
-        for order, (u, v) in (("", (x, y)), (" (reversed)", (y, x))):
-            lb = _audit_pair(enc, u, v, budget.trials, a, label + order)
-            if lb > best:
-                best, where = lb, label + order
+    per_pair = 2 * (_selection_size(budget.trials) + budget.trials)
+    with progress(2 * len(pairs) * per_pair, f"{NAME} audit messages", key="kit-audit") as bar:
+        for label, x, y in pairs:
+            for order, (u, v) in (("", (x, y)), (" (reversed)", (y, x))):
+                lb = _audit_pair(enc, u, v, budget.trials, a, label + order, bar.advance)
+                if lb > best:
+                    best, where = lb, label + order
     said = (f"audit: ε lower bound {max(best, 0.0):.4g} vs ε = {enc.epsilon:g} (worst pair {where}; {len(pairs)} pairs, "
             f"{budget.trials} audit messages per input; Clopper–Pearson, confidence {1 - budget.alpha:.10g})")
     return failed(NAME, said + " — ε exceeded") if best > enc.epsilon else passed(NAME, said)
@@ -118,12 +121,25 @@ def _sample(enc: Encoder, x: torch.Tensor, n: int, tag: str) -> tuple[Messages, 
     return msgs, enc.decode(msgs, coins=c).double().cpu()
 
 
-def _audit_pair(enc: Encoder, x: torch.Tensor, y: torch.Tensor, n: int, a: float, tag: str) -> float:
-    """Choose the event on one sample, bound ε on a fresh one (``a``: level of each one-sided bound)."""
-    m = max(n // 4, 100)  # the selection sample only has to find a good event
-    sel_x, sel_y = _sample(enc, x, m, tag + "-select-x"), _sample(enc, y, m, tag + "-select-y")
+def _selection_size(n: int) -> int:
+    """Messages per input of the sample an audit event is chosen on (it only has to find a good event)."""
+    return max(n // 4, 100)
+
+
+def _audit_pair(enc: Encoder, x: torch.Tensor, y: torch.Tensor, n: int, a: float, tag: str,
+                done: Callable[[int], None]) -> float:
+    """Choose the event on one sample, bound ε on a fresh one (``a``: level of each one-sided bound); ``done(k)``
+    after each sample of ``k`` messages."""
+    m = _selection_size(n)
+    sel_x = _sample(enc, x, m, tag + "-select-x")
+    done(m)
+    sel_y = _sample(enc, y, m, tag + "-select-y")
+    done(m)
     event = _choose(enc, sel_x, sel_y, x - y, a)
-    aud_x, aud_y = _sample(enc, x, n, tag + "-audit-x"), _sample(enc, y, n, tag + "-audit-y")
+    aud_x = _sample(enc, x, n, tag + "-audit-x")
+    done(n)
+    aud_y = _sample(enc, y, n, tag + "-audit-y")
+    done(n)
     return epsilon_lower_bound(int(event(*aud_x).sum()), int(event(*aud_y).sum()), n, a)
 
 

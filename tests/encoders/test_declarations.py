@@ -101,7 +101,7 @@ def test_render_is_readable():
     assert formula.render("ceil(log2(N)) + b") == "⌈log2 N⌉ + b"
     assert formula.render("32 * d") == "32·d"
     assert formula.render("k * (ceil(log2(N)) + 1) if coin == 'private' else k") == \
-        "k·(⌈log2 N⌉ + 1) if coin = private, else k"
+        "k·(⌈log2 N⌉ + 1) if coin = 'private', else k"
 
 
 def test_a_free_text_formula_is_refused_at_registration():
@@ -109,3 +109,41 @@ def test_a_free_text_formula_is_refused_at_registration():
     reg = Registry("encoder", on_register=lambda name, cls: base.require_declarations(cls))
     with warnings.catch_warnings(), pytest.raises(ValueError, match=r"FreeText: bits formula .* is not an expression"):
         reg.register("free", bad)
+
+
+@pytest.mark.parametrize("shown,written", [
+    ("k·(⌈log2 d⌉ + 1)", "k * (ceil(log2(d)) + 1)"),
+    ("⌈log2 N⌉ + b", "ceil(log2(N)) + b"),
+    ("ceil(log2 d) + 1", "ceil(log2(d)) + 1"),
+    ("32·d", "32 * d"),
+    ("32 + d·(1 + ⌈log2 (s + 1)⌉)", "32 + d * (1 + ceil(log2(s + 1)))"),
+    ("k·(⌈log2 N⌉ + 1) if coin = 'private', else k", "k * (ceil(log2(N)) + 1) if coin == 'private' else k"),
+    ("|x − 1|^2 mod 3 ≤ ⌊d/2⌋", "abs(x - 1) ** 2 % 3 <= floor(d / 2)"),
+])
+def test_displayed_formula_translates_to_the_expression(shown, written):
+    assert formula.from_display(shown) == written
+
+
+def test_every_listed_formula_reads_back_as_its_expression():
+    """What ``sstq-fl encoders`` shows beside a formula translates back to the same syntax tree."""
+    import ast
+
+    for name, cls in registry().items():
+        if cls.bits_formula:
+            back = formula.from_display(formula.render(cls.bits_formula))
+            assert back is not None, name
+            assert ast.dump(formula.parse(back)) == ast.dump(formula.parse(cls.bits_formula)), name
+
+
+@pytest.mark.parametrize("bad,fix", [
+    ("k·(⌈log2 d⌉ + 1)", 'write it as bits_formula = "k * (ceil(log2(d)) + 1)"'),
+    ("ceil(log2 d) + 1", 'write it as bits_formula = "ceil(log2(d)) + 1"'),
+    ("d.bit_length()", None),
+    ("lambda: d", None),
+])
+def test_a_formula_error_teaches_the_grammar(bad, fix):
+    with pytest.raises(ValueError) as exc:
+        formula.parse(bad)
+    msg = str(exc.value)
+    assert "\n" not in msg and formula.GRAMMAR in msg and "Perhaps" not in msg
+    assert (fix in msg) if fix else ("write it as" not in msg)

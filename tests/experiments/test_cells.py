@@ -302,3 +302,11 @@ def test_a_sweep_of_cells_records_them_and_a_resume_reruns_none(tmp_path: Path) 
     assert (tmp_path / "trust.png").is_file() and (tmp_path / "trust.md").is_file()
     again = sweep(exp, tmp_path, SweepOptions(executor="local", resume=True))
     assert again["counts"] == {"done": 0, "skipped": 3, "failed": 0}
+
+
+def test_trust_figure_tick_labels_are_thinned_on_a_log_axis() -> None:
+    from sstq_fl.experiments.figures import spread
+
+    assert spread([1.0, 3.0, 8.0]) == [1.0, 3.0, 8.0]
+    assert spread([0.9976, 0.9997, 3.0]) == [0.9976, 3.0]  # 0.2 % apart: one label
+    assert spread([18.0, 524288.0, 655360.0, 814400.0]) == [18.0, 524288.0]  # three labels within 1.6x of 4.7 decades

@@ -1,5 +1,7 @@
 """``sstq-fl encoders check``: one line per check, exit 0 / 1, one-line errors with exit 2; the listing marks origins."""
 
+import re
+
 import pytest
 
 from sstq_fl.cli import main
@@ -68,7 +70,21 @@ def test_listing_still_works_and_marks_runtime_registrations(registered, capsys)
     registered("honest-rr", broken.HonestRR)
     assert main(["encoders"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    line = next(ln for ln in lines if ln.startswith("honest-rr"))
-    assert "[registered by tests.testing.test_cli_check]" in line and "⌈log2 d⌉ + 1" in line
-    sstq = next(ln for ln in lines if ln.startswith("sstq-flat"))
-    assert "⌈log2 N⌉ + b" in sstq and "[" not in sstq.split("—")[-1]
+    i = next(i for i, ln in enumerate(lines) if ln.startswith("honest-rr"))
+    assert "[registered by tests.testing.test_cli_check]" in lines[i]
+    assert lines[i + 1] == '    bits_formula = "ceil(log2(d)) + 1"  (⌈log2 d⌉ + 1)'  # as a plug-in writes it, then shown
+    i = next(i for i, ln in enumerate(lines) if ln.startswith("sstq-flat"))
+    assert lines[i + 1] == '    bits_formula = "ceil(log2(N)) + b"  (⌈log2 N⌉ + b)' and "[" not in lines[i].split("—")[-1]
+
+
+def test_a_long_check_shows_progress_on_stderr(capsys):
+    """The audit and the kit's checks report progress (log lines when stderr is not a terminal); stdout keeps
+    the report alone."""
+    assert main(["encoders", "check", "privunit-mrc", "--trials", "400", "--audit-trials", "400",
+                 "--checks", "epsilon-ldp unbiased"]) == 0
+    got = capsys.readouterr()
+    assert re.search(r"epsilon-ldp audit messages (\d+)/(\d+) \((\d+) %", got.err)  # a line on the way
+    assert re.search(r"epsilon-ldp audit messages (\d+)/\1 \(100 %", got.err)  # and the end
+    assert "mean and MSE messages" in got.err
+    assert "privunit-mrc conformance checks 1/2" in got.err and "conformance checks 2/2 (100 %" in got.err
+    assert "conformance" not in got.out and len(got.out.strip().splitlines()) == 3

@@ -37,8 +37,10 @@ def test_installed_template_passes_every_check(site):
 
 def test_listing_marks_the_plugin_with_its_distribution_and_version(site):
     got = cli(site, "encoders")
-    line = next(ln for ln in got.stdout.splitlines() if ln.startswith("template-rr"))
-    assert "[plug-in sstq-fl-encoder-template 0.1.0]" in line and "⌈log2 d⌉ + 1" in line
+    lines = got.stdout.splitlines()
+    i = next(i for i, ln in enumerate(lines) if ln.startswith("template-rr"))
+    assert "[plug-in sstq-fl-encoder-template 0.1.0]" in lines[i]
+    assert lines[i + 1] == '    bits_formula = "ceil(log2(d)) + 1"  (⌈log2 d⌉ + 1)'
     rows = {r["name"]: r for r in json.loads(cli(site, "encoders", "--json").stdout)}
     assert rows["template-rr"]["origin"] == {"kind": "entry point", "distribution": "sstq-fl-encoder-template",
                                              "version": "0.1.0"}

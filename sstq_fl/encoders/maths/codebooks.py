@@ -21,11 +21,17 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
+from ...lazy import lazy_module
 from ...privacy.floats import EXP_SAFE
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch")
 
 
 def _check(eps: float, m: int) -> None:

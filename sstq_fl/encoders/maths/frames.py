@@ -36,13 +36,19 @@ import math
 import threading
 from abc import ABC, abstractmethod
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from ... import rng
 from ...checks import check_array
+from ...lazy import lazy_module
 from .fwht import fwht_
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch")
 
 DEFAULT_RHO = 2.5
 CHUNK_BYTES = 1 << 24

@@ -15,12 +15,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import torch
-
+from ...lazy import lazy_module
 from ...registry import Registry
 
-Kernel = Callable[[torch.Tensor], torch.Tensor]
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch")
+
+Kernel = Callable[["torch.Tensor"], "torch.Tensor"]
 
 KERNELS: Registry[Kernel] = Registry("FWHT kernel")
 """The in-place FWHT kernels by name; a second kernel under a taken name is refused."""
@@ -62,8 +67,9 @@ def _check(x: torch.Tensor) -> int:
 _HCACHE: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
 
 
-def hadamard_matrix(n: int, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> torch.Tensor:
-    """Dense unnormalised Sylvester–Hadamard matrix of order ``n`` (cached)."""
+def hadamard_matrix(n: int, dtype: torch.dtype | None = None, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Dense unnormalised Sylvester–Hadamard matrix of order ``n`` (cached; ``dtype`` float32 unless given)."""
+    dtype = torch.float32 if dtype is None else dtype
     key = (n, dtype, torch.device(device))
     if key not in _HCACHE:
         h = torch.ones(1, 1, dtype=torch.float64)

@@ -74,10 +74,15 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
-import torch
-
+from ...lazy import lazy_module
 from .frames import Frame
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch")
 
 METHODS = ("linf", "lv", "ap")
 

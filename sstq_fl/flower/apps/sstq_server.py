@@ -66,7 +66,7 @@ from sstq_fl.flower.plumbing import (  # noqa: F401  (re-exported: the names the
     simulate,
     summary_level,
 )
-from sstq_fl.flower.run_config import config_from_run_config, workload_of
+from sstq_fl.flower.run_config import config_from_run_config, tracking_from_run_config, workload_of
 from sstq_fl.progress import configure_logging
 
 log = logging.getLogger("sstq_fl.fl")
@@ -203,11 +203,12 @@ class RunRecorder:
 
 def serve(grid: Grid, cfg: RunConfig, out: Path, resume: bool = False, progress: bool = False,
           deployment: bool = False, timeout: float | None = None, send_config: bool = False,
-          keep_checkpoints: bool = False) -> dict[str, Any]:
+          keep_checkpoints: bool = False, log_to: str | None = None) -> dict[str, Any]:
     """Run (or resume) ``cfg`` through ``LdpDecoding(SstqSampling)``; write and return ``metrics.json``.
 
     ``deployment``: the metrics leave out ``train_loss`` (computed on the pooled private data,
-    which a real server does not hold); ``keep_checkpoints``: leave the checkpoint once the run completes."""
+    which a real server does not hold); ``keep_checkpoints``: leave the checkpoint once the run completes;
+    ``log_to``: also log the published metrics to this tracker (:mod:`sstq_fl.tracking`)."""
     if cfg.diagnostics:
         raise ValueError("diagnostics (the clients' raw encoder statistics) exist on the vectorized engine only: "
                          "only the mechanism's output leaves a Flower client")
@@ -215,7 +216,19 @@ def serve(grid: Grid, cfg: RunConfig, out: Path, resume: bool = False, progress:
     if done is not None:
         return done
     tr = Trainer(cfg, publish_train_loss=not deployment, keep_checkpoints=keep_checkpoints)
+    tr.log_to = log_to
     st = tr.initial_state(out, resume)
+    tr.start_tracking(out, st)
+    try:
+        return _serve_rounds(grid, tr, st, out, progress, send_config, timeout)
+    finally:
+        tr.end_tracking(None)  # a run that stopped (one that finished closed its tracker in ``finish``)
+
+
+def _serve_rounds(grid: Grid, tr: Trainer, st: RoundState, out: Path, progress: bool, send_config: bool,
+                  timeout: float | None) -> dict[str, Any]:
+    """The rounds still to run, through SecAgg+ or ``LdpDecoding(SstqSampling)``, then ``metrics.json``."""
+    cfg = tr.cfg
     if st.round == 0:
         tr.save(out, st)  # round 0: an interrupted run can always be resumed
     if st.round < cfg.rounds and cfg.trust == "secagg":
@@ -256,13 +269,15 @@ def main(grid: Grid, context: Context) -> None:
     cfg, out, resume = config_from_run_config(rc)
     refuse_in_deployment(cfg.clients_per_node)
     final = serve(grid, cfg, out, resume, deployment=True, timeout=round_timeout(rc),
-                  keep_checkpoints=bool(rc.get("keep-checkpoints", APP_KEYS["keep-checkpoints"])))["final"]
+                  keep_checkpoints=bool(rc.get("keep-checkpoints", APP_KEYS["keep-checkpoints"])),
+                  log_to=tracking_from_run_config(rc).log_to)["final"]
     log.info("sstq-fl run finished: %s → %s", json.dumps(final, default=str), out / "metrics.json")
 
 
 def run_flower(cfg: RunConfig, out: Path, resume: bool = False, progress: bool | None = None,
                client_cpus: float | None = None, ray_address: str | None = None, client_gpus: float | None = None,
-               keep_checkpoints: bool = False, client_app: ClientApp | None = None) -> dict[str, Any]:
+               keep_checkpoints: bool = False, client_app: ClientApp | None = None, log_to: str | None = None
+               ) -> dict[str, Any]:
     """Run ``cfg`` on Flower's simulation engine (Ray), one SuperNode per client, or, with
     ``cfg.clients_per_node`` M > 1, one per cohort of M virtual clients (:mod:`sstq_fl.flower.cohort`).
 
@@ -272,23 +287,25 @@ def run_flower(cfg: RunConfig, out: Path, resume: bool = False, progress: bool |
     batch) and ``client_gpus`` GPUs (default: 0.25 when CUDA is available, else 0), through
     Flower's client resources.  ``client_app``: the nodes' ClientApp (default: the project's,
     :data:`sstq_fl.flower.apps.sstq_client.app`), e.g. one built by
-    :func:`~sstq_fl.flower.apps.sstq_client.make_client_app` with mods of your own.
+    :func:`~sstq_fl.flower.apps.sstq_client.make_client_app` with mods of your own; ``log_to``: also log the
+    published metrics to this tracker (:mod:`sstq_fl.tracking`).
     """
     return run_flower_many([(cfg, out, resume)], progress, client_cpus, ray_address, client_gpus,
-                           keep_checkpoints=keep_checkpoints, client_app=client_app)[0]
+                           keep_checkpoints=keep_checkpoints, client_app=client_app, log_to=log_to)[0]
 
 
 def run_flower_many(jobs: list[tuple[RunConfig, Path, bool]], progress: bool | None = None,
                     client_cpus: float | None = None, ray_address: str | None = None, client_gpus: float | None = None,
                     on_result: Callable[[int, dict[str, Any]], None] | None = None, keep_checkpoints: bool = False,
-                    client_app: ClientApp | None = None) -> list[dict[str, Any]]:
+                    client_app: ClientApp | None = None, log_to: str | None = None) -> list[dict[str, Any]]:
     """Run several configs (e.g. one per encoder) one after another in **one** Flower simulation.
 
     The SuperNodes and their Ray actors are started once; each message carries its run's config, so
     the clients switch encoder with the server.  All jobs need the same ``clients`` and ``clients_per_node``.
     ``on_result(i, metrics)`` is called (in the ServerApp's thread) as soon as job ``i`` ends, so a
     caller can report each run while the next one trains; ``keep_checkpoints``: leave each completed
-    run's checkpoint; ``client_app``: as in :func:`run_flower`.
+    run's checkpoint; ``client_app``: as in :func:`run_flower`; ``log_to``: each run's published metrics also
+    go to this tracker, one tracker run per job named after its folder.
 
     One SIGINT (Ctrl-C) stops the simulation within seconds (:func:`~sstq_fl.flower.plumbing.simulate`):
     the round in progress is abandoned, every completed round is in its run's checkpoint, and
@@ -304,7 +321,7 @@ def run_flower_many(jobs: list[tuple[RunConfig, Path, bool]], progress: bool | N
     def _main(grid: Grid, context: Context) -> None:
         for i, (cfg, out, resume) in enumerate(jobs):
             results.append(serve(StoppableGrid(grid, stop), cfg, out, resume, bool(progress), send_config=True,
-                                 keep_checkpoints=keep_checkpoints))
+                                 keep_checkpoints=keep_checkpoints, log_to=log_to))
             if on_result is not None:
                 on_result(i, results[-1])
 
