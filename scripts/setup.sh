@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv in the project root and install sstq-fl (with the dev tools) into it.
+# Create .venv in the project root and install sstq-fl (with Ray, the dev and the doc tools) into it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -8,7 +8,9 @@ PY=${PYTHON:-python3}
 # The exact versions of constraints.txt (pyproject.toml states ranges). torch first: on these machines 2.13.0 is a
 # CPU build already on disk
 .venv/bin/python -m pip install --quiet -c constraints.txt torch
-.venv/bin/python -m pip install --quiet -c constraints.txt -e ".[dev,tracking]"  # tracking: tests/tracking
+# The core, Flower's simulation engine (Ray), the dev tools (Opacus among them), the doc tools and the experiment
+# trackers (tests/tracking): all the tests need
+.venv/bin/python -m pip install --quiet -c constraints.txt -e ".[dev,docs,simulation,tracking]"
 # Fashion-MNIST comes from Debian's dataset-fashion-mnist package (tests that need it skip without it)
 if [ ! -d /usr/share/datasets/fashion-mnist ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist) >/dev/null 2>&1 \

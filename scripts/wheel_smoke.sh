@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build the sdist and the wheel, install the wheel into a fresh virtual environment outside the clone,
 # and run the smoke commands there: the demo on both engines (2 rounds), the encoder conformance kit,
-# and the LDP example Flower app through `flwr run`.  Needs the project's .venv (scripts/setup.sh).
+# and the LDP example Flower app through `flwr run`; then the old-versions stage: the same wheel installed into a
+# second fresh venv that already holds the oldest releases its metadata admits (scripts/lowest.py), which must
+# change nothing installed there, and the vectorized demo run there.  Needs the project's .venv (scripts/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -18,12 +20,14 @@ step "build: sdist and wheel"
 .venv/bin/python -m build --no-isolation --sdist --wheel --outdir "$WORK/dist" . >"$WORK/build.log" 2>&1 \
   || { tail -20 "$WORK/build.log"; exit 1; }
 .venv/bin/python scripts/check_dist.py "$WORK"/dist/*.whl "$WORK"/dist/*.tar.gz
+.venv/bin/python -m twine check --strict "$WORK"/dist/*
 
 step "install the wheel into a fresh venv"
 python3 -m venv "$WORK/venv"
 "$WORK/venv/bin/python" -m pip install --quiet --upgrade pip
 "$WORK/venv/bin/python" -m pip install --quiet -c "$ROOT/constraints.txt" torch
-"$WORK/venv/bin/python" -m pip install --quiet -c "$ROOT/constraints.txt" "$WORK"/dist/sstq_fl-*.whl
+WHEEL=$(echo "$WORK"/dist/sstq_fl-*.whl)
+"$WORK/venv/bin/python" -m pip install --quiet -c "$ROOT/constraints.txt" "$WHEEL[simulation]"   # Ray: demo and flwr run
 cd "$WORK"   # outside the clone: nothing of it is importable from here
 "$WORK/venv/bin/python" -c "import sstq_fl, sys; assert '$ROOT' not in sstq_fl.__file__, sstq_fl.__file__; print('sstq-fl', sstq_fl.__version__, 'from', sstq_fl.__file__)"
 SSTQ="$WORK/venv/bin/sstq-fl"
@@ -61,5 +65,25 @@ assert '$name' != 'quickstart-pytorch' or ev[-1]['loss'] < ev[0]['loss'], 'two p
 }
 flwr_app quickstart-pytorch
 flwr_app quickstart-ldp
+
+step "old versions: the wheel into a fresh venv holding the oldest releases it admits"
+OLD_START=$SECONDS
+OLD="$WORK/old-venv"
+python3 -m venv "$OLD"
+"$ROOT/.venv/bin/python" "$ROOT/scripts/lowest.py" pins "$WHEEL" >"$WORK/lowest.txt"
+"$OLD/bin/python" -m pip install --quiet -r "$WORK/lowest.txt"   # torch==2.13.0 among them, from this disk
+"$OLD/bin/python" -m pip freeze >"$WORK/old-before.txt"
+"$OLD/bin/python" -m pip install --quiet "$WHEEL"   # the core, no constraints file: a user's environment
+"$OLD/bin/python" -m pip freeze >"$WORK/old-after.txt"
+"$ROOT/.venv/bin/python" "$ROOT/scripts/lowest.py" unchanged "$WORK/old-before.txt" "$WORK/old-after.txt"
+"$OLD/bin/sstq-fl" demo --engine vectorized --rounds 2 --out demo-old
+"$OLD/bin/python" - "$WORK/lowest.txt" <<'PY'
+import json, pathlib, sys
+meta = json.loads(next(pathlib.Path("demo-old").glob("sstq-flat*/metrics.json")).read_text())["meta"]["versions"]
+pins = dict(line.split(";")[0].split("==") for line in open(sys.argv[1]).read().splitlines())
+assert all(meta[k] == pins[k] for k in ("numpy", "flwr")), (meta, pins)
+print("oldest releases: demo ran on", {k: meta[k] for k in ("flwr", "numpy", "torch", "dp_accounting")})
+PY
+echo "old-versions stage: $((SECONDS - OLD_START)) s"
 
 step "wheel smoke passed"

@@ -1,9 +1,10 @@
 """Up-front checks of inputs that no option declaration states: an array's size against a stated memory
-limit, a torch device's spelling and presence, and a Ray address that answers.  Each refusal is a one-line
-``ValueError`` raised before anything is allocated, started or written."""
+limit, a torch device's spelling and presence, a Ray address that answers, and an optional dependency that is
+installed.  Each refusal is a one-line ``ValueError`` raised before anything is allocated, started or written."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import socket
@@ -12,6 +13,16 @@ MAX_ARRAY_BYTES_ENV = "SSTQ_FL_MAX_ARRAY_BYTES"
 DEFAULT_MAX_ARRAY_BYTES = 1 << 34
 """The largest single array (16 GiB) a command allocates unless ``$SSTQ_FL_MAX_ARRAY_BYTES`` says otherwise."""
 RAY_PROBE_TIMEOUT_S = 5.0
+OPTIONAL = {"ray": ("Ray", "simulation"), "opacus": ("Opacus", "opacus")}
+"""The optional dependencies by module: their name and the sstq-fl extra that installs them."""
+
+
+def require(module: str, what: str) -> None:
+    """Refuse ``what`` in one line when the optional dependency ``module`` (a key of :data:`OPTIONAL`) is not
+    installed, naming the extra that installs it (the core installs without Ray or Opacus)."""
+    if importlib.util.find_spec(module) is None:
+        name, extra = OPTIONAL[module]
+        raise ValueError(f"{what} needs {name}: pip install 'sstq-fl[{extra}]'")
 
 
 def max_array_bytes() -> int:

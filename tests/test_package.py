@@ -6,12 +6,15 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 import sstq_fl
 from sstq_fl.io import library_versions, run_meta
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 from check_dist import sdist_problems, wheel_problems  # noqa: E402
+from lowest import freeze_changes, lowest_of, lowest_pins  # noqa: E402
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
@@ -78,3 +81,29 @@ def test_the_metadata_states_ranges_and_constraints_txt_pins_a_version_inside_ea
         assert not any(s.operator == "==" for s in r.specifier), f"{r} is pinned in the metadata"
         if canonicalize_name(r.name) != "setuptools":
             assert r.specifier.contains(pins[canonicalize_name(r.name)]), (str(r), pins.get(canonicalize_name(r.name)))
+
+
+def test_the_old_versions_stage_installs_each_lower_bound_and_sees_any_change(tmp_path):
+    """``scripts/lowest.py`` (wheel_smoke.sh's old-versions stage): the wheel's runtime requirements at their lower
+    bounds, markers kept and extras left out; ``pip freeze`` before and after the install may differ by sstq-fl only."""
+    import zipfile
+
+    wheel = tmp_path / "x.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("x-0.1.dist-info/METADATA", "Metadata-Version: 2.4\nName: x\nRequires-Dist: numpy<3,>=2.0.2\n"
+                   'Requires-Dist: fht-cpu>=1.0.1; platform_machine == "x86_64"\n'
+                   'Requires-Dist: opacus>=1.6.0; extra == "opacus"\n')
+    assert lowest_pins(str(wheel)) == ["numpy==2.0.2", 'fht-cpu==1.0.1; platform_machine == "x86_64"']
+    before = "numpy==2.0.2\nFlwr==1.40.0\n"
+    assert freeze_changes(before, before + "sstq-fl @ file:///w/sstq_fl-0.1.0-py3-none-any.whl\n") == []
+    assert freeze_changes(before, "numpy==2.4.6\nrich==14.0.0\nsstq_fl==0.1.0\n") == [
+        "flwr 1.40.0 -> removed", "numpy 2.0.2 -> 2.4.6", "rich 14.0.0 added"]
+
+
+def test_every_runtime_dependency_states_the_lower_bound_the_old_versions_stage_installs():
+    deps = PYPROJECT["project"]["dependencies"]
+    pins = lowest_of(deps)
+    assert len(pins) == len(deps) and "numpy==1.26.4" in pins and "flwr==1.38.0" in pins and "torch==2.13.0" in pins
+    assert not any(d.startswith(("opacus", "flwr[", "ray")) for d in deps), "Ray and Opacus are extras"
+    with pytest.raises(ValueError, match=r"^numpy<3: no single >= lower bound to test$"):
+        lowest_of(["numpy<3"])

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..checks import require
 from ..errors import described, first_line
 from ..fl.engine import METRIC_KEYS
 from ..io import atomic_write_json
@@ -187,6 +188,7 @@ class RayExecutor:
 
     def _start(self) -> Any:
         """Start (or attach to) Ray, quietly, with this process's import path for its workers."""
+        require("ray", "--executor ray (--executor local runs without it)")
         import ray
 
         paths = [p for p in [os.getcwd(), *sys.path] if p and os.path.isdir(p)]

@@ -22,6 +22,7 @@ from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 from flwr.serverapp import Grid, ServerApp
 
+from ..checks import require
 from ..progress import QUIET_FLOWER_ENV
 
 log = logging.getLogger("sstq_fl.flower")
@@ -176,7 +177,8 @@ def simulate(server: ServerApp, client_app: Any, nodes: int, backend_config: dic
     :class:`StoppableGrid` over ``stop``), and without Flower's deprecation banner for ``run_simulation``
     (:class:`_RunSimulationDeprecation`).  ``quiet``: hide Flower's INFO logs (:func:`flower_logs_hidden`;
     default: ``$SSTQ_FL_QUIET_FLOWER``, which the command line sets).  The caller tells an interrupted
-    simulation by ``stop``."""
+    simulation by ``stop``.  Without Ray (the ``simulation`` extra) a one-line ``ValueError``."""
+    require("ray", "Flower's simulation engine (--engine flower; --engine vectorized runs without it)")
     from flwr.simulation import run_simulation
 
     with _stop_on_sigint(stop), _without_run_simulation_deprecation(), flower_logs_hidden(quiet):

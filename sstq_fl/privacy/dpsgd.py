@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..checks import require
 from .events import GaussianEvent, PoissonSampledEvent
 from .ledger import PrivacyLedger
 
@@ -30,6 +31,7 @@ class DPSGD:
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, dataset: torch.utils.data.Dataset[Any], *,
                  sample_rate: float, noise_multiplier: float, max_grad_norm: float, ledger: PrivacyLedger,
                  seed: int = 0, subset: str = "private"):
+        require("opacus", "DPSGD")
         from opacus import GradSampleModule
         from opacus.data_loader import DPDataLoader
         from opacus.optimizers import DPOptimizer
