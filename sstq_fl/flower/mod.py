@@ -1,9 +1,11 @@
 """``LdpEncodeMod``: a Flower client mod that sends an LDP encoding of the client's update.
 
 Put it in any ClientApp whose ``train`` handler returns the locally trained model as one
-``ArrayRecord`` with the keys of the one it received (the shape of Flower's quickstarts)::
+``ArrayRecord`` with the keys of the one it received (the shape of Flower's quickstarts):
 
-    app = ClientApp(mods=[arrays_size_mod, LdpEncodeMod("privunit", epsilon=3.0, radius=0.01)])
+```python
+app = ClientApp(mods=[arrays_size_mod, LdpEncodeMod("privunit", epsilon=3.0, radius=0.01)])
+```
 
 and wrap the server's strategy in :class:`sstq_fl.flower.LdpDecoding` with the same encoder.
 
