@@ -4,11 +4,13 @@ choices or range and, where they differ from the field's name, their CLI flag an
 From that one declaration come the command-line options (:func:`add_arguments`, :func:`from_args`),
 the Flower run-config reader (:func:`from_run_config`), the ``[tool.flwr.app.config]`` defaults
 (:func:`run_config_defaults`, checked against ``pyproject.toml`` by a test) and the options
-reference page (:func:`options_markdown`).  A new option is one field::
+reference page (:func:`options_markdown`).  A new option is one field:
 
-    @dataclass(frozen=True)
-    class MyConfig(Options):
-        rounds: int = option(100, help="training rounds", low=1)
+```python
+@dataclass(frozen=True)
+class MyConfig(Options):
+    rounds: int = option(100, help="training rounds", low=1)
+```
 
 TOML has no null: an optional field (``int | None``) is read from the run config with its
 ``unset`` marker (``0``, ``""`` or ``-1``) standing for ``None``.

@@ -1,8 +1,10 @@
 """Bit-exact wire format for encoder messages (no pickle, nothing executable).
 
-A message is a fixed 16-byte framing header followed by the payload::
+A message is a fixed 16-byte framing header followed by the payload:
 
-    magic "SQ" | version u8 | flags u8 (0) | fingerprint u32 | round u32 | payload_bits u32
+```text
+magic "SQ" | version u8 | flags u8 (0) | fingerprint u32 | round u32 | payload_bits u32
+```
 
 all big-endian.  ``fingerprint`` is the CRC-32 of the encoder's public configuration, so a
 message produced under another encoder, dimension, ε, radius or frame seed is rejected as

@@ -84,3 +84,45 @@ def test_the_pages_stand_alone_and_their_figures_are_committed():
         assert "../shared" not in text and not re.search(r"\bthe spec\b(?! string)", text, flags=re.I), page
         for fig in re.findall(r"benchmarks/results/[A-Za-z0-9_./=+-]+?\.png", text):
             assert (ROOT / fig).is_file(), (page, fig)
+
+
+def documented_docstrings() -> dict[str, str]:
+    """The docstrings the API reference renders: each ``::: name`` of docs/reference, its module's (or
+    class's) members defined there, and their methods and properties, by qualified name."""
+    import importlib
+    import inspect
+
+    found: dict[str, str] = {}
+
+    def add(name: str, obj: object, depth: int) -> None:
+        if not (inspect.ismodule(obj) or inspect.isclass(obj) or inspect.isfunction(obj)):
+            return
+        if inspect.getdoc(obj) and name not in found:
+            found[name] = obj.__doc__ or ""
+        if depth == 0 or not (inspect.ismodule(obj) or inspect.isclass(obj)):
+            return
+        home = obj.__name__ if inspect.ismodule(obj) else obj.__module__
+        for key, member in vars(obj).items():
+            member = member.fget if isinstance(member, property) else member
+            if not key.startswith("_") and getattr(member, "__module__", None) == home:
+                add(f"{name}.{key}", member, depth - 1)
+
+    for page in sorted((DOCS / "reference").glob("*.md")):
+        for name in re.findall(r"^::: ([\w.]+)", page.read_text(), flags=re.M):
+            module, _, attr = name.rpartition(".")
+            try:
+                obj = importlib.import_module(name)
+            except ModuleNotFoundError:
+                obj = getattr(importlib.import_module(module), attr)
+            add(name, obj, 2)
+    return found
+
+
+def test_the_reference_docstrings_are_markdown_and_name_no_test_file():
+    """mkdocstrings renders docstrings as Markdown: a reST literal marker (a line ending in ``::``) shows as a stray
+    ``::``, and a reader of the API has no use for the project's test files."""
+    docs = documented_docstrings()
+    assert len(docs) > 100, len(docs)
+    rst = [name for name, doc in docs.items() if re.search(r"::[ \t]*$", doc, flags=re.M)]
+    tests = [name for name, doc in docs.items() if re.search(r"\btests/", doc)]
+    assert not rst and not tests, f"reST '::' in {rst}; tests/ named in {tests}"

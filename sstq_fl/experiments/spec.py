@@ -1,21 +1,21 @@
 """Experiment files: a TOML file whose keys are ``sstq-fl run``'s long option names, any of them a list.
 
-::
+```toml
+# e3_eps.toml
+task = "fmnist"
+clients = 100
+rounds = 100
+encoder = ["sstq-flat:b=2", "sstq-flat:b=4", "privunit-mrc"]
+epsilon = [0.5, 1, 3]
+seed = [0, 1, 2]
 
-    # e3_eps.toml
-    task = "fmnist"
-    clients = 100
-    rounds = 100
-    encoder = ["sstq-flat:b=2", "sstq-flat:b=4", "privunit-mrc"]
-    epsilon = [0.5, 1, 3]
-    seed = [0, 1, 2]
+[task_params]          # passed to the task: NAME(**task_params)
+records = 2000
 
-    [task_params]          # passed to the task: NAME(**task_params)
-    records = 2000
-
-    [experiment]           # optional: a title for tables and plots
-    title = "bits against accuracy"
-    interval = "t95"       # optional: the interval over seeds, t95 (default), se or none
+[experiment]           # optional: a title for tables and plots
+title = "bits against accuracy"
+interval = "t95"       # optional: the interval over seeds, t95 (default), se or none
+```
 
 The grid is the product of the list-valued keys, in the file's order (:meth:`Experiment.cells`).
 Keys are the options of :class:`~sstq_fl.fl.config.RunConfig` as written on the command line
@@ -27,23 +27,25 @@ cell's cross-field checks (e.g. ``diagnostics`` needs reproducible randomness) n
 values; :func:`~sstq_fl.experiments.preflight.preflight` checks each cell's task parameters and
 budget before a sweep writes anything.
 
-Explicit cells and exclusions::
+Explicit cells and exclusions:
 
-    encoder = ["clean", "sqkr"]
-    trust = ["server", "curator"]
-    seed = [0, 1]
+```toml
+encoder = ["clean", "sqkr"]
+trust = ["server", "curator"]
+seed = [0, 1]
 
-    [[cell]]                 # the top-level values are every cell's defaults
-    trust = "server"         # clean and sqkr, each seed
+[[cell]]                 # the top-level values are every cell's defaults
+trust = "server"         # clean and sqkr, each seed
 
-    [[cell]]
-    name = "central DP"      # optional: the cell's label in tables and legends
-    trust = "curator"
-    central-epsilon = [2.0, 8.0]   # a list inside a cell: a product within the cell
+[[cell]]
+name = "central DP"      # optional: the cell's label in tables and legends
+trust = "curator"
+central-epsilon = [2.0, 8.0]   # a list inside a cell: a product within the cell
 
-    [[exclude]]              # a partial assignment: a cell matching all its keys is dropped
-    trust = "curator"
-    encoder = "sqkr"
+[[exclude]]              # a partial assignment: a cell matching all its keys is dropped
+trust = "curator"
+encoder = "sqkr"
+```
 
 With ``[[cell]]`` tables the grid is the union of the cells, each its table merged over the file's
 top-level values (the cell's keys win) and expanded as the product of its lists; the top-level

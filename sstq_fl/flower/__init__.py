@@ -1,12 +1,14 @@
 """sstq-fl's encoders in any Flower app: a client mod and a server strategy wrapper.
 
-The one place in ``sstq_fl`` that imports Flower (tests/test_backends.py checks it)::
+The one place in ``sstq_fl`` that imports Flower (the rest of the package runs without it):
 
-    from sstq_fl.flower import LdpDecoding, LdpEncodeMod
+```python
+from sstq_fl.flower import LdpDecoding, LdpEncodeMod
 
-    app = ClientApp(mods=[arrays_size_mod, LdpEncodeMod("privunit", epsilon=3.0, radius=0.01)])  # client
-    strategy = LdpDecoding(FedAvg(fraction_evaluate=0.0), encoder="privunit", epsilon=3.0, radius=0.01)  # server
-    # a legacy flwr.server.strategy (LegacyContext + DefaultWorkflow, NumPyClient apps): LegacyLdpDecoding(FedAvg(...), ...)
+app = ClientApp(mods=[arrays_size_mod, LdpEncodeMod("privunit", epsilon=3.0, radius=0.01)])  # client
+strategy = LdpDecoding(FedAvg(fraction_evaluate=0.0), encoder="privunit", epsilon=3.0, radius=0.01)  # server
+# a legacy flwr.server.strategy (LegacyContext + DefaultWorkflow, NumPyClient apps): LegacyLdpDecoding(FedAvg(...), ...)
+```
 
 :mod:`.client_ledger` is each client's own privacy ledger and budget (in the node's state);
 :mod:`.cohort` makes a simulated node host a cohort of virtual clients (one message per client);

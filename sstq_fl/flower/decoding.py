@@ -1,9 +1,9 @@
 """``LdpDecoding``: a Flower strategy wrapper that decodes LDP wire messages for any strategy.
 
-::
-
-    strategy = LdpDecoding(FedAvg(fraction_train=0.5, fraction_evaluate=0.0), encoder="privunit", epsilon=3.0, radius=0.01)
-    strategy.start(grid, initial_arrays, num_rounds=20, evaluate_fn=...)
+```python
+strategy = LdpDecoding(FedAvg(fraction_train=0.5, fraction_evaluate=0.0), encoder="privunit", epsilon=3.0, radius=0.01)
+strategy.start(grid, initial_arrays, num_rounds=20, evaluate_fn=...)
+```
 
 with :class:`sstq_fl.flower.LdpEncodeMod` (same encoder, ε, radius and frame seed) in the
 ClientApp.  Overriding only what differs, in the manner of Flower's DP wrappers:
@@ -352,7 +352,7 @@ def uniform_metrics(records: Sequence[Mapping[str, Any]], key: str) -> dict[str,
     number, averaged uniformly (one message, one vote), and ``key`` = the number of messages.
 
     A client-reported number never weights the aggregate or the metrics: NaN, infinite, negative
-    or list-valued entries (tests/fl/test_hostile.py) are left out instead of reaching Flower's
+    or list-valued entries are left out instead of reaching Flower's
     weighted averages."""
     values: dict[str, list[float]] = {}
     for rec in records:

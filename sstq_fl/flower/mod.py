@@ -1,9 +1,11 @@
 """``LdpEncodeMod``: a Flower client mod that sends an LDP encoding of the client's update.
 
 Put it in any ClientApp whose ``train`` handler returns the locally trained model as one
-``ArrayRecord`` with the keys of the one it received (the shape of Flower's quickstarts)::
+``ArrayRecord`` with the keys of the one it received (the shape of Flower's quickstarts):
 
-    app = ClientApp(mods=[arrays_size_mod, LdpEncodeMod("privunit", epsilon=3.0, radius=0.01)])
+```python
+app = ClientApp(mods=[arrays_size_mod, LdpEncodeMod("privunit", epsilon=3.0, radius=0.01)])
+```
 
 and wrap the server's strategy in :class:`sstq_fl.flower.LdpDecoding` with the same encoder.
 
@@ -45,6 +47,7 @@ The client's own ledger (:mod:`sstq_fl.flower.client_ledger`): each produced mes
 in ``context.state`` before it leaves, with the server's accountant; past a declared budget
 (``budget_epsilon``, or the node config's ``client-budget-epsilon``) the mod refuses before the
 handler runs, an error reply like the mismatch refusal; :meth:`LdpEncodeMod.report` reads it.
+Each charge logs one INFO line, shown in Flower's log stream (:mod:`sstq_fl.flower.logs`).
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ from ..fl.partition import encoder_seeds
 from ..rng import check_mode, fresh_keys
 from . import client_ledger
 from . import legacy_format as legacy
+from .logs import show_in_flower_log
 
 # an Array holding one wire message (sstq_fl.wire), not a numpy array; the name is what Flower's
 # Array.numpy() error shows when a strategy without the wrapper reaches it
@@ -182,6 +186,7 @@ class LdpEncodeMod:
     def __call__(self, msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
         if msg.metadata.message_type.split(".")[0] != MessageType.TRAIN:  # train and train.<action>
             return call_next(msg, context)
+        show_in_flower_log()  # the ledger's INFO line, in the ClientApp's log stream
         if not self.warned:
             self.warned = warn_size_mods_inside(call_next)
         check_pairing(msg)  # raised, not an error reply: secaggplus_mod would hide the reply's reason

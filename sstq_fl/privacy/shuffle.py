@@ -38,7 +38,7 @@ Parameters used here (``q0 = q1 = q``):
   1)/(e^{ε₀} + k − 1)``, exact enumeration of the shuffled histograms refutes it: at ``k = 3``,
   ``ε₀ = 2``, ``n = 5`` the victim's inputs 0 and 2 among others holding ``(0, 0, 0, 1)`` give
   ``δ(1.5) = 0.1221`` where the pair (and the authors' code) give 0.1033, and at ``n = 20`` still
-  0.04141 against 0.04136 at ``ε = 1`` (``tests/privacy/test_shuffle.py``).  The pair with ``β =
+  0.04141 against 0.04136 at ``ε = 1`` (an exact enumeration any reader can repeat).  The pair with ``β =
   tanh(ε₀/2)`` passes the same enumeration;
 * Feldman, McMillan & Talwar, "Hiding among the clones" (FOCS 2021, Thm. 3.2): ``C ~ Bin(n − 1,
   e^{−ε₀})``, i.e. ``r = e^{−ε₀}/2``, ``β`` as for any ε₀-LDP randomizer

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -224,3 +227,75 @@ def test_each_virtual_client_of_a_cohort_node_keeps_its_own_ledger_and_refusal(r
     ldp.aggregate_train(T, [_reply(sent, reply.content)])
     assert ldp.last["senders"] == [10, 12] and [d["client"] for d in ldp.last["dropped"]] == [11]
     assert ldp.last["dropped"][0]["reason"].startswith(f"client refused: {cl.BUDGET_SPENT}client 11 has sent 1 messages")
+
+
+@contextlib.contextmanager
+def _bare_root() -> Iterator[None]:
+    """No handler on the root logger while the block runs (pytest's own come back after)."""
+    import logging
+
+    root = logging.getLogger()
+    kept, root.handlers = root.handlers, []
+    try:
+        yield
+    finally:
+        root.handlers = kept
+
+
+@pytest.fixture
+def unconfigured_logging(monkeypatch):
+    """A ClientApp process's logging (with :func:`_bare_root`): no handler on ``sstq_fl``, ``sstq_fl`` at NOTSET, Flower's
+    console handler writing to a buffer (its output is what ``flwr run`` streams); returns the buffer."""
+    import io
+    import logging
+
+    from flwr.common.logger import console_handler
+
+    from sstq_fl.progress import QUIET_FLOWER_ENV
+
+    monkeypatch.delenv(QUIET_FLOWER_ENV, raising=False)
+    monkeypatch.setattr(logging.getLogger("sstq_fl"), "handlers", [])
+    monkeypatch.setattr(logging.getLogger("sstq_fl"), "level", logging.NOTSET)
+    monkeypatch.setattr(logging.getLogger("flwr"), "level", logging.DEBUG)
+    monkeypatch.setattr(console_handler, "stream", io.StringIO())
+    logging.getLogger("sstq_fl.flower").manager._clear_cache()
+    yield console_handler.stream
+    logging.getLogger("sstq_fl.flower").manager._clear_cache()
+
+
+def test_the_ledger_line_reaches_flowers_log_stream_under_a_client_app(run_identity, unconfigured_logging):
+    """Under a ClientApp with logging unconfigured, each message's ledger line shows at INFO in Flower's console
+    output; it names the client's public counts and budget, never the update's values or a duration."""
+    from flwr.clientapp import ClientApp
+
+    app, handler = ClientApp(mods=[_mod(budget=8.0)]), _Handler()
+    app.train()(handler)
+    ctx = _context()
+    with _bare_root():
+        for t in (1, 2):
+            assert not app(_msg(t), ctx).has_error()
+    lines = [line for line in unconfigured_logging.getvalue().splitlines() if "ledger" in line]
+    assert len(lines) == 2 and all("INFO" in line for line in lines), unconfigured_logging.getvalue()
+    assert "client 3 ledger: 2 LDP messages, epsilon " in lines[1] and "budget: epsilon=8 at delta=1e-05" in lines[1]
+    numbers = re.findall(r"[-+]?\d*\.?\d+(?:e[-+]?\d+)?", lines[1].split("ledger:", 1)[1])
+    rep = LdpEncodeMod.report(ctx, DELTA)
+    assert [float(x) for x in numbers] == pytest.approx([2, rep["epsilon"], DELTA, 8, DELTA], rel=1e-5)
+
+
+def test_a_users_logging_setup_is_left_alone(run_identity, unconfigured_logging):
+    """With a handler of the user's on the root, nothing is attached and Flower's console shows no ledger line."""
+    import logging
+
+    from flwr.clientapp import ClientApp
+
+    seen: list[str] = []
+    mine = logging.Handler()
+    mine.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    app = ClientApp(mods=[_mod()])
+    app.train()(_Handler())
+    with _bare_root():
+        logging.getLogger().addHandler(mine)
+        logging.getLogger("sstq_fl").setLevel(logging.INFO)
+        assert not app(_msg(1), _context()).has_error()
+    assert logging.getLogger("sstq_fl").handlers == [] and "ledger" not in unconfigured_logging.getvalue()
+    assert any("client 3 ledger: 1 LDP messages" in s for s in seen)
