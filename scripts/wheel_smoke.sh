@@ -62,6 +62,9 @@ import json; ev = json.load(open('$WORK/$name-out/result.json'))['central_evalua
 assert [e['round'] for e in ev] == [0, 1, 2], ev; print('$name: central loss', [round(e['loss'], 3) for e in ev])
 assert '$name' != 'quickstart-pytorch' or ev[-1]['loss'] < ev[0]['loss'], 'two plain FedAvg rounds learn nothing'" \
     || { tail -30 "$WORK/$name.log"; exit 1; }
+  if [ "$name" = quickstart-ldp ]; then  # the client ledger's INFO line reaches flwr run's stream
+    grep -q "ledger: [0-9]* LDP messages" "$WORK/$name.log" || { echo "no client-ledger line in flwr run's stream"; exit 1; }
+  fi
 }
 flwr_app quickstart-pytorch
 flwr_app quickstart-ldp

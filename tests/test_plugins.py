@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +16,10 @@ PLUGIN = Path(__file__).parent / "plugin_example"
 def plugin_path(tmp_path_factory):
     target = tmp_path_factory.mktemp("site")
     build = tmp_path_factory.mktemp("build")
+    source = shutil.copytree(PLUGIN, build / "plugin_example")  # setuptools builds in the source tree: a private copy,
+    # so that two test workers (or a stale build/ folder) never share one
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--no-index", "--target", str(target), str(PLUGIN)], check=True, cwd=build,
+                    "--no-index", "--target", str(target), str(source)], check=True, cwd=build,
                    env={**os.environ, "PIP_NO_CACHE_DIR": "1"})
     assert list(target.glob("sstq_fl_plugin_example-*.dist-info/entry_points.txt"))
     return target

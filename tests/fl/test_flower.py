@@ -35,6 +35,7 @@ def test_flower_engine_matches_vectorized_and_survives_faulty_clients(tmp_path, 
     assert len(bad["rounds"]) == 4 and same_rounds(bad["rounds"][:1], ref["rounds"][:1], rel=1e-6)
 
 
+@pytest.mark.slow  # a second Ray cluster, ~50 s: kept out of CI's 20 minutes (run with -m slow)
 def test_flower_engine_attaches_to_an_existing_ray_cluster(tmp_path):
     """A local Ray head on loopback (``ray start --head``), the run attached to it, then only this head's
     processes stopped (``ray stop`` would stop every Ray cluster on the machine: another run's, a sweep's)."""

@@ -90,6 +90,7 @@ def _run_status(env: dict[str, str], stdout: str, cwd: Path) -> dict:
     return dict(json.loads(p.stdout)["runs"][0])
 
 
+@pytest.mark.slow  # a flwr run, ~40 s: kept out of CI's 20 minutes (run with -m slow)
 def test_flwr_run_with_fewer_supernodes_than_clients_fails_at_once(tmp_path):
     """``num-supernodes`` < ``clients`` fails at the first round with a clear message in the stream
     (it waited 120 s for the missing nodes; more nodes than clients: tests/fl/test_flower_inputs.py).
