@@ -27,10 +27,11 @@ FLAGS = ["--task", "lsq", "--dim", "8", "--n", "100", "--clients", "5", "--batch
 CFG = dict(task="lsq", dim=8, n=100, clients=5, batch=10, clip=1.0, lr=0.5, rounds=3, encoder="sqkr")
 
 
-def stopped_after(out: Path, after: int = 1, **extra: Any) -> Path:
-    """A run of :data:`CFG` (``extra`` overriding it) stopped after ``after`` rounds (its checkpoint and transcript in
-    ``out``)."""
+def stopped_after(out: Path, after: int = 1, log_to: str | None = None, **extra: Any) -> Path:
+    """A run of :data:`CFG` (``extra`` overriding it; logging to ``log_to``) stopped after ``after`` rounds (its
+    checkpoint and transcript in ``out``)."""
     tr = Trainer(RunConfig(**{**CFG, **extra}))  # type: ignore[arg-type]
+    tr.log_to = log_to
     real = tr.run_round
 
     def stop(st: Any) -> Any:

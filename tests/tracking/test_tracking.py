@@ -2,6 +2,7 @@
 (TensorBoard's ``EventAccumulator``, MLflow's ``MlflowClient`` on the file store), that logging changes no
 result and publishes nothing ``metrics.json`` does not, and the one-line refusals."""
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -15,8 +16,9 @@ from sstq_fl.cli import main
 from sstq_fl.experiments.compare import compare
 from sstq_fl.experiments.spec import parse_experiment
 from sstq_fl.experiments.sweep import SweepOptions, sweep
-from sstq_fl.fl.engine import RunConfig, Trainer, run
+from sstq_fl.fl.engine import RunConfig, run
 from sstq_fl.tracking import TRACKERS, Tracker, run_params
+from tests.fl.test_resume_transcript import stopped_after
 
 pytest.importorskip("tensorboard")
 pytest.importorskip("mlflow")
@@ -144,17 +146,7 @@ def test_a_secure_run_logs_nothing_computed_on_the_pooled_private_data(tmp_path)
 
 def _interrupted(tmp_path: Path, log_to: str) -> None:
     """Round 3 of a run fails after rounds 1 and 2 were checkpointed (and logged)."""
-    tr = Trainer(RunConfig(**LSQ))
-    tr.log_to, first = log_to, tr.run_round
-
-    def flaky(st):
-        if st.round == 2:
-            raise KeyboardInterrupt
-        return first(st)
-
-    tr.run_round = flaky  # type: ignore[method-assign]
-    with pytest.raises(KeyboardInterrupt):
-        tr.train(tmp_path / "r", progress=False)
+    stopped_after(tmp_path / "r", after=2, log_to=log_to, **dataclasses.asdict(RunConfig(**LSQ)))
 
 
 def test_a_resumed_run_logs_each_round_once(tmp_path):
