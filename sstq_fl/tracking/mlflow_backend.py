@@ -3,9 +3,9 @@
 
 ``URI`` is an MLflow tracking URI (``file:///tmp/mlruns``, ``sqlite:///mlflow.db``, ``http://host:5000``) or a
 plain folder, taken as the file store there.  MLflow 3 keeps its file store in maintenance mode and refuses it
-unless ``MLFLOW_ALLOW_FILE_STORE=true``; a file-store spec sets that variable in this process unless it is set
-already (https://mlflow.org/docs/latest/self-hosting/migrate-from-file-store).  The runs go to the experiment
-``$MLFLOW_EXPERIMENT_NAME`` (MLflow's own variable), else ``sstq-fl``; parameters are logged as strings
+unless ``MLFLOW_ALLOW_FILE_STORE=true``: that opt-in is the user's (set in their environment), and a file-store spec
+without it is refused in one line (https://mlflow.org/docs/latest/self-hosting/migrate-from-file-store).  The runs
+go to the experiment ``$MLFLOW_EXPERIMENT_NAME`` (MLflow's own variable), else ``sstq-fl``; parameters are logged as strings
 (values past MLflow's 6000-character limit cut with ``…``), metrics at the round's step, the final metrics as
 ``final/<name>``, and the run ends ``FINISHED`` (or ``KILLED`` when it stopped before completing).
 """
@@ -42,10 +42,13 @@ class MlflowTracker(Tracker):
     def __init__(self, location: str):
         super().__init__(location)
         self.uri = tracking_uri(location)
-        if self.uri.startswith("file:"):
-            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         from mlflow.entities import Metric, Param
+        from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE
         from mlflow.tracking import MlflowClient
+
+        if self.uri.startswith("file:") and not MLFLOW_ALLOW_FILE_STORE.get():
+            raise ValueError("MLflow 3 opens a file store only with MLFLOW_ALLOW_FILE_STORE=true in the environment: "
+                             "set it, or log to sqlite:///mlflow.db or a tracking server")
 
         self.client: Any = MlflowClient(tracking_uri=self.uri)
         self._metric, self._param = Metric, Param

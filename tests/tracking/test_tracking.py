@@ -33,7 +33,7 @@ TIMINGS = ("wall_s", "setup_s")
 
 @pytest.fixture(autouse=True)
 def _file_store(monkeypatch):
-    """MLflow 3 opens its file store only with this set (the back end sets it for the run; the reader needs it)."""
+    """MLflow 3 opens its file store only with this set (the user's opt-in, for the run and the reader)."""
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
 
@@ -269,3 +269,14 @@ def test_a_location_the_back_end_cannot_open_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("sstq-fl: error: --log-to mlflow:foo://bar: ") and "'foo://bar'" in err and err.count("\n") == 1
     assert not (tmp_path / "o" / "metrics.json").exists()
+
+
+def test_an_mlflow_file_store_without_the_users_opt_in_is_refused_in_one_line(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE")
+    from sstq_fl.tracking import open_tracker
+
+    with pytest.raises(ValueError, match="MLFLOW_ALLOW_FILE_STORE=true") as info:
+        open_tracker(f"mlflow:{tmp_path / 'mlruns'}")
+    assert "\n" not in str(info.value) and "MLFLOW_ALLOW_FILE_STORE" not in os.environ  # nothing set for the user
