@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import sys
 import threading
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 
 def run_and_exit(main: Callable[[], int]) -> NoReturn:
@@ -46,3 +47,10 @@ def run_and_exit(main: Callable[[], int]) -> NoReturn:
             rc = rc or 120
     os._exit(rc)
 
+
+def print_json(obj: Any) -> None:
+    """Print ``obj`` as standard JSON (a non-finite number is ``null``: a null ε means ε = ∞)."""
+
+    from .io import finite_json
+
+    print(json.dumps(finite_json(obj), indent=2, allow_nan=False))

@@ -22,7 +22,7 @@ Keys are the options of :class:`~sstq_fl.fl.config.RunConfig` as written on the 
 (``sampling-rate``; ``sampling_rate`` is accepted too, but not both for one option).  Every value is
 checked when the file is read, its type and its range (seeds ≥ 0, sizes within the array limit,
 rounds within the accountant's limit): an unknown key or a bad value is a one-line ``ValueError``
-naming the file, its line and the key; a file nested deeper than :data:`MAX_DEPTH` is refused.  A
+naming the file, its line and the key; a file nested deeper than :data:`~.toml_input.MAX_DEPTH` is refused.  A
 cell's cross-field checks (e.g. ``diagnostics`` needs reproducible randomness) name the cell's
 values; :func:`~sstq_fl.experiments.preflight.preflight` checks each cell's task parameters and
 budget before a sweep writes anything.
@@ -66,7 +66,6 @@ import itertools
 import json
 import math
 import re
-import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +74,7 @@ from typing import Any
 from ..fl.config import RunConfig
 from ..intervals import IntervalOptions
 from ..options import ABSENT, base_type, declared, expected, flag_of, in_range
+from .toml_input import parse_toml
 
 TABLES = ("task_params", "experiment")
 ARRAYS = ("cell", "exclude")
@@ -82,7 +82,6 @@ ARRAYS = ("cell", "exclude")
 FIGURE_KEYS = tuple(f.name for f, _ in declared(IntervalOptions))
 """The ``[experiment]`` keys that set how results are summarised (:class:`~sstq_fl.intervals.IntervalOptions`)."""
 EXPERIMENT_KEYS = ("title", "description", *FIGURE_KEYS)
-MAX_DEPTH = 32
 """The deepest nesting of tables and lists an experiment file may hold."""
 
 
@@ -367,31 +366,6 @@ def parse_experiment(raw: bytes, path: str = "experiment.toml") -> Experiment:
     tables, exclusions = _cell_tables(doc, lines, path), _exclusions(doc, lines, path)
     return Experiment(path, hashlib.sha256(raw).hexdigest(), title, fixed, axes, params, meta.get("description", ""),
                       tables, exclusions, meta.get("interval"))
-
-
-def parse_toml(raw: bytes, path: str) -> dict[str, Any]:
-    """The TOML document ``raw``; one line naming ``path`` when it is not UTF-8 TOML or is nested deeper
-    than :data:`MAX_DEPTH` (the parser's own recursion included)."""
-    try:
-        doc = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not valid TOML: {exc}") from None
-    except RecursionError:
-        raise ValueError(f"{path}: nested too deep (at most {MAX_DEPTH} levels of tables and lists)") from None
-    if depth(doc) > MAX_DEPTH:
-        raise ValueError(f"{path}: nested too deep (at most {MAX_DEPTH} levels of tables and lists)")
-    return doc
-
-
-def depth(value: Any) -> int:
-    """How deeply ``value`` nests dicts and lists (a scalar: 0), found without recursion."""
-    deepest, stack = 0, [(value, 0)]
-    while stack:
-        v, d = stack.pop()
-        if isinstance(v, dict | list):
-            deepest = max(deepest, d + 1)
-            stack.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
-    return deepest
 
 
 def _meta(meta: dict[str, Any], lines: list[str], path: str) -> dict[str, str]:

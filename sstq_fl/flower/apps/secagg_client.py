@@ -2,7 +2,7 @@
 
 Flower's :func:`~flwr.client.mod.secaggplus_mod` runs the protocol (keys, Shamir shares of the mask seeds, masking,
 unmasking); the handler below is what it wraps in the stage that collects masked vectors: the node's client computes
-its share ``y ∈ Z_m`` (:meth:`sstq_fl.fl.engine.ClientData.shares`: clip, rotate, round, add its own discrete noise,
+its share ``y ∈ Z_m`` (:meth:`sstq_fl.fl.clients.ClientData.shares`: clip, rotate, round, add its own discrete noise,
 reduce mod ``m``) and hands it to the mod as ``y − m/2``, which SecAgg+'s quantizer maps back onto ``y`` exactly
 (:func:`secaggplus_ranges`).  The node's train handler routes a message that carries SecAgg+'s configuration here
 (:func:`route_train`) and every other train message through the LDP encoder, so one ClientApp serves both.

@@ -16,7 +16,7 @@ wire message and ``num-examples`` (the public batch size).
 
 ``train.cohort`` messages (simulation, ``clients-per-node`` > 1) make the node a cohort of virtual
 clients: it runs the ones the message names batched, as the in-process engine runs a round
-(:meth:`sstq_fl.fl.engine.ClientData.messages`: each client its own coins, in secure mode its own
+(:meth:`sstq_fl.fl.clients.ClientData.messages`: each client its own coins, in secure mode its own
 OS-CSPRNG key) and replies with one wire message per virtual client
 (:mod:`sstq_fl.flower.cohort`); a one-shot ``flwr-clientapp`` process (a deployment) refuses them.
 
@@ -111,7 +111,7 @@ def train(msg: Message, context: Context) -> Message:
 
 def cohort(msg: Message, context: Context) -> Message:
     """A cohort node (simulation): its virtual clients the message names, batched as the in-process engine
-    batches a round (:meth:`sstq_fl.fl.engine.ClientData.messages`): one wire message per client, each
+    batches a round (:meth:`sstq_fl.fl.clients.ClientData.messages`): one wire message per client, each
     encoded with that client's own coins (secure: its own OS-CSPRNG key, drawn here and never sent).  Each
     virtual client keeps its own ledger in the node's state; one past its budget sends no message, and its
     refusal travels in the reply's :data:`~sstq_fl.flower.cohort.KEY_REFUSALS` record."""
