@@ -163,7 +163,7 @@ class SecAggCodec:
         bound = self.rounded_l2()
         out = np.empty(scaled.shape, dtype=np.int64)
         for i, row in enumerate(scaled):
-            out[i] = np.mod(self._round_row(row, bound, coins) + self._noise_row(coins), self.modulus)
+            out[i] = np.mod(self._round_row(row, bound, coins) + self.noise_row(coins), self.modulus)
         return out
 
     def _round_row(self, y: np.ndarray, bound: float, coins: np.random.Generator) -> np.ndarray:
@@ -177,7 +177,7 @@ class SecAggCodec:
                 return r.astype(np.int64)
         raise RuntimeError(f"conditional rounding: no draw within the norm bound in {MAX_ROUNDING_TRIES} tries")
 
-    def _noise_row(self, coins: np.random.Generator) -> np.ndarray:
+    def noise_row(self, coins: np.random.Generator) -> np.ndarray:
         """One client's noise vector of length ``p`` from ``coins``."""
         if self.noise == "ddgauss":
             return discrete_gaussian(self.local_stddev, self.padded, coins)

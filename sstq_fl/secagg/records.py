@@ -70,7 +70,6 @@ import numpy as np
 
 from ..privacy.events import RELATIONS, DistributedDiscreteGaussianEvent, PrivacyEvent, SkellamSumEvent
 from .codec import NOISES, SecAggCodec, padded_dim
-from .samplers import discrete_gaussian, skellam
 
 DEFAULT_BITS = 32
 """Bits of the field ``Z_m`` (the codec allows up to 62; the sums over thousands of records need more than 16)."""
@@ -177,7 +176,7 @@ class RecordSecAgg:
         """The std of the decoded sum's noise per coordinate, in the sums' own units: ``γ·√(n·Var(share))`` for
         ``shares`` shares (default: the guaranteed ``clients``)."""
         n = self.clients if shares is None else int(shares)
-        return self.codec.scale * math.sqrt(n * share_variance(self.codec))
+        return self.codec.scale * math.sqrt(n * self.codec.noise_variance())
 
     def bias_bound(self, shares: int | None = None) -> float:
         """The L2 norm of the decoded sum's bias from the conditioning: ``n·γ·√β/(2(1 − β))``."""
@@ -195,9 +194,7 @@ class RecordSecAgg:
             raise ValueError(f"encode: expected a finite float vector of length {c.dim}, got shape {x.shape}")
         v = c.rotate(c.clip_rows(x[None, :]), round_seed)[0] / c.scale
         rounded = round_conditioned(v, self.error_bound(), coins)
-        noise = discrete_gaussian(c.local_stddev, c.padded, coins) if c.noise == "ddgauss" \
-            else skellam(c.local_stddev**2, c.padded, coins)
-        return np.mod(rounded + noise, c.modulus).astype(np.int64)
+        return np.mod(rounded + c.noise_row(coins), c.modulus).astype(np.int64)
 
     def modular_sum(self, shares: np.ndarray) -> np.ndarray:
         """What secure aggregation reveals: the shares' sum mod ``m`` (int64 ``[p]``)."""
@@ -234,15 +231,6 @@ class RecordSecAgg:
                 "relation": self.relation, "clients": self.clients, "l2_sensitivity": l2, "l1_sensitivity": l1,
                 "rounding_error_bound": self.error_bound(), "noise_multiplier": self.noise_multiplier(),
                 "central_stddev": self.central_stddev(), "bias_bound": self.bias_bound()}
-
-
-def share_variance(codec: SecAggCodec) -> float:
-    """One share's noise variance per coordinate: ``σ²`` for Skellam; for the discrete Gaussian its exact variance
-    below ``σ = 8`` and ``σ²`` above, where the two differ by less than ``σ²e^{−2π²σ²}`` (relative ``10⁻⁵⁴⁸``;
-    Canonne, Kamath & Steinke, NeurIPS 2020; the exact sum would run over ``80σ`` integers)."""
-    if codec.noise == "ddgauss" and codec.local_stddev < 8:
-        return codec.noise_variance()
-    return codec.local_stddev**2
 
 
 # ----------------------------------------------------------------------------- construction and calibration

@@ -95,8 +95,11 @@ def discrete_gaussian_pmf(sigma: float, xs: np.ndarray) -> np.ndarray:
 
 def discrete_gaussian_variance(sigma: float) -> float:
     """``Var N_Z(0, σ²) = Σ x² P[X = x]``, which is below ``σ²`` (Canonne, Kamath & Steinke, NeurIPS 2020)
-    and within about ``e^{−2π²σ²}`` relative of it for ``σ ≥ 1``."""
+    and within about ``e^{−2π²σ²}`` relative of it for ``σ ≥ 1``: from ``σ = 8`` on (relative ``10⁻⁵⁴⁸``) it is
+    ``σ²``, without the sum over about ``80σ`` integers."""
     if sigma <= 0:
         return 0.0
+    if sigma >= 8:
+        return float(sigma) ** 2
     support = discrete_gaussian_support(sigma)
     return float(np.sum(np.square(support.astype(float)) * discrete_gaussian_pmf(sigma, support)))

@@ -17,7 +17,7 @@ from sstq_fl.data.workload import WorkloadData
 from sstq_fl.gen.runner import DPRunner, InProcessPool
 from sstq_fl.privacy.events import DistributedDiscreteGaussianEvent, GaussianEvent
 from sstq_fl.privacy.ledger import PrivacyLedger
-from sstq_fl.secagg import records
+from sstq_fl.secagg import codec as codec_module
 from sstq_fl.secagg.codec import SecAggCodec
 from sstq_fl.secagg.records import (
     RecordSecAgg,
@@ -71,7 +71,7 @@ def test_neighbouring_messages_differ_by_at_most_the_declared_sensitivity(monkey
     """Replace one record of a client (unit-norm contributions, shift 2): over many draws the integer messages (noise
     switched off here so the difference is visible) differ by at most Δ₂ in L2 and Δ₁ in L1, and the rounding term
     matters (the shift alone is exceeded)."""
-    monkeypatch.setattr(records, "discrete_gaussian", lambda sigma, size, rng: np.zeros(size, np.int64))
+    monkeypatch.setattr(codec_module, "discrete_gaussian", lambda sigma, size, rng: np.zeros(size, np.int64))
     rel = _release(dim=64, scale=2.0 / 3.0, shift=2.0, clients=1)  # shift/γ = 3
     l2, l1 = rel.sensitivity()
     assert l2 == pytest.approx(3 + 2 * rounding_error_bound(64, 1e-6)) and l1 == pytest.approx(min(8 * l2, l2 * l2))
