@@ -87,7 +87,6 @@ def compose(clients: int, spec: dict | None = None) -> str:
         "    environment:",
         "      SSTQ_TLS_DIR: /app/certs",
         "      SSTQ_DATABASE: /app/state/state.db",
-        "      SSTQ_FL_ROUND_TIMEOUT: \"120\"",
         "    volumes: [\"./certs:/app/certs:ro\", \"./state:/app/state\", \"./results:/app/results\"]",
     ]
     for k in range(clients):

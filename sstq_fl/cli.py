@@ -28,6 +28,9 @@ from .argtypes import (
 )
 from .console import print_json, run_and_exit
 from .encoder_cli import encoders_parser
+from .options import add_arguments, from_args
+from .placement import placement_of
+from .process import ProcessOptions, apply_process_options
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -149,22 +152,15 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 
 
 def _run_config(args: argparse.Namespace, encoder: str) -> Any:
-    """The checked :class:`~sstq_fl.fl.config.RunConfig` of ``run`` / ``compare``; where the Flower engine runs
-    (``--ray-address``, probed first: Ray itself retries an address that does not answer for minutes)."""
-    import os
-
+    """The checked :class:`~sstq_fl.fl.config.RunConfig` of ``run`` / ``compare``, after probing ``--ray-address``
+    (Ray itself retries an address that does not answer for minutes)."""
     from .checks import probe_ray
     from .fl.config import RunConfig
     from .options import from_args
 
     cfg = from_args(RunConfig, args, encoder=encoder)
-    address = args.ray_address or (os.environ.get("SSTQ_FL_RAY_ADDRESS") if cfg.engine == "flower" else None)
-    if address:
-        probe_ray(address)
-    for env, value in (("SSTQ_FL_RAY_ADDRESS", args.ray_address), ("SSTQ_FL_CLIENT_CPUS", args.client_cpus),
-                       ("SSTQ_FL_CLIENT_GPUS", args.client_gpus)):
-        if value is not None:  # where the flower engine runs (not part of the run's identity)
-            os.environ[env] = str(value)
+    if args.ray_address:
+        probe_ray(args.ray_address)
     return cfg
 
 
@@ -185,7 +181,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
           f"epsilon {args.epsilon}) -> {args.out}")
     compare(_run_config(args, encoders[0]), encoders, args.out, resume=args.resume, force=args.force,
             experiment=getattr(args, "experiment", None), keep_checkpoints=args.keep_checkpoints,
-            interval=args.interval, log_to=_log_to(args))
+            interval=args.interval, log_to=_log_to(args), placement=placement_of(args))
     print(f"wrote {args.out}/comparison.md (table), {args.out}/comparison.png (curves, accuracy vs bits), "
           f"{args.out}/comparison.json and one folder per encoder")
     return 0
@@ -203,7 +199,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                      engine=args.engine, seed=args.seed, randomness=args.randomness)
     print(f"demo: Fashion-MNIST MLP, 100 clients x {args.rounds} rounds, per-message epsilon 3, clip 0.5, lr 0.5, "
           f"engine {args.engine}; encoders {', '.join(DEMO_ENCODERS)} (a few minutes on 2 cores)", flush=True)
-    compare(base, DEMO_ENCODERS, args.out, resume=args.resume, force=args.force)
+    compare(base, DEMO_ENCODERS, args.out, resume=args.resume, force=args.force, placement=placement_of(args))
     print(f"wrote {args.out}/comparison.md, comparison.png and one folder per encoder (metrics, transcript, curves)")
     return 0
 
@@ -252,7 +248,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     _record_experiment(args, cfg)
     with progress(cfg.rounds, f"{cfg.encoder} rounds", key="rounds", every=1):  # a bar on a terminal, else log lines
         m = run(cfg, args.out, resume=args.resume, trainer=trainer, keep_checkpoints=args.keep_checkpoints,
-                log_to=log_to)
+                log_to=log_to, placement=placement_of(args))
     f = m["final"]
     metric = next((f"{k.replace('_', ' ')} {number(f[k])}" for k in METRIC_KEYS if k in f), "no published metric")
     print(f"{cfg.encoder}: {metric}, train loss {number(f.get('train_loss'))} (non-private diagnostic), "
@@ -281,6 +277,7 @@ def build_parser(gen: bool = True) -> argparse.ArgumentParser:
     """The ``sstq-fl`` parser: every option has a help text and ``--help`` shows its default.  ``gen=False``
     leaves out the DP pipelines' sub-commands (loading the pipelines takes most of a second)."""
     p = _Parser(prog="sstq-fl", description=__doc__)
+    add_arguments(p, ProcessOptions)
     sub = p.add_subparsers(dest="cmd", required=True)
 
     encoders_parser(sub)
@@ -464,13 +461,24 @@ def _interrupted(args: argparse.Namespace, exc: KeyboardInterrupt) -> str:
     return f"interrupted after round {t}: rerun with --resume"
 
 
+def process_options(argv: list[str]) -> ProcessOptions:
+    """The process-wide options (:class:`~sstq_fl.process.ProcessOptions`) of a command line, read before the
+    full parser is built (which may load PyTorch); the full parser checks them again, in their place."""
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    add_arguments(pre, ProcessOptions)
+    return from_args(ProcessOptions, pre.parse_known_args(argv)[0])  # type: ignore[no-any-return]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse and run one command; errors are one line on stderr (exit 2), Ctrl-C one line (exit 130).
-    The ``sstq_fl`` loggers' INFO lines (progress, phases) go to stderr (:func:`sstq_fl.progress.configure_logging`)."""
+    The process-wide options are applied first, before PyTorch loads (:mod:`sstq_fl.process`); the ``sstq_fl``
+    loggers' INFO lines (progress, phases) go to stderr (:func:`sstq_fl.progress.configure_logging`)."""
     from .errors import first_line
-    from .progress import configure_logging, quiet_flower
+    from .progress import configure_logging
 
-    words = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
+    given = sys.argv[1:] if argv is None else list(argv)
+    apply_process_options(process_options(given))
+    words = [a for a in given if not a.startswith("-")]
     parser = build_parser(gen=words[:1] == ["gen"])  # the pipelines load only for ``gen``
     args = parser.parse_args(argv)
     configure_logging()
@@ -479,8 +487,7 @@ def main(argv: list[str] | None = None) -> int:
             from .experiments.cli import apply_config
 
             args = apply_config(parser, args, argv)
-        with quiet_flower(not getattr(args, "verbose", True)):  # training commands: Flower's INFO logs hidden
-            return int(args.fn(args) or 0)
+        return int(args.fn(args) or 0)
     except BrokenPipeError:  # the reader went away (``sstq-fl encoders | head``): stop quietly, as SIGPIPE would
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141

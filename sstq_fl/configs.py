@@ -32,10 +32,11 @@ class Configured:
 
 def configurations() -> Iterator[Configured]:
     """The training run, where it is also logged, each registered DP generative pipeline, then the intervals over
-    seeds (no run-config key)."""
+    seeds and the process-wide settings (no run-config key)."""
     from .fl.config import RunConfig
     from .gen.pipelines import PIPELINES
     from .intervals import IntervalOptions
+    from .process import ProcessOptions
     from .tracking import TrackingConfig
 
     yield Configured("LDP training (`sstq-fl run`, `compare`; Flower `workload = \"train\"`)", RunConfig,
@@ -47,6 +48,8 @@ def configurations() -> Iterator[Configured]:
                          p.prefix, tuple(p.shared))
     yield Configured("Intervals over seeds (`sstq-fl sweep`, `compare`, `plot`; experiment file `[experiment] interval`)",
                      IntervalOptions)
+    yield Configured("Process-wide settings (`sstq-fl` before the sub-command, e.g. `sstq-fl --no-malloc-tuning run`; "
+                     "`sstq_fl.process`)", ProcessOptions)
 
 
 def app_run_config_defaults() -> dict[str, Any]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import sys
 import threading
 import time
@@ -30,7 +29,6 @@ from rich.table import Column
 
 LOGGER = "sstq_fl"
 HANDLER = "sstq_fl"  # the name of the handler configure_logging attaches (so it is attached once)
-QUIET_FLOWER_ENV = "SSTQ_FL_QUIET_FLOWER"  # set: Flower simulations hide Flower's INFO logs
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _T = TypeVar("_T")
 log = logging.getLogger(LOGGER)
@@ -95,25 +93,6 @@ def configure_logging(level: int | str = "INFO") -> logging.Logger:
         handler.set_name(HANDLER)
         logger.addHandler(handler)
     return logger
-
-
-@contextmanager
-def quiet_flower(on: bool = True) -> Iterator[None]:
-    """While the block runs (``on``), every Flower simulation this process starts hides Flower's INFO
-    logs and leaves sstq-fl's progress lines to say how a run goes: ``$SSTQ_FL_QUIET_FLOWER`` is set
-    (read by the simulation launcher in :mod:`sstq_fl.flower.plumbing`) and restored after, so code
-    outside the block keeps Flower's normal logs.  The command line's training commands run in it
-    unless ``--verbose``.  A variable, not an argument: the runs reach Flower through backend entry points."""
-    before = os.environ.get(QUIET_FLOWER_ENV)
-    if on:
-        os.environ[QUIET_FLOWER_ENV] = "1"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(QUIET_FLOWER_ENV, None)
-        else:
-            os.environ[QUIET_FLOWER_ENV] = before
 
 
 def format_fields(fields: dict[str, Any]) -> str:

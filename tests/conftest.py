@@ -1,6 +1,8 @@
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: see sstq_fl/__init__.py
+from sstq_fl.process import ProcessOptions, apply_process_options
+
+apply_process_options(ProcessOptions())  # the command line's process settings, before torch loads (sstq_fl.process)
 import tempfile  # noqa: E402
 
 # decoded data sets go to a cache of this test session, never the user's (sstq_fl.data.cache)
@@ -51,7 +53,7 @@ def flower_log():
 
 RAY_TESTS = (
     "tests/examples/", "tests/experiments/test_sweep.py", "tests/fl/test_flower.py", "tests/fl/test_flower_inputs.py",
-    "tests/fl/test_flower_logs.py", "tests/fl/test_flwr_run.py", "tests/flower/test_cohort.py", "tests/flower/test_plumbing.py",
+    "tests/fl/test_flower_logs.py", "tests/fl/test_flwr_run.py", "tests/flower/test_cohort.py", "tests/flower/test_simulation.py",
     "tests/fl/test_flower_client_ledger.py", "tests/test_cli_inputs.py", "tests/tracking/test_tracking_flower.py",
 )
 """Modules whose tests start Ray (Flower's simulation runtime, ``flwr run``, Ray sweeps); in the generative

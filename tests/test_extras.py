@@ -46,7 +46,7 @@ def test_require_names_the_extra_of_a_missing_module(missing):
 def test_the_flower_simulation_without_ray_refuses_before_starting(missing):
     from flwr.serverapp import ServerApp
 
-    from sstq_fl.flower.plumbing import simulate
+    from sstq_fl.flower.simulation import simulate
 
     missing("ray")
     with pytest.raises(ValueError, match=r"^Flower's simulation engine \(--engine flower; .* needs Ray: pip install "

@@ -28,6 +28,8 @@ from typing import Any
 _CHILD = """
 import json, sys, time
 from pathlib import Path
+from sstq_fl.process import ProcessOptions, apply_process_options
+apply_process_options(ProcessOptions())  # the command line's process settings, before torch loads
 import sstq_fl.fl.engine as E
 spec = json.loads(sys.argv[1])
 secs = []
@@ -70,7 +72,7 @@ def run_child(config: dict[str, Any], out: Path) -> dict[str, Any]:
     """Run one config in a child process; its result with the peak PSS of its process tree."""
     spec = json.dumps({"config": config, "out": str(out)})
     proc = subprocess.Popen([sys.executable, "-c", _CHILD, spec], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
+                            text=True)
     peak, done = [0], threading.Event()
 
     def sample() -> None:

@@ -138,7 +138,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     exp = load_experiment(args.experiment)
     overrides = parse_overrides(args.overrides, args.experiment)
     opts = SweepOptions(args.executor, args.cpus_per_cell, args.ray_address, args.resume, args.force,
-                        args.keep_checkpoints, args.max_cells or MAX_CELLS, args.interval, log_to)
+                        args.keep_checkpoints, args.max_cells or MAX_CELLS, args.interval, log_to,
+                        quiet_flower=not args.verbose)
     s = sweep(exp, args.out, opts, **overrides)
     c, eff = s["counts"], s["parallel_efficiency"]
     print(f"sweep {exp.title}: {c['done']} cells run, {c['skipped']} already complete, {c['failed']} failed, "

@@ -19,6 +19,7 @@ from typing import Any
 from ..fl.checkpoint import read_checkpoint
 from ..fl.engine import RunConfig, existing_outputs, trainers
 from ..io import atomic_write_bytes, atomic_write_json, clean_temps, clear_out, mark_kind, refuse_other_kind, run_meta
+from ..placement import Placement
 from ..rng import REPRODUCIBLE_WARNING
 from .figures import plot_all
 from .results import (
@@ -77,15 +78,15 @@ def compare_experiment(base: RunConfig, encoders: list[str]) -> Experiment:
 
 def compare(base: RunConfig, encoders: list[str], out: str | Path, resume: bool = False, force: bool = False,
             experiment: Experiment | None = None, keep_checkpoints: bool = False, interval: str | None = None,
-            log_to: str | None = None
-            ) -> dict[str, Any]:
+            log_to: str | None = None, placement: Placement | None = None) -> dict[str, Any]:
     """Train every encoder on identical batches into ``out``/<encoder>; write the tables and plots.
 
     Every spec is checked (its trainer built) and ``out`` is checked (:func:`prepare_out`)
     before the first round is trained; nothing is written if either check fails.  ``experiment``:
     the file the comparison's values came from (``--config``), recorded with each run; ``interval``: the interval
     over seeds of the tables and figures (default: the file's ``[experiment] interval``, else ``t95``); ``log_to``:
-    each encoder's published metrics also go to this tracker (:mod:`sstq_fl.tracking`), a tracker run per encoder."""
+    each encoder's published metrics also go to this tracker (:mod:`sstq_fl.tracking`), a tracker run per encoder;
+    ``placement``: where the Flower engine's simulation runs (:class:`~sstq_fl.placement.Placement`)."""
     from .preflight import check_distinct_encoders
 
     out = Path(out)
@@ -97,7 +98,7 @@ def compare(base: RunConfig, encoders: list[str], out: str | Path, resume: bool 
     cells = [Cell(unique(_slug(s), taken), {"encoder": s}, replace(base, encoder=s)) for s in encoders]
     prepare_out(cells, out, resume, force)
     exp = experiment or compare_experiment(base, encoders)
-    results = _run(cells, out, built, resume, keep_checkpoints, exp.provenance(), log_to)
+    results = _run(cells, out, built, resume, keep_checkpoints, exp.provenance(), log_to, placement)
     rows = [_row(s, results[s]) for s in encoders]
     summary = {"config": {k: v for k, v in vars(base).items() if k != "encoder"}, "rows": rows, "meta": run_meta(),
                "experiment": exp.provenance()}
@@ -112,7 +113,8 @@ def compare(base: RunConfig, encoders: list[str], out: str | Path, resume: bool 
 
 
 def _run(cells: list[Cell], out: Path, built: dict[str, Any], resume: bool, keep: bool,
-         provenance: dict[str, Any], log_to: str | None = None) -> dict[str, dict[str, Any]]:
+         provenance: dict[str, Any], log_to: str | None = None, placement: Placement | None = None
+         ) -> dict[str, dict[str, Any]]:
     """Run the cells (complete ones skipped), a line as each ends; return every encoder's metrics."""
     from ..progress import progress
 
@@ -123,7 +125,8 @@ def _run(cells: list[Cell], out: Path, built: dict[str, Any], resume: bool, keep
 
         jobs = pending_jobs([(c, out / c.name) for c in cells], report) if resume else [(c, out / c.name) for c in cells]
         if jobs and cells[0].cfg.engine == "flower":
-            run_flower_cells(jobs, resume, keep, provenance, report, raise_errors=True, log_to=log_to)
+            run_flower_cells(jobs, resume, keep, provenance, report, raise_errors=True, log_to=log_to,
+                             placement=placement)
         elif jobs:
             LocalExecutor(trainers={c.name: built[c.cfg.encoder] for c, _ in jobs}, raise_errors=True).run(
                 jobs, resume, keep, provenance, report)

@@ -28,6 +28,7 @@ from ..checks import require
 from ..errors import described, first_line
 from ..fl.engine import METRIC_KEYS
 from ..io import atomic_write_json
+from ..placement import Placement
 from .spec import Cell
 
 log = logging.getLogger("sstq_fl.sweep")
@@ -187,16 +188,15 @@ class RayExecutor:
             builtins.print = saved_print
 
     def _start(self) -> Any:
-        """Start (or attach to) Ray, quietly, with this process's import path for its workers."""
+        """Start (or attach to) Ray, quietly, with this process's import path for its workers (their runtime
+        environment; this process's own environment is left as it is)."""
         require("ray", "--executor ray (--executor local runs without it)")
         import ray
 
         paths = [p for p in [os.getcwd(), *sys.path] if p and os.path.isdir(p)]
-        os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))  # the workers import what this process can
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+        workers = {"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}}  # they import what this process can
         kw: dict[str, Any] = {"address": self.address} if self.address else {"num_cpus": os.cpu_count() or 1}
-        ray.init(include_dashboard=False, logging_level=logging.WARNING, configure_logging=True, **kw)
+        ray.init(include_dashboard=False, logging_level=logging.WARNING, configure_logging=True, runtime_env=workers, **kw)
         self.cores = int(ray.cluster_resources().get("CPU", 1))
         return ray
 
@@ -209,11 +209,12 @@ class RayExecutor:
 
 
 def run_flower_cells(jobs: list[tuple[Cell, Path]], resume: bool, keep: bool, provenance: dict[str, Any],
-                     report: Report, raise_errors: bool = False, log_to: str | None = None) -> None:
+                     report: Report, raise_errors: bool = False, log_to: str | None = None,
+                     placement: Placement | None = None) -> None:
     """Cells on the Flower engine: in this process, one Flower simulation (one Ray start) per group of
     cells with the same federation (clients, clients per node); each cell reported as it ends.  A
     simulation that fails fails the group's unfinished cells (``raise_errors``: raises instead); ``log_to``:
-    each cell's tracker."""
+    each cell's tracker; ``placement``: where the simulations run (:class:`~sstq_fl.placement.Placement`)."""
     groups: dict[tuple[int, int], list[tuple[Cell, Path]]] = {}
     for cell, folder in jobs:
         groups.setdefault((cell.cfg.clients, cell.cfg.clients_per_node), []).append((cell, folder))
@@ -225,7 +226,7 @@ def run_flower_cells(jobs: list[tuple[Cell, Path]], resume: bool, keep: bool, pr
 
     for group in groups.values():
         try:
-            _flower_group(group, resume, keep, provenance, seen, log_to)
+            _flower_group(group, resume, keep, provenance, seen, log_to, placement or Placement())
         except Exception as exc:  # noqa: BLE001  (the simulation failed: its unfinished cells did)
             if raise_errors:
                 raise
@@ -235,7 +236,7 @@ def run_flower_cells(jobs: list[tuple[Cell, Path]], resume: bool, keep: bool, pr
 
 
 def _flower_group(group: list[tuple[Cell, Path]], resume: bool, keep: bool, provenance: dict[str, Any],
-                  report: Report, log_to: str | None = None) -> None:
+                  report: Report, log_to: str | None, placement: Placement) -> None:
     """One Flower simulation for ``group``'s cells, one after another."""
     from ..backends import backend  # Flower stays at the edges: found by entry point
 
@@ -250,7 +251,7 @@ def _flower_group(group: list[tuple[Cell, Path]], resume: bool, keep: bool, prov
 
     runs = [(c.cfg, f, resume and (f / "checkpoint.json").exists()) for c, f in group]
     tracking: dict[str, Any] = {"log_to": log_to} if log_to else {}
-    backend("flower-train-many")(runs, on_result=ended, keep_checkpoints=keep, **tracking)
+    backend("flower-train-many")(runs, on_result=ended, keep_checkpoints=keep, **tracking, **placement.backend_kwargs())
 
 
 def pending_jobs(jobs: Iterable[tuple[Cell, Path]], report: Report) -> list[tuple[Cell, Path]]:

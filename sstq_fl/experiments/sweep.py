@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import KIND_FILE, atomic_write_json, clean_temps, mark_kind, no_duplicate_keys, refuse_other_kind, run_meta
+from ..placement import Placement
 from .figures import FIGURES, plot_all
 from .preflight import preflight
 from .results import aggregate, checked_results, final_rows, write_tables
@@ -38,7 +39,8 @@ SWEEP_FILES = ("sweep.json", "results.csv", "results.csv.gz", "results.json", "a
 class SweepOptions:
     """How a sweep runs: ``executor`` ``ray`` (default) or ``local``; CPUs per cell; where Ray is; the interval over
     seeds its tables hold and its figures draw (None: the experiment file's ``[experiment] interval``, else ``t95``);
-    the tracker each cell's published metrics also go to (``log_to``, :mod:`sstq_fl.tracking`)."""
+    the tracker each cell's published metrics also go to (``log_to``, :mod:`sstq_fl.tracking`); whether the Flower
+    engine's cells hide Flower's INFO logs (``quiet_flower``: the command line does, unless ``--verbose``)."""
 
     executor: str = "ray"
     cpus: float = 1.0
@@ -49,6 +51,7 @@ class SweepOptions:
     max_cells: int = MAX_CELLS
     interval: str | None = None
     log_to: str | None = None
+    quiet_flower: bool = False
 
 
 def claim(out: Path, opts: SweepOptions) -> None:
@@ -127,7 +130,8 @@ def run_jobs(jobs: list[tuple[Cell, Path]], provenance: dict[str, Any], opts: Sw
         if local:
             executor.run(local, opts.resume, opts.keep_checkpoints, provenance, report)
         if flower:
-            run_flower_cells(flower, opts.resume, opts.keep_checkpoints, provenance, report, log_to=opts.log_to)
+            run_flower_cells(flower, opts.resume, opts.keep_checkpoints, provenance, report, log_to=opts.log_to,
+                             placement=Placement(quiet_flower=opts.quiet_flower))
     return results, t0, (executor.cores or 1) if local else 1
 
 

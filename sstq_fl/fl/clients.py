@@ -15,7 +15,6 @@ import torch
 from .. import wire
 from ..encoders import Encoder
 from ..stages import stage
-from .allocator import tune_allocator
 from .config import RunConfig
 from .partition import client_coins, encoder_seeds, minibatches
 from .partitioners import partition_for
@@ -29,7 +28,6 @@ class ClientData:
     batch of clients, vectorized) computes before its update is encoded."""
 
     def __init__(self, cfg: RunConfig, task: Task | None = None):
-        tune_allocator()  # the round's temporaries reused from the heap (sstq_fl.fl.allocator)
         self.cfg = cfg
         self.task = task or make_task(cfg.task, cfg.seed, **cfg.task_kwargs())
         self.shards = partition_for(cfg, self.task)

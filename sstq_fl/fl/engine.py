@@ -53,6 +53,7 @@ from .. import wire
 from ..aggregation import charge_joins, decode_mean
 from ..encoders import make_encoder
 from ..io import atomic_write_bytes, atomic_write_json, run_meta
+from ..placement import Placement
 from ..privacy.errors import Budget
 from ..privacy.ldp import ldp_plan_report
 from ..privacy.ledger import PrivacyLedger
@@ -523,11 +524,12 @@ def plot_run(metrics: dict[str, Any], path: Path) -> Any:
 
 
 def run(cfg: RunConfig, out: str | Path, resume: bool = False, progress: bool | None = None,
-        trainer: Trainer | None = None, keep_checkpoints: bool = False, log_to: str | None = None) -> dict[str, Any]:
+        trainer: Trainer | None = None, keep_checkpoints: bool = False, log_to: str | None = None,
+        placement: Placement | None = None) -> dict[str, Any]:
     """Run ``cfg`` into ``out`` on its engine (``trainer``: an already built one, vectorized engine;
     ``keep_checkpoints``: leave the checkpoint once the run completes; ``log_to``: also log its published
-    metrics to this tracker, :mod:`sstq_fl.tracking`); with ``resume``, a run already complete there returns its
-    metrics."""
+    metrics to this tracker, :mod:`sstq_fl.tracking`; ``placement``: where the Flower engine's simulation runs,
+    :class:`~sstq_fl.placement.Placement`); with ``resume``, a run already complete there returns its metrics."""
     done = finished_run(Path(out), cfg, resume)
     if done is not None:
         return done
@@ -535,6 +537,7 @@ def run(cfg: RunConfig, out: str | Path, resume: bool = False, progress: bool | 
         from ..backends import backend  # Flower stays at the edges: found by entry point
 
         kw: dict[str, Any] = {"log_to": log_to} if log_to else {}
+        kw.update(placement.backend_kwargs() if placement is not None else {})
         return backend("flower-train")(cfg, Path(out), resume, progress, keep_checkpoints=keep_checkpoints, **kw)
     trainer = trainer or Trainer(cfg)
     trainer.keep_checkpoints = trainer.keep_checkpoints or keep_checkpoints

@@ -12,8 +12,10 @@ strategy = LdpDecoding(FedAvg(fraction_evaluate=0.0), encoder="privunit", epsilo
 
 :mod:`.client_ledger` is each client's own privacy ledger and budget (in the node's state);
 :mod:`.cohort` makes a simulated node host a cohort of virtual clients (one message per client);
-:mod:`.plumbing` holds what the project's own apps share (node discovery, round timeout,
-error attribution, the QUERY handler, the in-process simulation launcher).
+:mod:`.discovery` (which node holds which partition, the QUERY handler), :mod:`.replies` (whose reply, why it
+failed), :mod:`.run_config` (the run config, the round timeout), :mod:`.simulation` (the in-process launcher, Ray
+sizing), :mod:`.stopping` (one Ctrl-C stops it) and :mod:`.logs` (sstq-fl's lines and Flower's logger) are what the
+project's own apps share.
 """
 
 from .decoding import EmptyRound, LdpDecoding, WrongApi

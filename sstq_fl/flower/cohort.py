@@ -23,7 +23,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType
 
 from .decoding import LdpDecoding
 from .mod import WIRE_KEY, WIRE_STYPE, wire_array
-from .plumbing import REASON_CHARS, error_reason, node_unavailable, sender
+from .replies import REASON_CHARS, error_reason, node_unavailable, sender
 
 COHORT_ACTION = "cohort"
 COHORT_MESSAGE_TYPE = f"{MessageType.TRAIN}.{COHORT_ACTION}"

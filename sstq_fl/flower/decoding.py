@@ -32,8 +32,10 @@ ClientApp.  Overriding only what differs, in the manner of Flower's DP wrappers:
   client timed out, or the first client's reason); ``allow_empty_rounds=True`` keeps the model
   and goes on instead.  A client past its own budget (:mod:`sstq_fl.flower.client_ledger`) refuses
   with an error reply: left out like any other, with its reason.  The wrapper logs "uniform mean
-  of N LDP messages" per round, and the inner strategy's summary says it is weighted uniformly (Flower's FedAvg names its
-  ``weighted_by_key``, which the wrapper never uses).
+  of N LDP messages" per round, and its summary says that it weighs every message equally, whatever weighting
+  the inner strategy's own summary names (Flower's FedAvg names its ``weighted_by_key``, which the wrapper
+  never uses).  Flower's own lines are left as Flower logs them: the inner strategy's count of replies in a
+  round is the one aggregate reply the wrapper hands it.
 
 Client evaluation is the inner strategy's, unprotected: a ``fraction_evaluate > 0`` sends the
 model to clients whose evaluation metrics (loss, accuracy, ``num-examples`` on their data)
@@ -62,6 +64,7 @@ from ..privacy.errors import Budget
 from ..privacy.ledger import PrivacyLedger
 from ..progress import configure_logging
 from .client_ledger import BUDGET_SPENT
+from .logs import summary_level
 from .mod import (
     KEY_ENCODER,
     KEY_FINGERPRINT,
@@ -74,9 +77,11 @@ from .mod import (
     public_spec,
     unflatten,
 )
-from .plumbing import error_reason, flower_log_rewritten, node_unavailable, sender, summary_level
+from .replies import error_reason, node_unavailable, sender
 
 log = logging.getLogger("sstq_fl.flower")
+UNIFORM = "weighted uniformly (one LDP message, one vote; the inner strategy's weighting below is not used)"
+"""How the wrapper's summary says it averages."""
 NO_MESSAGE = "(is LdpEncodeMod in the ClientApp?)"  # ends the reason of a reply that holds no LDP message
 TIMEOUT = "no reply before the round timeout"
 
@@ -188,10 +193,9 @@ class LdpDecoding(Strategy):
 
     def summary(self) -> None:
         s = self.settings
-        log.log(summary_level(), "LdpDecoding: encoder %s, epsilon %s per message, radius %s, server cap %s",
-                s.encoder, s.epsilon, s.radius, self.server_cap)
-        with flower_log_rewritten(_uniform_weights):
-            self.strategy.summary()
+        log.log(summary_level(), "LdpDecoding: encoder %s, epsilon %s per message, radius %s, server cap %s; %s",
+                s.encoder, s.epsilon, s.radius, self.server_cap, UNIFORM)
+        self.strategy.summary()
 
     def prepare(self, arrays: ArrayRecord, num_rounds: int | None) -> Encoder:
         """Build the encoder for ``arrays``' dimension and a new ledger, planned for ``num_rounds``
@@ -311,9 +315,8 @@ class LdpDecoding(Strategy):
         arrays_key = next(iter(kept[0].content.array_records))  # the ArrayRecord's key in the clients' replies
         averaged = MetricRecord(uniform_metrics([_one_metrics(r) for r in kept], key))
         content = RecordDict({arrays_key: unflatten(theta, self._global), "metrics": averaged})
-        with flower_log_rewritten(_one_reply):
-            arrays, metrics = self.strategy.aggregate_train(server_round, [Message(content, dst_node_id=0,
-                                                                                   message_type=MessageType.TRAIN)])
+        arrays, metrics = self.strategy.aggregate_train(server_round, [Message(content, dst_node_id=0,
+                                                                               message_type=MessageType.TRAIN)])
         metrics = MetricRecord() if metrics is None else metrics
         metrics["epsilon-spent"] = float(self.ledger.epsilon(self.delta))
         return arrays, metrics
@@ -323,18 +326,6 @@ class LdpDecoding(Strategy):
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         return self.strategy.aggregate_evaluate(server_round, replies)
-
-
-def _uniform_weights(line: str) -> str | None:
-    """The inner strategy's summary, where it names its weighting key: the wrapper weighs uniformly."""
-    if "Weighted by:" in line:
-        return line.split("Weighted by:")[0] + "Weighted by: uniform (LdpDecoding: one LDP message, one vote)"
-    return line
-
-
-def _one_reply(line: str) -> str | None:
-    """The inner strategy's count of the one reply the wrapper hands it: dropped (the wrapper logs its own)."""
-    return None if line.startswith("aggregate_train: Received") else line
 
 
 def _dtype(arrays: ArrayRecord) -> torch.dtype:

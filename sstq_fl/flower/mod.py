@@ -14,7 +14,10 @@ Where it goes among Flower's mods: ``ClientApp(mods=[a, b])`` runs ``a(msg, ctx,
 message first and the outgoing reply **last**.  A mod listed before ``LdpEncodeMod`` sees what
 leaves the client (the wire message); one listed after it, or in ``@app.train(mods=...)``, sees
 the local model.  Size mods (``arrays_size_mod``, ``message_size_mod``) therefore go before it;
-placed after it they report the model's size as sent, and the mod warns once.
+placed after it they report the model's size as sent, and the mod warns once.  A mod sees only the
+next layer (``call_next``), so it tells a size mod inside it by that mod's lines on Flower's ``flwr``
+logger while its ``call_next`` runs (:class:`SizeModLines`, a ``logging.Filter`` that lets every record
+pass): where Flower's INFO logs are hidden, the size lines are too, and there is nothing to warn about.
 
 An unwrapped server (its train message carries no fingerprint of :class:`LdpDecoding`) gets
 ``num-examples = 1`` (a constant: one message) in the reply's metrics, so Flower's FedAvg family
@@ -47,13 +50,15 @@ The client's own ledger (:mod:`sstq_fl.flower.client_ledger`): each produced mes
 in ``context.state`` before it leaves, with the server's accountant; past a declared budget
 (``budget_epsilon``, or the node config's ``client-budget-epsilon``) the mod refuses before the
 handler runs, an error reply like the mismatch refusal; :meth:`LdpEncodeMod.report` reads it.
-Each charge logs one INFO line, shown in Flower's log stream (:mod:`sstq_fl.flower.logs`).
+Each charge logs one INFO line, shown in Flower's log stream (:mod:`sstq_fl.flower.logs`) unless the mod is
+built with ``flower_log=False``.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -81,7 +86,10 @@ KEY_FINGERPRINT = "ldp-fingerprint"  # sent by LdpDecoding: the encoder configur
 KEY_ENCODER = "ldp-encoder"
 METRICS = ("keep", "num-examples", "none")
 MISMATCH = "encoder mismatch: "  # starts the mod's refusal of a server decoding another configuration
-SIZE_MODS = ("arrays_size_mod", "message_size_mod")
+SIZE_LINES = {"Incoming message size": "message_size_mod", "Outgoing message size": "message_size_mod",
+              "Incoming `ArrayRecord` size": "arrays_size_mod", "Outgoing `ArrayRecord` size": "arrays_size_mod",
+              "Total array elements": "arrays_size_mod"}
+"""The start of each line Flower's size mods log (flwr.clientapp.mod.comms_mods), and the mod that logs it."""
 log = logging.getLogger("sstq_fl.flower")
 
 
@@ -166,12 +174,13 @@ class LdpEncodeMod:
     past it the client refuses to encode (an error reply).  Its ledger lives in ``context.state``
     (:mod:`sstq_fl.flower.client_ledger`; :meth:`report` reads it).
     ``settings``: instead of fixed arguments, a function of the message and the context (e.g.
-    reading ``context.run_config``) returning :class:`LdpSettings` per message."""
+    reading ``context.run_config``) returning :class:`LdpSettings` per message; ``flower_log``: the ledger's
+    INFO lines go to Flower's log stream (:func:`sstq_fl.flower.logs.show_in_flower_log`)."""
 
     def __init__(self, encoder: str | None = None, epsilon: float | None = None, radius: float | None = None, *,
                  randomness: str = "secure", frame_seed: int = 0, seed: int = 0, metrics: str = "none",
                  budget_epsilon: float = 0.0, budget_delta: float = 1e-5,
-                 settings: Callable[[Message, Context], LdpSettings] | None = None):
+                 settings: Callable[[Message, Context], LdpSettings] | None = None, flower_log: bool = True):
         if metrics not in METRICS:
             raise ValueError(f"metrics must be one of {METRICS}, got {metrics!r}")
         if settings is None:
@@ -180,15 +189,14 @@ class LdpEncodeMod:
             fixed = LdpSettings(encoder, float(epsilon), float(radius), randomness, frame_seed, seed,
                                 float(budget_epsilon), float(budget_delta))
             settings = lambda msg, context: fixed  # noqa: E731
-        self.settings, self.metrics = settings, metrics
+        self.settings, self.metrics, self.flower_log = settings, metrics, flower_log
         self.warned = False
 
     def __call__(self, msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
         if msg.metadata.message_type.split(".")[0] != MessageType.TRAIN:  # train and train.<action>
             return call_next(msg, context)
-        show_in_flower_log()  # the ledger's INFO line, in the ClientApp's log stream
-        if not self.warned:
-            self.warned = warn_size_mods_inside(call_next)
+        if self.flower_log:
+            show_in_flower_log()  # the ledger's INFO line, in the ClientApp's log stream
         check_pairing(msg)  # raised, not an error reply: secaggplus_mod would hide the reply's reason
         try:
             if legacy.is_fit(msg) and not wrapped_server(msg):
@@ -200,13 +208,27 @@ class LdpEncodeMod:
             check_server(msg, enc)
             found = client_ledger.budgets(s.budget_epsilon, s.budget_delta, context.node_config)
             client_ledger.load(context, partition(context)).check(enc.privacy_event(), found)  # before any work
-            reply = call_next(msg, context)
+            reply = self._next(call_next, msg, context)
             if reply.has_error():
                 return reply
             self._encode_reply(msg, reply, sent, s, context, enc)
             return reply
         except (LdpModError, ValueError) as exc:
             return Message(Error(code=ErrorCode.MOD_FAILED_PRECONDITION, reason=f"LdpEncodeMod: {exc}"), reply_to=msg)
+
+    def _next(self, call_next: Callable[[Message, Context], Message], msg: Message, context: Context) -> Message:
+        """``call_next``; the first time, watching for a size mod inside this one (module docstring)."""
+        if self.warned:
+            return call_next(msg, context)
+        lines = SizeModLines()
+        flower = logging.getLogger("flwr")
+        flower.addFilter(lines)
+        try:
+            return call_next(msg, context)
+        finally:
+            flower.removeFilter(lines)
+            self.warned = True
+            warn_size_mods_inside(lines.mods)
 
     @staticmethod
     def report(context: Context, delta: float = 1e-5) -> dict[str, Any]:
@@ -291,29 +313,26 @@ def count_one_message(reply: Message) -> None:
             rec["num-examples"] = 1
 
 
-def inner_mods(call_next: Callable[..., Message]) -> list[Callable[..., Message]]:
-    """The mods ``call_next`` runs before the handler, in order: read from the closures Flower's
-    ``make_ffn`` builds (each layer holds ``_mod`` and ``_ffn``); empty for any other callable."""
-    out, fn = [], call_next
-    for _ in range(64):  # a chain of mods, never a cycle; bounded all the same
-        code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None) or ()
-        names = dict(zip(code.co_freevars, cells)) if code is not None else {}
-        if "_mod" not in names or "_ffn" not in names:
-            break
-        out.append(names["_mod"].cell_contents)
-        fn = names["_ffn"].cell_contents
-    return out
+class SizeModLines(logging.Filter):
+    """Notes which of Flower's size mods logged a line on this thread (:data:`SIZE_LINES`); every record passes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.thread, self.mods = threading.get_ident(), set[str]()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.thread == self.thread:
+            line = str(record.msg)
+            self.mods |= {mod for start, mod in SIZE_LINES.items() if line.startswith(start)}
+        return True
 
 
-def warn_size_mods_inside(call_next: Callable[..., Message]) -> bool:
-    """Warn (once: the return value says whether to stop asking) when a size mod runs after this one,
-    where it measures the local model instead of what leaves the client."""
-    late = [getattr(m, "__name__", "") for m in inner_mods(call_next)]
-    late = [n for n in late if n in SIZE_MODS]
-    if late:
+def warn_size_mods_inside(mods: set[str]) -> None:
+    """Warn that the size mods ``mods`` run after this one, where they measure the local model instead of what
+    leaves the client."""
+    if mods:
         log.warning("LdpEncodeMod: %s runs after LdpEncodeMod and reports the local model's size, not what is sent: "
-                    "list it before LdpEncodeMod in ClientApp(mods=[...])", ", ".join(late))
-    return True
+                    "list it before LdpEncodeMod in ClientApp(mods=[...])", ", ".join(sorted(mods)))
 
 
 def encode_one(enc: Encoder, delta: np.ndarray, t: int, s: LdpSettings, client: int) -> bytes:

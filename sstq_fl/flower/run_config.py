@@ -3,19 +3,23 @@
 Keys are the config fields with hyphens (:func:`sstq_fl.options.run_config_keys`).  ``workload`` picks what the
 app runs: ``train`` (the LDP training run, :class:`sstq_fl.fl.config.RunConfig`) or the name of a registered DP
 generative pipeline (:data:`sstq_fl.gen.pipelines.PIPELINES`: ``dp-mepf``, ``dp-vqg``, ``straightdp``), whose own
-keys carry its prefix (``mepf-``, ``vqg-``, ``sdp-``).  ``round-timeout`` (seconds) and ``out-dir`` / ``resume``
-belong to the app; ``log-to`` (:class:`sstq_fl.tracking.TrackingConfig`) to training's experiment tracker.
+keys carry its prefix (``mepf-``, ``vqg-``, ``sdp-``).  ``round-timeout`` (seconds, :func:`round_timeout`: the one
+place a round's timeout is set) and ``out-dir`` / ``resume`` belong to the app; ``log-to``
+(:class:`sstq_fl.tracking.TrackingConfig`) to training's experiment tracker.
 TOML has no null: each optional field declares the marker that means unset (``0``, ``""``,
 ``-1``).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+ROUND_TIMEOUT_S = 600.0
+"""A training round's timeout where the run config sets none."""
+WORKLOAD_TIMEOUT_S = 1800.0
+"""A DP workload's round timeout where the run config sets none (one client task covers all of a client's records)."""
 EVERY_RECORD = -1
 """A DP workload's ``<prefix>records`` marker for "every private record" (``0`` is unset: the profile's size)."""
 
@@ -35,12 +39,17 @@ def workload_of(rc: dict[str, Any]) -> str:
     return w
 
 
+def round_timeout(rc: Mapping[str, Any] | None = None, default: float = ROUND_TIMEOUT_S) -> float:
+    """Seconds a round waits for replies: the run config's ``round-timeout`` where set (> 0), else ``default``
+    (:data:`ROUND_TIMEOUT_S` for a training round, :data:`WORKLOAD_TIMEOUT_S` for a DP workload's).  A client
+    that has not answered by then is left out of the round."""
+    value = float((rc or {}).get("round-timeout", 0) or 0)
+    return value if value > 0 else default
+
+
 def out_dir(rc: dict[str, Any]) -> Path:
-    """``out-dir``, a relative one taken relative to ``$SSTQ_FL_WORKDIR`` (else the working directory)."""
-    out = Path(str(rc.get("out-dir", "results/flwr-run")))
-    if not out.is_absolute():
-        out = Path(os.environ.get("SSTQ_FL_WORKDIR", ".")) / out
-    return out.resolve()
+    """``out-dir``, a relative one taken relative to the ServerApp's working directory."""
+    return Path(str(rc.get("out-dir", "results/flwr-run"))).resolve()
 
 
 def config_from_run_config(rc: dict[str, Any]) -> tuple[Any, Path, bool]:

@@ -126,14 +126,14 @@ def _reference_with_dropout(cfg: dict, out: Path, missing: dict[int, list[int]])
 
 def test_crashed_supernode_rejoins_and_a_restarted_server_resumes(tmp_path, federations):
     timeout = 45  # round timeout: well above a normal round here (~25 s with three ClientApps on two cores)
-    fed = federations("faults", tls=False, env={"SSTQ_FL_ROUND_TIMEOUT": str(timeout)},
+    fed = federations("faults", tls=False,
                       # partition 1's ClientApp dawdles in round 1, so the SIGKILL surely lands mid-round;
                       client_env={"SSTQ_FL_FAULTS": json.dumps([{"client": 1, "round": 1, "kind": "sleep:300"}])})
     db = tmp_path / "superlink-state.db"
     fed.start(database=db)
     out = tmp_path / "out"
     app = faulty_app(tmp_path)  # the shipped ClientApp has no fault hook
-    first = fed.submit(_run_config(CFG, out), app)
+    first = fed.submit(_run_config(CFG, out, **{"round-timeout": float(timeout)}), app)
 
     # round 1: crash SuperNode 1 (and its ClientApp) while it works on the round, then start a new one
     node1 = fed.nodes[1]
@@ -161,7 +161,7 @@ def test_crashed_supernode_rejoins_and_a_restarted_server_resumes(tmp_path, fede
     assert _checkpoint_round(out) == 2
 
     fed.start_superlink(database=db)  # same port and database: the SuperNodes reconnect
-    second = fed.run(_run_config(CFG, out, resume=True), timeout=420, app=app)
+    second = fed.run(_run_config(CFG, out, resume=True, **{"round-timeout": float(timeout)}), timeout=420, app=app)
     assert second.p.returncode == 0, second.text()[-3000:]
 
     got = _metrics(out)["rounds"]

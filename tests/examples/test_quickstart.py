@@ -126,7 +126,7 @@ def test_ldp_app_runs_with_flwr_run_and_its_loss_stays_put(tmp_path):
     log = p.stdout + p.stderr
     assert "Starting LdpDecoding strategy" in p.stdout
     assert "LdpDecoding: encoder privunit" in log  # the sstq_fl loggers reach the log
-    assert "Weighted by: uniform" in log and "Weighted by: 'num-examples'" not in log
+    assert "weighted uniformly (one LDP message, one vote" in log  # the wrapper's summary; Flower's lines are Flower's
     assert log.count("aggregate_train: uniform mean of 4 LDP messages (0 left out)") == 3
     assert "configure_evaluate: Sampled" not in log  # fraction-evaluate = 0: nothing but the LDP messages leaves
     # the rounds' decoded messages charged the ledger: one epsilon=3 message per client and round

@@ -67,10 +67,10 @@ def test_flower_engine_attaches_to_an_existing_ray_cluster(tmp_path):
 @pytest.mark.slow  # 89 s on 2 cores; a node that misses the round timeout is in CI via tests/deployment (SIGKILLed node)
 def test_a_client_that_times_out_is_left_out_and_the_run_goes_on(tmp_path, monkeypatch):
     monkeypatch.setenv("SSTQ_FL_FAULTS", json.dumps([{"client": 2, "round": 2, "kind": "sleep:20"}]))
-    monkeypatch.setenv("SSTQ_FL_ROUND_TIMEOUT", "12")  # above a round on a loaded 2-core box, below the sleep
-    # in secure mode (client keys drawn inside the ClientApps, participants from the server's CSPRNG)
+    # in secure mode (client keys drawn inside the ClientApps, participants from the server's CSPRNG); a round
+    # timeout above a round on a loaded 2-core box, below the sleep
     res = run_flower(RunConfig(engine="flower", randomness="secure", pooled_diagnostics=True, **{**CFG, "rounds": 3}),
-                     tmp_path / "slow", client_app=faulty_app)
+                     tmp_path / "slow", client_app=faulty_app, round_timeout=12.0)
     r2 = res["rounds"][1]
     assert [d["client"] for d in r2["dropped"]] == [2] and "timeout" in r2["dropped"][0]["reason"]
     pooled = json.loads((tmp_path / "slow" / "pooled_diagnostics.json").read_text())["rounds"]

@@ -12,7 +12,7 @@ from flwr.app import MessageType  # noqa: E402
 
 from sstq_fl.cli import main  # noqa: E402
 from sstq_fl.fl.engine import RunConfig, run  # noqa: E402
-from sstq_fl.flower.plumbing import Interrupted, StoppableGrid  # noqa: E402
+from sstq_fl.flower.stopping import Interrupted, StoppableGrid  # noqa: E402
 from sstq_fl.privacy.ledger import PrivacyLedger  # noqa: E402
 
 CFG = dict(task="lsq", dim=20, n=300, clients=3, batch=20, clip=1.0, lr=0.5, rounds=2, encoder="sstq-flat:b=4",

@@ -20,14 +20,9 @@ from flwr.app import ConfigRecord, Message, MessageType, Metadata, RecordDict
 from flwr.app.message.message import make_message
 
 from sstq_fl.fl.engine import RunConfig, Trainer
-from sstq_fl.flower.plumbing import (
-    RUN_SIMULATION_DEPRECATION,
-    FederationMismatch,
-    Interrupted,
-    StoppableGrid,
-    _without_run_simulation_deprecation,
-    discover,
-)
+from sstq_fl.flower.discovery import FederationMismatch, discover
+from sstq_fl.flower.logs import RUN_SIMULATION_DEPRECATION, without_run_simulation_deprecation
+from sstq_fl.flower.stopping import Interrupted, StoppableGrid
 
 
 class SizedGrid:
@@ -97,7 +92,7 @@ def test_only_the_run_simulation_deprecation_is_silenced(flower_log):
     from flwr.supercore.logger import warn_deprecated_feature
 
     seen = flower_log
-    with _without_run_simulation_deprecation():
+    with without_run_simulation_deprecation():
         warn_deprecated_feature(RUN_SIMULATION_DEPRECATION + " and will be removed in a future version of Flower.")
         warn_deprecated_feature("Something else is deprecated")
         logging.getLogger("flwr").warning("another warning")

@@ -48,8 +48,8 @@ from sstq_fl.encoders import make_encoder
 from sstq_fl.fl.engine import RoundState, RunConfig, Trainer
 from sstq_fl.flower.apps.sstq_server import RunRecorder, SstqSampling
 from sstq_fl.flower.decoding import LdpDecoding, wire_blob
+from sstq_fl.flower.discovery import discover
 from sstq_fl.flower.mod import WIRE_KEY, WIRE_STYPE, wire_array
-from sstq_fl.flower.plumbing import discover
 
 NODES = {0: 1000, 1: 1001, 2: 1002}
 T = 1

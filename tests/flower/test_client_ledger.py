@@ -251,9 +251,6 @@ def unconfigured_logging(monkeypatch):
 
     from flwr.common.logger import console_handler
 
-    from sstq_fl.progress import QUIET_FLOWER_ENV
-
-    monkeypatch.delenv(QUIET_FLOWER_ENV, raising=False)
     monkeypatch.setattr(logging.getLogger("sstq_fl"), "handlers", [])
     monkeypatch.setattr(logging.getLogger("sstq_fl"), "level", logging.NOTSET)
     monkeypatch.setattr(logging.getLogger("flwr"), "level", logging.DEBUG)
@@ -299,3 +296,18 @@ def test_a_users_logging_setup_is_left_alone(run_identity, unconfigured_logging)
         assert not app(_msg(1), _context()).has_error()
     assert logging.getLogger("sstq_fl").handlers == [] and "ledger" not in unconfigured_logging.getvalue()
     assert any("client 3 ledger: 1 LDP messages" in s for s in seen)
+
+
+def test_a_mod_built_without_the_flower_log_leaves_flowers_stream_alone(run_identity, unconfigured_logging):
+    """``flower_log=False`` (the project's ClientApp in a quiet simulation): no handler is attached, no ledger line
+    reaches Flower's console output."""
+    import logging
+
+    from flwr.clientapp import ClientApp
+
+    mod = LdpEncodeMod(SPEC, epsilon=EPS, radius=0.5, randomness="reproducible", flower_log=False)
+    app = ClientApp(mods=[mod])
+    app.train()(_Handler())
+    with _bare_root():
+        assert not app(_msg(1), _context()).has_error()
+    assert logging.getLogger("sstq_fl").handlers == [] and "ledger" not in unconfigured_logging.getvalue()

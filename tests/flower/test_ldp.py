@@ -19,7 +19,7 @@ from sstq_fl import wire
 from sstq_fl.encoders import make_encoder
 from sstq_fl.fl.partition import encoder_seeds
 from sstq_fl.flower import WIRE_STYPE, LdpDecoding, LdpEncodeMod
-from sstq_fl.flower.decoding import EmptyRound, empty_round_cause
+from sstq_fl.flower.decoding import UNIFORM, EmptyRound, empty_round_cause
 from sstq_fl.flower.mod import flatten, public_spec
 
 D, T, PID, SEED = 12, 3, 5, 7
@@ -270,8 +270,11 @@ def test_a_size_mod_after_the_mod_is_warned_about_once(caplog):
             assert "arrays_size_mod runs after LdpEncodeMod" in hits[0].getMessage()
 
 
-def test_the_wrapper_says_it_weighs_uniformly(flower_log):
-    seen = flower_log
-    LdpDecoding(FedAvg(), encoder=SPEC, epsilon=2.0, radius=0.5).summary()
-    assert any("Weighted by: uniform (LdpDecoding: one LDP message, one vote)" in s for s in seen), seen
-    assert not any("num-examples" in s for s in seen)
+def test_the_wrapper_says_it_weighs_uniformly_and_leaves_flowers_lines_as_they_are(flower_log, caplog):
+    """Its own summary says how it averages; the inner strategy's summary is Flower's, unrewritten."""
+    with caplog.at_level(logging.DEBUG, logger="sstq_fl"):
+        LdpDecoding(FedAvg(), encoder=SPEC, epsilon=2.0, radius=0.5).summary()
+    ours = [r.getMessage() for r in caplog.records if r.name.startswith("sstq_fl")]
+    assert any(s.startswith("LdpDecoding: encoder") and s.endswith(UNIFORM) for s in ours), ours
+    assert "one LDP message, one vote" in UNIFORM
+    assert any("Weighted by: 'num-examples'" in s for s in flower_log), flower_log  # Flower's own summary

@@ -5,7 +5,8 @@ each client request becomes one ``train.gen`` message to the node holding that p
 project's one ClientApp, :mod:`sstq_fl.flower.apps.sstq_client`, serves training and workloads).  A client
 that errs or times out is left out of that release (logged; data-independent dropout is safe for
 record-level DP) and the pipeline goes on.  Discovery, the round timeout (run-config key
-``round-timeout``) and error attribution are the training stack's (:mod:`sstq_fl.flower.plumbing`).
+``round-timeout``) and error attribution are the training stack's (:mod:`sstq_fl.flower.discovery`,
+:mod:`sstq_fl.flower.run_config`, :mod:`sstq_fl.flower.replies`).
 
 Two ways in: :func:`run_on_flower` (the ``flower-workload`` backend: a Flower simulation of its
 own) and :func:`serve_workload` (``flwr run .`` with a DP generative ``workload``: the federation the
@@ -26,16 +27,11 @@ from flwr.serverapp import Grid, ServerApp
 
 from sstq_fl.data.workload import WorkloadData
 from sstq_fl.flower.apps.gen_client import TRUST_AGGREGATOR, trusts_aggregator
-from sstq_fl.flower.plumbing import (
-    WORKLOAD_TIMEOUT_S,
-    StoppableGrid,
-    backend_config,
-    discover,
-    error_reason,
-    round_timeout,
-    sender,
-    simulate,
-)
+from sstq_fl.flower.discovery import discover
+from sstq_fl.flower.replies import error_reason, sender
+from sstq_fl.flower.run_config import WORKLOAD_TIMEOUT_S, round_timeout
+from sstq_fl.flower.simulation import backend_config, simulate
+from sstq_fl.flower.stopping import StoppableGrid
 from sstq_fl.gen.runner import Arrays, ClientPool, Scalar, attached_pool
 
 log = logging.getLogger("sstq_fl.gen")
@@ -84,7 +80,7 @@ def run_on_flower(pipeline: Callable[[ClientPool], dict[str, Any]], data: Worklo
                   client_cpus: float = 1.0, node_config: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run ``pipeline`` in a ``ServerApp`` on Flower's simulation engine (Ray), one SuperNode per client.
     With ``device="cuda"`` each client asks Flower for a share of a GPU (client resources).  One Ctrl-C
-    stops it within seconds and raises ``KeyboardInterrupt`` (:func:`~sstq_fl.flower.plumbing.simulate`).
+    stops it within seconds and raises ``KeyboardInterrupt`` (:func:`~sstq_fl.flower.simulation.simulate`).
 
     ``node_config``: what the simulated nodes' operator sets (default :data:`SIMULATION_NODES`, the opt-in to a
     trusted aggregator, said in the log), e.g. a ``client-budget-epsilon`` every client's ledger must keep."""

@@ -128,7 +128,7 @@ def serve_secagg(grid: Any, tr: Trainer, st: RoundState, out: Path, progress: bo
     from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
 
     from sstq_fl.fl.secure_aggregation import SecureAggregation
-    from sstq_fl.flower.plumbing import discover
+    from sstq_fl.flower.discovery import discover
 
     from .secagg_client import secaggplus_graph, secaggplus_ranges
 

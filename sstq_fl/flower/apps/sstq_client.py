@@ -25,14 +25,14 @@ OS-CSPRNG key) and replies with one wire message per virtual client
 release is charged, a sum for a trusted aggregator needs the node operator's opt-in.  Every handler
 :func:`make_client_app` registers releases through a ledger (``query`` releases only the node's public
 partition id); no environment variable changes what a client sends.  ``query`` reports the node's partition
-(:func:`sstq_fl.flower.plumbing.answer_query`); a long-lived process (a simulation actor) warms
+(:func:`sstq_fl.flower.discovery.answer_query`); a long-lived process (a simulation actor) warms
 its heavy imports up meanwhile, a one-shot ``flwr-clientapp`` process does not.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -54,8 +54,9 @@ from sstq_fl.flower.cohort import (
     refusal_record,
     refuse_in_deployment,
 )
+from sstq_fl.flower.discovery import answer_query
 from sstq_fl.flower.mod import check_server, encoder_for, server_round
-from sstq_fl.flower.plumbing import answer_query
+from sstq_fl.process import tune_allocator
 
 from .gen_client import run_task
 from .secagg_client import route_train
@@ -144,16 +145,29 @@ def _cohort_ids(msg: Message, context: Context, cfg: RunConfig) -> list[int]:
     return ids
 
 
-def make_client_app(mods: Sequence[Mod] = (), node_defaults: Mapping[str, Any] | None = None) -> ClientApp:
+def make_client_app(mods: Sequence[Mod] = (), node_defaults: Mapping[str, Any] | None = None, *,
+                    flower_log: bool = True, malloc_tuning: bool = True) -> ClientApp:
     """The project's ClientApp: ``train`` (through :class:`~sstq_fl.flower.LdpEncodeMod`, or, for a SecAgg+
     message of ``trust=secagg``, through Flower's ``secaggplus_mod``: :func:`~.secagg_client.route_train`), ``train.cohort``,
     ``train.gen`` and ``query``.  ``mods`` wrap every handler (outermost first: Flower's ``ClientApp(mods=...)``);
     ``node_defaults``: node config for the nodes a simulation starts, which have none of their own (the node's
-    own config wins), e.g. ``{"trust-aggregator": True}`` where the CLI opts in for the nodes it starts."""
+    own config wins), e.g. ``{"trust-aggregator": True}`` where the CLI opts in for the nodes it starts;
+    ``flower_log``: the client ledger's INFO lines go to Flower's log stream; ``malloc_tuning``: the app's
+    lifespan sets the C allocator's thresholds of the node's process, once (:func:`sstq_fl.process.tune_allocator`:
+    the node process's entry point is the app)."""
     defaults = dict(node_defaults or {})
     client_app = ClientApp(mods=list(mods))
+
+    @client_app.lifespan()
+    def process(context: Context) -> Iterator[None]:
+        """The node process's allocator thresholds (once per process; nothing is set on import)."""
+        if malloc_tuning:
+            tune_allocator()
+        yield
+
     client_app.query()(query)
-    client_app.train(mods=[route_train, LdpEncodeMod(settings=ldp_settings, metrics="num-examples")])(train)
+    ldp = LdpEncodeMod(settings=ldp_settings, metrics="num-examples", flower_log=flower_log)
+    client_app.train(mods=[route_train, ldp])(train)
     client_app.train(COHORT_ACTION)(cohort)
 
     def gen(msg: Message, context: Context) -> Message:

@@ -11,7 +11,7 @@ ArrayRecord ``arrays`` (key ``theta``), the round as ``server-round``, the clien
   the pseudo-gradient of a unit local step).  It overrides only ``configure_train``: the round's
   participants are sampled from ``(seed, round)`` exactly as the in-process engine samples them
   (Flower's node sampler knows no partitions), mapped to nodes by discovery
-  (:func:`sstq_fl.flower.plumbing.discover`), re-mapped when a SuperNode restarts.
+  (:func:`sstq_fl.flower.discovery.discover`), re-mapped when a SuperNode restarts.
 * The wrapper charges the run's privacy ledger for every client a round's train messages ask, and
   the transcript is written (``Trainer.write_transcripts``), before the messages are sent: a message
   that leaves is always charged, a client whose reply is lost stays charged.  It validates and decodes
@@ -55,18 +55,17 @@ from sstq_fl.fl.checkpoint import finished_run
 from sstq_fl.fl.engine import METRIC_KEYS, RoundState, RunConfig, Trainer
 from sstq_fl.flower import LdpDecoding
 from sstq_fl.flower.cohort import COHORT_MESSAGE_TYPE, KEY_COHORT, CohortDecoding, node_count, refuse_in_deployment
-from sstq_fl.flower.plumbing import (  # noqa: F401  (re-exported: the names the project's tests and docs use)
-    FederationMismatch,
-    Interrupted,
-    StoppableGrid,
-    backend_config,
-    client_resource,
-    discover,
+from sstq_fl.flower.discovery import discover
+from sstq_fl.flower.logs import summary_level
+from sstq_fl.flower.run_config import (
+    ROUND_TIMEOUT_S,
+    config_from_run_config,
     round_timeout,
-    simulate,
-    summary_level,
+    tracking_from_run_config,
+    workload_of,
 )
-from sstq_fl.flower.run_config import config_from_run_config, tracking_from_run_config, workload_of
+from sstq_fl.flower.simulation import backend_config, client_resource, simulate
+from sstq_fl.flower.stopping import StoppableGrid
 from sstq_fl.progress import configure_logging
 
 log = logging.getLogger("sstq_fl.fl")
@@ -208,7 +207,8 @@ def serve(grid: Grid, cfg: RunConfig, out: Path, resume: bool = False, progress:
 
     ``deployment``: the metrics leave out ``train_loss`` (computed on the pooled private data,
     which a real server does not hold); ``keep_checkpoints``: leave the checkpoint once the run completes;
-    ``log_to``: also log the published metrics to this tracker (:mod:`sstq_fl.tracking`)."""
+    ``log_to``: also log the published metrics to this tracker (:mod:`sstq_fl.tracking`); ``timeout``: a round's
+    timeout in seconds (default :data:`~sstq_fl.flower.run_config.ROUND_TIMEOUT_S`)."""
     if cfg.diagnostics:
         raise ValueError("diagnostics (the clients' raw encoder statistics) exist on the vectorized engine only: "
                          "only the mechanism's output leaves a Flower client")
@@ -234,9 +234,9 @@ def _serve_rounds(grid: Grid, tr: Trainer, st: RoundState, out: Path, progress: 
     if st.round < cfg.rounds and cfg.trust == "secagg":
         from .secagg_server import serve_secagg
 
-        serve_secagg(grid, tr, st, out, progress, send_config, timeout or round_timeout())
+        serve_secagg(grid, tr, st, out, progress, send_config, timeout or ROUND_TIMEOUT_S)
     elif st.round < cfg.rounds:
-        wait = timeout or round_timeout()
+        wait = timeout or ROUND_TIMEOUT_S
         inner = SstqSampling(tr, st.round, wait, send_config)
         decoding = CohortDecoding if cfg.clients_per_node > 1 else LdpDecoding
         ldp = decoding(inner, cfg.encoder, cfg.epsilon, cfg.clip, frame_seed=cfg.seed, server_cap=cfg.server_cap,
@@ -276,42 +276,49 @@ def main(grid: Grid, context: Context) -> None:
 
 def run_flower(cfg: RunConfig, out: Path, resume: bool = False, progress: bool | None = None,
                client_cpus: float | None = None, ray_address: str | None = None, client_gpus: float | None = None,
-               keep_checkpoints: bool = False, client_app: ClientApp | None = None, log_to: str | None = None
-               ) -> dict[str, Any]:
+               keep_checkpoints: bool = False, client_app: ClientApp | None = None, log_to: str | None = None,
+               quiet_flower: bool = False, round_timeout: float | None = None) -> dict[str, Any]:
     """Run ``cfg`` on Flower's simulation engine (Ray), one SuperNode per client, or, with
     ``cfg.clients_per_node`` M > 1, one per cohort of M virtual clients (:mod:`sstq_fl.flower.cohort`).
 
-    ``ray_address`` (or ``$SSTQ_FL_RAY_ADDRESS``) attaches to an existing Ray cluster instead
+    ``ray_address`` attaches to an existing Ray cluster instead
     of starting a local one; the nodes run on Ray actors spread over the cluster's workers.  Each
     node's actor gets ``client_cpus`` CPUs (default 0.5, or 1 for cohort nodes, which compute a
     batch) and ``client_gpus`` GPUs (default: 0.25 when CUDA is available, else 0), through
     Flower's client resources.  ``client_app``: the nodes' ClientApp (default: the project's,
     :data:`sstq_fl.flower.apps.sstq_client.app`), e.g. one built by
     :func:`~sstq_fl.flower.apps.sstq_client.make_client_app` with mods of your own; ``log_to``: also log the
-    published metrics to this tracker (:mod:`sstq_fl.tracking`).
+    published metrics to this tracker (:mod:`sstq_fl.tracking`); ``quiet_flower``: hide Flower's INFO logs
+    meanwhile (:func:`~sstq_fl.flower.logs.flower_logs_hidden`; the project's ClientApp then leaves the client
+    ledger's lines out of Flower's log stream too); ``round_timeout``: seconds a round waits for replies
+    (default :data:`~sstq_fl.flower.run_config.ROUND_TIMEOUT_S`).  ``ray_address``, ``client_cpus``,
+    ``client_gpus`` and ``quiet_flower`` are a :class:`~sstq_fl.placement.Placement`'s (the command line's).
     """
     return run_flower_many([(cfg, out, resume)], progress, client_cpus, ray_address, client_gpus,
-                           keep_checkpoints=keep_checkpoints, client_app=client_app, log_to=log_to)[0]
+                           keep_checkpoints=keep_checkpoints, client_app=client_app, log_to=log_to,
+                           quiet_flower=quiet_flower, round_timeout=round_timeout)[0]
 
 
 def run_flower_many(jobs: list[tuple[RunConfig, Path, bool]], progress: bool | None = None,
                     client_cpus: float | None = None, ray_address: str | None = None, client_gpus: float | None = None,
                     on_result: Callable[[int, dict[str, Any]], None] | None = None, keep_checkpoints: bool = False,
-                    client_app: ClientApp | None = None, log_to: str | None = None) -> list[dict[str, Any]]:
+                    client_app: ClientApp | None = None, log_to: str | None = None, quiet_flower: bool = False,
+                    round_timeout: float | None = None) -> list[dict[str, Any]]:
     """Run several configs (e.g. one per encoder) one after another in **one** Flower simulation.
 
     The SuperNodes and their Ray actors are started once; each message carries its run's config, so
     the clients switch encoder with the server.  All jobs need the same ``clients`` and ``clients_per_node``.
     ``on_result(i, metrics)`` is called (in the ServerApp's thread) as soon as job ``i`` ends, so a
     caller can report each run while the next one trains; ``keep_checkpoints``: leave each completed
-    run's checkpoint; ``client_app``: as in :func:`run_flower`; ``log_to``: each run's published metrics also
-    go to this tracker, one tracker run per job named after its folder.
+    run's checkpoint; ``client_app``, ``quiet_flower`` and ``round_timeout``: as in :func:`run_flower`; ``log_to``:
+    each run's published metrics also go to this tracker, one tracker run per job named after its folder.
 
-    One SIGINT (Ctrl-C) stops the simulation within seconds (:func:`~sstq_fl.flower.plumbing.simulate`):
+    One SIGINT (Ctrl-C) stops the simulation within seconds (:func:`~sstq_fl.flower.simulation.simulate`):
     the round in progress is abandoned, every completed round is in its run's checkpoint, and
     ``KeyboardInterrupt`` is raised here once Flower has stopped its threads and Ray.
     """
     from sstq_fl.flower.apps.sstq_client import app as project_app
+    from sstq_fl.flower.apps.sstq_client import make_client_app
 
     nodes, cpus = _simulated_nodes(jobs, client_cpus)
     results: list[dict[str, Any]] = []
@@ -321,11 +328,13 @@ def run_flower_many(jobs: list[tuple[RunConfig, Path, bool]], progress: bool | N
     def _main(grid: Grid, context: Context) -> None:
         for i, (cfg, out, resume) in enumerate(jobs):
             results.append(serve(StoppableGrid(grid, stop), cfg, out, resume, bool(progress), send_config=True,
-                                 keep_checkpoints=keep_checkpoints, log_to=log_to))
+                                 keep_checkpoints=keep_checkpoints, log_to=log_to, timeout=round_timeout))
             if on_result is not None:
                 on_result(i, results[-1])
 
-    simulate(server, client_app or project_app, nodes, backend_config(cpus, ray_address, client_gpus), stop)
+    if client_app is None:
+        client_app = make_client_app(flower_log=False) if quiet_flower else project_app
+    simulate(server, client_app, nodes, backend_config(cpus, ray_address, client_gpus), stop, quiet=quiet_flower)
     if len(results) < len(jobs):
         if stop.is_set():
             raise KeyboardInterrupt
@@ -336,10 +345,9 @@ def run_flower_many(jobs: list[tuple[RunConfig, Path, bool]], progress: bool | N
 
 def _simulated_nodes(jobs: list[tuple[RunConfig, Path, bool]], client_cpus: float | None) -> tuple[int, float]:
     """The simulation's node count (one per client, or per cohort) and CPUs per node's actor (``client_cpus``,
-    else ``$SSTQ_FL_CLIENT_CPUS``, else 0.5, or 1 for cohort nodes); ``ValueError`` unless every job has the
-    same clients and clients per node."""
+    else 0.5, or 1 for cohort nodes); ``ValueError`` unless every job has the same clients and clients per node."""
     if len({(cfg.clients, cfg.clients_per_node) for cfg, _, _ in jobs}) != 1:
         raise ValueError("run_flower_many: every job must have the same number of clients and clients per node")
     cfg = jobs[0][0]
-    cpus = client_resource(client_cpus, "SSTQ_FL_CLIENT_CPUS", lambda: 1.0 if cfg.clients_per_node > 1 else 0.5)
+    cpus = client_resource(client_cpus, lambda: 1.0 if cfg.clients_per_node > 1 else 0.5)
     return node_count(cfg.clients, cfg.clients_per_node), cpus
