@@ -168,7 +168,7 @@ def run_case(case: Case, repo: Path, timeout: float) -> dict[str, object]:
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_bytes(text.encode("utf-8", "surrogateescape") if text != "\xff" else b"\xff")
         before = sorted(str(p) for p in root.rglob("*"))
-        env = {**os.environ, "PYTHONPATH": str(repo), "SSTQ_FL_NO_PROGRESS": "1"}
+        env = {**os.environ, "PYTHONPATH": str(repo)}
         cmd = [sys.executable, "-m", "sstq_fl.cli", *[a.replace("OUT", str(root / "out")) if a == "OUT" else a
                                                        for a in argv]]
         try:

@@ -64,7 +64,7 @@ def _text(path: Path) -> str:
 def material() -> dict[str, dict[str, str]]:
     """``{"done", "cmp", "mid", "npy"}``: each folder's files (relative path → text), made once."""
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "PYTHONPATH": str(REPO), "SSTQ_FL_NO_PROGRESS": "1"}
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
         p = subprocess.run([sys.executable, "-c", _MAKE, tmp, *TINY], env=env, capture_output=True, text=True,
                            timeout=600)
         if p.returncode != 0:

@@ -74,6 +74,9 @@ def main(path: str, n: int = 1000, seeds: int = 3, cache: str = "") -> None:
 
 
 if __name__ == "__main__":
+    from sstq_fl.process import ProcessOptions, apply_process_options
+
+    apply_process_options(ProcessOptions())  # the sstq-fl command's process settings (sstq_fl.process)
     a = sys.argv[1:]
     if not a:
         raise SystemExit("usage: python benchmarks/eval_references.py OUT.json [N] [SEEDS] [CACHE]")

@@ -225,4 +225,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from sstq_fl.process import ProcessOptions, apply_process_options
+
+    apply_process_options(ProcessOptions())  # the sstq-fl command's process settings (sstq_fl.process)
     main()

@@ -276,7 +276,7 @@ def _table(rows: list[dict[str, Any]], cols: list[str]) -> None:
 def build_parser(gen: bool = True) -> argparse.ArgumentParser:
     """The ``sstq-fl`` parser: every option has a help text and ``--help`` shows its default.  ``gen=False``
     leaves out the DP pipelines' sub-commands (loading the pipelines takes most of a second)."""
-    p = _Parser(prog="sstq-fl", description=__doc__)
+    p = _Parser(prog="sstq-fl", description=__doc__, allow_abbrev=False)  # a sub-command's --n is no abbreviation
     add_arguments(p, ProcessOptions)
     sub = p.add_subparsers(dest="cmd", required=True)
 
