@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from sstq_fl.data.mnist import load_private_split
-from sstq_fl.gen.outputs import heldout_evaluation, workload_data
+from sstq_fl.data.mnist import load_private_split, public_records
+from sstq_fl.gen.outputs import heldout_evaluation
 from sstq_fl.gen.runner import DPRunner, run_workload
 from sstq_fl.gen.straightdp import pipeline as sp
 from sstq_fl.gen.straightdp.config import StraightConfig
@@ -41,6 +41,7 @@ from sstq_fl.gen.straightdp.field import AnalyticField
 from sstq_fl.gen.straightdp.flow import to_pixels
 from sstq_fl.gen.straightdp.public import pretrained_flow, public_calibration
 from sstq_fl.gen.straightdp.training import guided_velocity
+from sstq_fl.gen.template import workload_data
 from sstq_fl.io import atomic_write_json
 from sstq_fl.privacy.errors import Budget
 
@@ -66,7 +67,7 @@ def _config(a: argparse.Namespace) -> StraightConfig:
 
 def _stages(cfg: StraightConfig) -> dict[str, Any]:
     """The run's pieces: public calibration, the release's mixture and the public, distilled and final models."""
-    public_x, public_y = sp.public_images(cfg)
+    public_x, public_y = public_records(cfg.resolved("public_records"), "seeded", cfg.seed)
     data = workload_data(cfg)
     pub = public_calibration(cfg, public_x, public_y)
     model = pretrained_flow(cfg, public_x, public_y)

@@ -158,3 +158,21 @@ def test_every_internal_import_resolves() -> None:
                       if base.startswith(PACKAGE) and base not in modules})
     assert missing == []
 
+
+
+PRIVATE_ENTRIES = {("sstq_fl.data.mnist", "load_private_split"), ("sstq_fl.data.mnist", "load_mnist_subset"),
+                   ("sstq_fl.gen.runner", "run_workload"), ("sstq_fl.gen.runner", "InProcessPool"),
+                   ("sstq_fl.gen.template", "workload_data"), ("sstq_fl.gen.template", "dataset_ledger")}
+"""The ways to the private records (and to the clients that hold them) that only the run template takes."""
+
+
+def test_the_generative_pipelines_reach_private_data_only_through_the_template() -> None:
+    """A pipeline's subpackage (``sstq_fl.gen.<pipeline>``) imports no private data loader and no client pool: its
+    steps get the records from :mod:`sstq_fl.gen.template` after the plan is charged (``if TYPE_CHECKING:``
+    imports, for annotations, excepted)."""
+    graph, names = import_graph()
+    pipelines = [m for m in graph if m.startswith("sstq_fl.gen.") and m.count(".") >= 3]
+    assert "sstq_fl.gen.mepf.pipeline" in pipelines
+    bad = [f"{m}: imports sstq_fl.data.workload" for m in pipelines if "sstq_fl.data.workload" in graph[m]]
+    bad += [f"{m}: from {base} import {name}" for m, base, name in names if m in pipelines and (base, name) in PRIVATE_ENTRIES]
+    assert bad == []

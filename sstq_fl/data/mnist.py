@@ -5,7 +5,7 @@ Fashion-MNIST images.
   is ``{"data": [784·n floats in [0, 1]]}``, n row-major 28×28 digits with label ``d`` (10,000 digits,
   863–1,127 per class).  Users with the full MNIST may point the loader at the standard IDX files instead.
 * Fixed split (our choice): :func:`split_private` (80 % ``priv_train`` / 20 % ``priv_test`` per class, seed 0).
-* PUBLIC = Fashion-MNIST, all 70k images (:func:`load_public_fmnist`).
+* PUBLIC = Fashion-MNIST, all 70k images (:func:`load_public_fmnist`); a run's share of them: :func:`public_records`.
 
 Images are float32 ``[n, 1, 28, 28]`` in [0, 1]; labels are int64 ``[n]``.
 """
@@ -253,3 +253,23 @@ def load_public_fmnist(root: str | None = None) -> tuple[np.ndarray, np.ndarray]
     int64 labels; ``root`` as for :func:`sstq_fl.data.idx.load_fashion_mnist`."""
     xtr, ytr, xte, yte = load_fashion_mnist(root)
     return np.concatenate([xtr, xte]).reshape(-1, 1, 28, 28), np.concatenate([ytr, yte])
+
+
+PUBLIC_DRAWS = ("first", "seeded")
+"""How :func:`public_records` keeps ``n`` of the public images: the first ``n``, or ``n`` drawn by a seed."""
+
+
+def public_records(n: int, draw: str, seed: int = 0, root: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The public Fashion-MNIST images and labels a DP generative run uses (:func:`load_public_fmnist`):
+    ``n = 0``, all 70k in their order (train then t10k); else ``draw="first"``, the first ``n`` (DP-MEPF,
+    DP-VQG), or ``draw="seeded"``, the first ``n`` of a permutation seeded by ``seed`` (StraightDP), in that
+    permuted order.  An ``n`` beyond 70k keeps all of them (``seeded``: permuted)."""
+    if draw not in PUBLIC_DRAWS:
+        raise ValueError(f"public draw must be one of {PUBLIC_DRAWS}, got {draw!r}")
+    x, y = load_public_fmnist(root)
+    if not n:
+        return x, y
+    if draw == "first":
+        return x[:n], y[:n]
+    idx = np.random.default_rng(seed).permutation(len(y))[:n]
+    return x[idx], y[idx]

@@ -1,7 +1,7 @@
-"""What a DP generative pipeline's run leaves behind, shared by every pipeline: the output folder
-(:func:`run_in`), the private data set's ledger (:func:`dataset_ledger`), the offline evaluation of its labelled
-samples with the sample grid (:func:`evaluate_samples`), and ``metrics.json`` (:func:`common_metrics`,
-:func:`write_metrics`).
+"""What a DP generative pipeline's run leaves behind, shared by every pipeline: the offline evaluation of its
+labelled samples with the sample grid (:func:`evaluate_samples`), the private diagnostics, and ``metrics.json``
+(:func:`common_metrics`, :func:`write_metrics`); the order in which a run writes them is
+:mod:`sstq_fl.gen.template`'s.
 
 The evaluation follows the pipelines' shared protocol on the held-out ``priv_test`` only (its halves
 ``eval_fit`` and ``eval_score``, :mod:`sstq_fl.gen.heldout`): a probe (LeNet-5: LeCun et al., "Gradient-Based
@@ -17,7 +17,7 @@ private members, so it goes to ``private_diagnostics.json``, never to ``metrics.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -26,12 +26,9 @@ import numpy as np
 import torch
 
 from ..data.workload import WorkloadData
-from ..io import atomic_write_json, clear_out, finite_json, refuse_other_kind, run_meta
-from ..privacy.dataset_ledger import DatasetLedger
-from ..privacy.events import PrivacyEvent, PublicDataEvent
+from ..io import atomic_write_json, finite_json, run_meta
 from ..progress import PhaseClock
 from .config import PipelineConfig
-from .runner import deterministic_kernels
 
 PRIVATE_FILE = "private_diagnostics.json"
 RUN_FILES = ("metrics.json", "transcript.jsonl", "samples.png", PRIVATE_FILE)
@@ -40,64 +37,6 @@ PRIVATE_NOTE = ("PRIVATE: these diagnostics read private priv_train records (the
                 "of priv_train); they are not differentially private and must not be published")
 REFERENCE_KEYS = ("downstream_accuracy_seeds", "probe_ceiling", "fd_floor", "evaluator_accuracy")
 DOMAIN_FD_NOTE = "domain-FD, not comparable to Inception FID"
-Plan = Sequence[tuple[PrivacyEvent, int]]
-
-
-# ----------------------------------------------------------------------------- the output folder
-def prepare_out(out: Path, force: bool = False) -> bool:
-    """Make ``out`` ready for one run; whether this call created it.
-
-    A folder that already holds a run's files (:data:`RUN_FILES`) is refused (one line) unless
-    ``force``, which removes them first (:func:`sstq_fl.io.clear_out`)."""
-    refuse_other_kind(out, "generation", also=("run",))  # a generative run stopped before its samples: no samples.png
-    clear_out([out / n for n in RUN_FILES if (out / n).exists()], out, force,
-              "choose another folder, or --force to replace them")
-    created = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
-    return created
-
-
-def run_in(out: str | Path, force: bool, run: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
-    """``run(out)`` in a folder :func:`prepare_out` prepared; a folder this call created is removed again if
-    the run fails before writing anything into it (every DP pipeline's entry point)."""
-    out = Path(out)
-    created = prepare_out(out, force)
-    try:
-        return run(out)
-    except BaseException:
-        if created and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()
-        raise
-
-
-def start_run(cfg: PipelineConfig, pipeline: str) -> tuple[float, PhaseClock]:
-    """A run's start time and phase clock, with PyTorch's deterministic kernels chosen in reproducible mode."""
-    t0 = time.perf_counter()
-    deterministic_kernels(cfg.device, cfg.randomness)
-    return t0, PhaseClock(pipeline)
-
-
-def workload_data(cfg: PipelineConfig) -> WorkloadData:
-    """The private records of a run: the MNIST subset's ``priv_train``, ``cfg``'s subset, clients and partition
-    (checked: a ``records`` beyond what the data set holds is a one-line error)."""
-    data = WorkloadData("mnist-subset", cfg.clients, cfg.partition, cfg.alpha, cfg.seed, cfg.resolved("records"),
-                        cfg.data_path)
-    _ = data.n_decl  # loads the records now: more records than the data set holds are refused before any computation
-    return data
-
-
-# ----------------------------------------------------------------------------- the data set's ledger
-def dataset_ledger(cfg: PipelineConfig, data: WorkloadData, plan: Plan, relation: str) -> DatasetLedger:
-    """The private data set's ledger, after checking the run's private events (``plan`` without its public-data
-    steps) against ``cfg.dataset_budget_epsilon``: raises ``BudgetExceededError`` (a ValueError) before any
-    private computation.  A run that spends nothing still reads the ledger, so a malformed one is refused."""
-    book = DatasetLedger(data.digest, cfg.dataset_ledger or None)
-    private = [(ev, n) for ev, n in plan if not isinstance(ev, PublicDataEvent)]
-    if private:
-        book.check_plan(private, relation, cfg.delta, cfg.dataset_budget_epsilon)
-    else:
-        book.read()
-    return book
 
 
 # ----------------------------------------------------------------------------- evaluation of the samples

@@ -20,6 +20,7 @@ from sstq_fl.data.mnist import (
     load_mnist_subset,
     load_private_split,
     load_public_fmnist,
+    public_records,
     split_private,
 )
 from sstq_fl.data.workload import partition_records
@@ -165,6 +166,26 @@ def test_public_fmnist_is_all_70k_style_images(tmp_path):
         write_idx(tmp_path / f"{s}-labels-idx1-ubyte.gz", rs.integers(0, 10, n))
     x, y = load_public_fmnist(str(tmp_path))
     assert x.shape == (9, 1, 28, 28) and x.dtype == np.float32 and y.shape == (9,) and 0 <= x.min() <= x.max() <= 1
+
+
+def test_public_records_keep_the_first_n_or_n_drawn_by_the_seed(tmp_path):
+    rs = np.random.default_rng(3)
+    for s, n in (("train", 6), ("t10k", 3)):
+        write_idx(tmp_path / f"{s}-images-idx3-ubyte.gz", rs.integers(0, 256, (n, 28, 28)))
+        write_idx(tmp_path / f"{s}-labels-idx1-ubyte.gz", rs.integers(0, 10, n))
+    x, y = load_public_fmnist(str(tmp_path))
+    for draw in ("first", "seeded"):  # 0: all of them, in their order
+        px, py = public_records(0, draw, seed=5, root=str(tmp_path))
+        assert np.array_equal(px, x) and np.array_equal(py, y)
+    px, py = public_records(4, "first", root=str(tmp_path))
+    assert np.array_equal(px, x[:4]) and np.array_equal(py, y[:4])
+    idx = np.random.default_rng(5).permutation(9)
+    px, py = public_records(4, "seeded", seed=5, root=str(tmp_path))
+    assert np.array_equal(px, x[idx[:4]]) and np.array_equal(py, y[idx[:4]]) and not np.array_equal(idx[:4], range(4))
+    assert np.array_equal(public_records(20, "seeded", seed=5, root=str(tmp_path))[1], y[idx])  # beyond: all, drawn
+    assert np.array_equal(public_records(20, "first", root=str(tmp_path))[1], y)
+    with pytest.raises(ValueError, match="public draw must be one of"):
+        public_records(4, "random", root=str(tmp_path))
 
 
 def test_partitions_cover_every_record_once():

@@ -59,21 +59,29 @@ def test_seed_holder_attack_on_the_class_sums_release(mode):
 
 @pytest.mark.parametrize("mode", ["reproducible", "secure"])
 def test_seed_holder_attack_on_the_real_dp_mepf_release(mode, tmp_path):
-    """The real path: ``release_statistics`` runs ``mepf.class_sums`` (a tiny, untrained Φ) on the clients."""
+    """The real path: ``release`` runs ``mepf.class_sums`` (a tiny, untrained Φ) on the clients."""
     from sstq_fl.gen.mepf.features import build_feature_extractor, embedded_class_sums
-    from sstq_fl.gen.mepf.pipeline import MepfConfig, release_statistics
+    from sstq_fl.gen.mepf.pipeline import PIPELINE, RELATION, MepfConfig, noise_std, release
+    from sstq_fl.gen.runner import run_workload
 
     data = WorkloadData(dataset="synthetic", clients=2, records=120, seed=1)
     cfg = MepfConfig(epsilon=1.0, clients=2, seed=7, randomness=mode, cache_dir=str(tmp_path))
     fx = build_feature_extractor("cpu", seed=0)
-    rel, info = release_statistics(cfg, data, fx, sigma=3.0)
-    [entry] = [e for e in info["runner"].ledger.entries if e.subset == "private"]
+    run = None
+
+    def on_pool(pool):
+        nonlocal run
+        run = DPRunner(pool, PIPELINE, RELATION, seed=cfg.seed, randomness=cfg.randomness)
+        return {"release": release(run, cfg, fx, sigma=3.0)}
+
+    rel = run_workload(on_pool, data)["release"]
+    [entry] = [e for e in run.ledger.entries if e.subset == "private"]
     truth = {"counts": np.zeros(10), "sums": np.zeros((10, fx.dim))}
     for c in range(data.clients):
         counts, sums = embedded_class_sums(fx, *data.client_records(c), (1,))
         truth = {"counts": truth["counts"] + counts.numpy(), "sums": truth["sums"] + sums.numpy()}
     err, d = _attack(rel, truth, cfg.seed, "labelled-release", entry.meta["std"])
-    assert entry.meta["std"] == pytest.approx(3.0) == info["noise_std"]  # σ·Δ/2 with Δ = 2 for one moment
+    assert entry.meta["std"] == pytest.approx(3.0) == noise_std(cfg, 3.0)  # σ·Δ/2 with Δ = 2 for one moment
     if mode == "reproducible":
         assert err < 1e-9
     else:

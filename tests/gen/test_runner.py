@@ -195,8 +195,8 @@ def test_a_replace_one_run_then_an_add_remove_run_on_one_data_set_both_finish_an
     the second reports the data set's ε under replace-one with its own run restated exactly; the budget is then
     checked against that total."""
     from sstq_fl.gen.mepf.pipeline import MepfConfig
-    from sstq_fl.gen.outputs import dataset_ledger
     from sstq_fl.gen.straightdp.config import StraightConfig
+    from sstq_fl.gen.template import dataset_ledger
     from sstq_fl.privacy.errors import BudgetExceededError
 
     where = dict(dataset_ledger=str(tmp_path / "ledger.jsonl"), dataset_budget_epsilon=100.0)

@@ -40,30 +40,23 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...data.workload import WorkloadData
+from ...data.mnist import public_records
 from ...options import option
 from ...privacy.calibration import calibrate_noise_multiplier
 from ...privacy.events import GaussianEvent, NonPrivateEvent, PrivacyEvent
 from ...progress import progress
 from ...secagg.records import RecordSecAgg
 from ..config import MAX_EPSILON, PROFILES, PipelineConfig, parse_ints
-from ..outputs import (
-    SampleGrid,
-    common_metrics,
-    dataset_ledger,
-    dataset_text,
-    eps_text,
-    evaluate_samples,
-    run_in,
-    start_run,
-    workload_data,
-    write_metrics,
-)
-from ..runner import NONPRIVATE_SUMS, ClientPool, DPRunner, run_workload
+from ..outputs import SampleGrid, common_metrics, dataset_text, eps_text, evaluate_samples
+from ..runner import NONPRIVATE_SUMS, DPRunner
+from ..template import Declared, RunContext, RunPlan, Steps, run_pipeline
+
+if TYPE_CHECKING:
+    from ...data.workload import WorkloadData
 
 log = logging.getLogger("sstq_fl.gen")
 PIPELINE = "dp-mepf"
@@ -75,8 +68,9 @@ class MepfConfig(PipelineConfig):
     """A DP-MEPF run; the profiles are our CPU reduction (a 3-conv Φ, 2,000 records, 500 generator steps) and the
     a full profile (a ResNet-18 Φ trained on public Fashion-MNIST, all records, 20,000 steps).
 
-    ``moments``: φ₁, or φ₁ and φ₂; ``public_only``: the zero-information reference; ``public_records``: public
-    images for Φ and that reference (0: all 70k); ``inception_weights``: a local Inception file for FID."""
+    ``moments``: φ₁, or φ₁ and φ₂; ``public_only``: the zero-information reference; ``public_records``: the first N
+    public images, for Φ and that reference (0: all 70k; :func:`~sstq_fl.data.mnist.public_records`);
+    ``inception_weights``: a local Inception file for FID."""
 
     epsilon: float = option(1.0, help="record-level epsilon, at most 100 (inf: non-private reference)")
     delta: float = option(1e-5, help="record-level delta of the release")
@@ -165,7 +159,7 @@ def release_shapes(fx: Any, moments: tuple[int, ...]) -> dict[str, tuple[int, ..
     return {"counts": (fx.num_classes,), "sums": (fx.num_classes, len(moments) * fx.dim)}
 
 
-def calibrate_secure(cfg: MepfConfig, fx: Any, data: WorkloadData) -> RecordSecAgg:
+def calibrate_secure(cfg: MepfConfig, fx: Any, data: Declared) -> RecordSecAgg:
     """The release under ``--trust secagg``: the labelled sums (flattened, public shapes) through secure aggregation
     with the replace-one shift ``Δ`` of the trusted release (:func:`~.features.replace_one_sensitivity`), the
     aggregate bound ``N_decl·b``, every client's share guaranteed in the sum (the simulation's clients all take
@@ -182,38 +176,39 @@ def calibrate_secure(cfg: MepfConfig, fx: Any, data: WorkloadData) -> RecordSecA
 
 
 # ----------------------------------------------------------------------------- the release
-def release_statistics(cfg: MepfConfig, data: WorkloadData, fx: Any, sigma: float | None,
-                       secure: RecordSecAgg | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The one labelled release on the clients (in-process or on Flower), with its ledger: through the trusted
-    aggregator (``sigma``), or through secure aggregation (``secure``)."""
+def release(run: DPRunner, cfg: MepfConfig, fx: Any, sigma: float | None, secure: RecordSecAgg | None = None
+            ) -> dict[str, np.ndarray]:
+    """The one labelled release on the clients, charged to ``run``'s ledger: through the trusted aggregator
+    (``sigma``; ``None``: without noise), or through secure aggregation (``secure``); nothing for the public-only
+    reference, which touches no private record."""
     from .client_tasks import extractor_payload
     from .features import contribution_bound, extractor_fingerprint, replace_one_sensitivity
 
+    run.charge_public("feature-extractor", f"Φ trained on public Fashion-MNIST; sha256 {extractor_fingerprint(fx)}")
+    if cfg.public_only:
+        return {}
     payload = extractor_payload(fx)
     config: dict[str, Any] = {"profile": cfg.profile, "moments": ",".join(map(str, cfg.moments)), "device": cfg.device}
     bound, delta_2 = contribution_bound(cfg.moments, labelled=True), replace_one_sensitivity(cfg.moments)
+    if secure is not None:
+        return run.secure_release("labelled-release", "mepf.class_sums", payload, config, bound, secure,
+                                  release_shapes(fx, cfg.moments))
+    if sigma is None:
+        return run.non_private_sum("labelled-release", "mepf.class_sums", payload, config, bound)
+    return run.additive_release("labelled-release", "mepf.class_sums", payload, config, bound, sigma,
+                                sensitivity=delta_2)
 
-    def pipeline(pool: ClientPool) -> dict[str, Any]:
-        run = DPRunner(pool, PIPELINE, RELATION, seed=cfg.seed, randomness=cfg.randomness)
-        run.charge_public("feature-extractor", f"Φ trained on public Fashion-MNIST; sha256 {extractor_fingerprint(fx)}")
-        if cfg.public_only:  # the zero-information reference touches no private record
-            return {"release": {}, "runner": run, "dropped": []}
-        if secure is not None:
-            rel = run.secure_release("labelled-release", "mepf.class_sums", payload, config, bound, secure,
-                                     release_shapes(fx, cfg.moments))
-        elif sigma is None:
-            rel = run.non_private_sum("labelled-release", "mepf.class_sums", payload, config, bound)
-        else:
-            rel = run.additive_release("labelled-release", "mepf.class_sums", payload, config, bound, sigma,
-                                       sensitivity=delta_2)
-        return {"release": rel, "runner": run, "dropped": list(pool.dropped)}
 
-    out = run_workload(pipeline, data, "inprocess" if cfg.public_only else cfg.engine, cfg.device)
-    std = None if sigma is None or cfg.public_only else sigma * delta_2 / 2
-    if secure is not None and not cfg.public_only:
-        std = secure.central_stddev()
-    return out["release"], {"runner": out["runner"], "dropped": out["dropped"], "bound": bound, "sensitivity": delta_2,
-                            "noise_std": std}
+def noise_std(cfg: MepfConfig, sigma: float | None, secure: RecordSecAgg | None = None) -> float | None:
+    """The std of the release's noise on the sums: ``σΔ/2``, the secure release's central std, or ``None``
+    (no noise, or no release)."""
+    from .features import replace_one_sensitivity
+
+    if cfg.public_only:
+        return None
+    if secure is not None:
+        return secure.central_stddev()
+    return None if sigma is None else sigma * replace_one_sensitivity(cfg.moments) / 2
 
 
 def release_plan(cfg: MepfConfig, sigma: float | None, secure: RecordSecAgg | None = None
@@ -278,45 +273,64 @@ def _evaluate(cfg: MepfConfig, data: WorkloadData, gen: Any, split: Any, out: Pa
     return res
 
 
+@dataclass(frozen=True)
+class Calibrated:
+    """DP-MEPF's plan: the public images, Φ, and the release's ``σ`` or secure aggregation."""
+
+    public_x: np.ndarray
+    public_y: np.ndarray
+    fx: Any
+    sigma: float | None
+    secure: RecordSecAgg | None
+
+
+class MepfSteps(Steps[MepfConfig, Calibrated, dict[str, np.ndarray]]):
+    """DP-MEPF in the template's order (:func:`~sstq_fl.gen.template.run_pipeline`)."""
+
+    pipeline, relation = PIPELINE, RELATION
+
+    def plan(self, ctx: RunContext[MepfConfig]) -> RunPlan[Calibrated]:
+        """Φ on public data and the release's calibration; the public-only reference stays in-process."""
+        cfg, clock = ctx.cfg, ctx.clock
+        public_x, public_y = public_records(cfg.public_records or 0, "first")
+        fx = clock("public_extractor", lambda: public_extractor(cfg, public_x, public_y))
+        secure, sigma = None, None
+        if cfg.trust == "secagg" and not cfg.public_only:
+            secure = clock("calibration", lambda: calibrate_secure(cfg, fx, ctx.declared))
+        else:
+            sigma = clock("calibration", lambda: None if math.isinf(cfg.epsilon) or cfg.public_only else calibrate_sigma(cfg))
+        return RunPlan(release_plan(cfg, sigma, secure), Calibrated(public_x, public_y, fx, sigma, secure), declare=False,
+                       engine="inprocess" if cfg.public_only else None)
+
+    def compute(self, ctx: RunContext[MepfConfig], plan: RunPlan[Calibrated]) -> dict[str, np.ndarray]:
+        s = plan.state
+        return ctx.clock("release", lambda: ctx.private.clients(lambda run: release(run, ctx.cfg, s.fx, s.sigma,
+                                                                                     s.secure)))
+
+    def outputs(self, ctx: RunContext[MepfConfig], plan: RunPlan[Calibrated], rel: dict[str, np.ndarray],
+                privacy: dict[str, Any]) -> dict[str, Any]:
+        """The generator on the released means (or the public statistics), its evaluation and the metrics."""
+        from .features import class_means, contribution_bound, replace_one_sensitivity
+
+        cfg, clock, s, private = ctx.cfg, ctx.clock, plan.state, ctx.private
+        stats = public_statistics(s.fx, s.public_x, s.public_y, cfg.moments) if cfg.public_only else rel
+        means, probs = class_means(stats["counts"], stats["sums"])
+        gen, losses = clock("generator", lambda: _train_generator(cfg, s.fx, means, probs))
+        evals = clock("evaluation", lambda: _evaluate(cfg, private.data, gen, private.split, ctx.folder))
+        delta_2 = replace_one_sensitivity(cfg.moments)
+        return {**common_metrics(cfg, private.data, privacy, evals, private.dropped,
+                                 top=("downstream_accuracy", "domain_fd")),
+                "sigma": s.sigma if s.secure is None else 2 * s.secure.central_stddev() / delta_2,
+                "trust": cfg.trust, "secagg": s.secure.notes() if s.secure is not None else None,
+                "noise_std": noise_std(cfg, s.sigma, s.secure), "sensitivity": delta_2,
+                "contribution_bound": contribution_bound(cfg.moments, labelled=True),
+                "generator_loss_first_last": [float(np.mean(losses[:20])), float(np.mean(losses[-20:]))]}
+
+
 def run_dp_mepf(cfg: MepfConfig, out: str | Path, force: bool = False) -> dict[str, Any]:
-    """Run DP-MEPF and write ``metrics.json``, ``samples.png`` and ``transcript.jsonl`` to ``out``.
-
-    ``out`` must not hold another run's files unless ``force`` (:func:`prepare_out`); a folder this
-    call created is removed again if the run fails before writing anything into it."""
-    return run_in(out, force, lambda folder: _run(cfg, folder))
-
-
-def _run(cfg: MepfConfig, out: Path) -> dict[str, Any]:
-    """The run itself, into the folder :func:`run_dp_mepf` prepared."""
-    from ...data.mnist import load_private_split, load_public_fmnist
-    from .features import class_means
-
-    t0, clock = start_run(cfg, PIPELINE)
-    public_x, public_y = load_public_fmnist()
-    if cfg.public_records:
-        public_x, public_y = public_x[:cfg.public_records], public_y[:cfg.public_records]
-    split = load_private_split(cfg.data_path or None)
-    data = workload_data(cfg)
-    fx = clock("public_extractor", lambda: public_extractor(cfg, public_x, public_y))
-    secure, sigma = None, None
-    if cfg.trust == "secagg" and not cfg.public_only:
-        secure = clock("calibration", lambda: calibrate_secure(cfg, fx, data))
-    else:
-        sigma = clock("calibration", lambda: None if math.isinf(cfg.epsilon) or cfg.public_only else calibrate_sigma(cfg))
-    book = dataset_ledger(cfg, data, release_plan(cfg, sigma, secure), RELATION)  # refuses here, when over the budget
-    rel, info = clock("release", lambda: release_statistics(cfg, data, fx, sigma, secure))
-    privacy = info["runner"].finish(out, cfg.delta, book)  # transcript and data-set ledger before any output
-    stats = public_statistics(fx, public_x, public_y, cfg.moments) if cfg.public_only else rel
-    means, probs = class_means(stats["counts"], stats["sums"])
-    gen, losses = clock("generator", lambda: _train_generator(cfg, fx, means, probs))
-    evals = clock("evaluation", lambda: _evaluate(cfg, data, gen, split, out))
-    metrics = {**common_metrics(cfg, data, privacy, evals, info["dropped"], top=("downstream_accuracy", "domain_fd")),
-               "sigma": sigma if secure is None else 2 * secure.central_stddev() / info["sensitivity"],
-               "trust": cfg.trust, "secagg": secure.notes() if secure is not None else None,
-               "noise_std": info["noise_std"], "sensitivity": info["sensitivity"],
-               "contribution_bound": info["bound"],
-               "generator_loss_first_last": [float(np.mean(losses[:20])), float(np.mean(losses[-20:]))]}
-    return write_metrics(out, metrics, t0, clock)
+    """Run DP-MEPF and write ``metrics.json``, ``samples.png`` and ``transcript.jsonl`` to ``out``
+    (:func:`~sstq_fl.gen.template.run_pipeline`)."""
+    return run_pipeline(MepfSteps(), cfg, out, force)
 
 
 def summary(m: dict[str, Any]) -> str:

@@ -51,25 +51,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...data.workload import WorkloadData
+from ...data.mnist import public_records
 from ...privacy.calibration import plan_epsilon
-from ...privacy.errors import Budget
 from ...privacy.events import NonPrivateEvent, PublicDataEvent
 from ...progress import progress
 from ...secagg.records import RecordSecAgg
-from ..outputs import (
-    SampleGrid,
-    common_metrics,
-    dataset_ledger,
-    dataset_text,
-    eps_text,
-    evaluate_samples,
-    run_in,
-    start_run,
-    workload_data,
-    write_metrics,
-)
-from ..runner import NONPRIVATE_SUMS, ClientPool, DPRunner, run_workload
+from ..outputs import SampleGrid, common_metrics, dataset_text, eps_text, evaluate_samples
+from ..runner import NONPRIVATE_SUMS, DPRunner
+from ..template import RunContext, RunPlan, Steps, run_pipeline
 from . import privacy_plan as cal
 from .config import StraightConfig
 from .public import FLOOR, PIPELINE, PublicCalibration, pretrained_flow, public_calibration, public_grad_norms
@@ -337,28 +326,22 @@ def _calibration_note(pub: PublicCalibration) -> str:
     return "PCA basis, public mean, R_f, tau and t0 from public Fashion-MNIST"
 
 
-def run_clients(cfg: StraightConfig, data: WorkloadData, setup: Setup, pub: PublicCalibration, model: Any
-                ) -> dict[str, Any]:
-    """Stage 1 and Stage 2 on the clients (in-process or on Flower), distillation on the server between them."""
-    def pipeline(pool: ClientPool) -> dict[str, Any]:
-        run = DPRunner(pool, PIPELINE, RELATION, seed=cfg.seed, randomness=cfg.randomness)
-        run.ledger.start(full_plan(setup), Budget(cfg.epsilon, cfg.delta) if cfg.private else None)
-        run.ledger.notes.update(_notes(cfg))
-        run.charge_public("public-calibration", _calibration_note(pub))
-        run.charge_public("public-pretraining", f"flow model pretrained on public Fashion-MNIST {pub.space}s with byte "
-                                                "captions")
-        mixture, diag = release_moments(run, cfg, setup, pub) if cfg.uses_moments else (None, {})
-        net = model
-        if cfg.resolved_port == "distill":
-            net = distill(net, mixture, pub, cfg)
-        if cfg.uses_sgd:
-            net = private_sgd(run, cfg, net, setup, pub)
-        run.charge_public("server-post-processing", "analytic field, distillation, guidance and sampling use "
-                                                    "only released statistics, released gradients and public data")
-        return {"runner": run, "mixture": mixture, "moments_diagnostics": diag, "model": net,
-                "dropped": list(pool.dropped)}
-
-    return run_workload(pipeline, data, cfg.engine, cfg.device)
+def on_clients(run: DPRunner, cfg: StraightConfig, setup: Setup, pub: PublicCalibration, model: Any) -> dict[str, Any]:
+    """Stage 1 and Stage 2 on the clients, charged to ``run``'s ledger (started with the plan), distillation on the
+    server between them."""
+    run.ledger.notes.update(_notes(cfg))
+    run.charge_public("public-calibration", _calibration_note(pub))
+    run.charge_public("public-pretraining", f"flow model pretrained on public Fashion-MNIST {pub.space}s with byte "
+                                            "captions")
+    mixture, diag = release_moments(run, cfg, setup, pub) if cfg.uses_moments else (None, {})
+    net = model
+    if cfg.resolved_port == "distill":
+        net = distill(net, mixture, pub, cfg)
+    if cfg.uses_sgd:
+        net = private_sgd(run, cfg, net, setup, pub)
+    run.charge_public("server-post-processing", "analytic field, distillation, guidance and sampling use "
+                                                "only released statistics, released gradients and public data")
+    return {"mixture": mixture, "moments_diagnostics": diag, "model": net}
 
 
 @torch.no_grad()
@@ -395,45 +378,49 @@ def guidance_time(cfg: StraightConfig, pub: PublicCalibration) -> float:
     return float(max(pub.t0, pub.tau))
 
 
+@dataclass(frozen=True)
+class Public:
+    """StraightDP's plan: the public calibration, the pretrained flow (``None`` without one) and the setup."""
+
+    pub: PublicCalibration
+    model: Any
+    setup: Setup
+
+
+class StraightSteps(Steps[StraightConfig, Public, dict[str, Any]]):
+    """StraightDP in the template's order (:func:`~sstq_fl.gen.template.run_pipeline`)."""
+
+    pipeline, relation = PIPELINE, RELATION
+
+    def plan(self, ctx: RunContext[StraightConfig]) -> RunPlan[Public]:
+        """Public calibration and pretraining on ``public_records`` images drawn by the seed, then the budget."""
+        cfg, clock = ctx.cfg, ctx.clock
+        public_x, public_y = public_records(cfg.resolved("public_records"), "seeded", cfg.seed)
+        pub = clock("public_calibration", lambda: public_calibration(cfg, public_x, public_y))
+        model = clock("public_pretraining", lambda: pretrained_flow(cfg, pub.replay_x, pub.replay_y)) \
+            if cfg.uses_flow else None
+        setup = clock("calibration", lambda: calibrate(cfg, ctx.declared.n_decl, pub, model))
+        return RunPlan(full_plan(setup), Public(pub, model, setup))
+
+    def compute(self, ctx: RunContext[StraightConfig], plan: RunPlan[Public]) -> dict[str, Any]:
+        p = plan.state
+        return ctx.clock("clients", lambda: ctx.private.clients(lambda run: on_clients(run, ctx.cfg, p.setup, p.pub,
+                                                                                        p.model)))
+
+    def outputs(self, ctx: RunContext[StraightConfig], plan: RunPlan[Public], res: dict[str, Any],
+                privacy: dict[str, Any]) -> dict[str, Any]:
+        """Samples, their evaluation on ``priv_test`` and the metrics."""
+        cfg, clock, p, private = ctx.cfg, ctx.clock, plan.state, ctx.private
+        x, y = clock("sampling", lambda: generate(cfg, res["model"], res["mixture"], p.pub, cfg.resolved("eval_samples")))
+        grid = SampleGrid(PIPELINE, cfg.epsilon, grid_detail(cfg))
+        evals = clock("evaluation", lambda: evaluate_samples(x, y, private.data, private.split, ctx.folder, grid, cfg))
+        return {**common_metrics(cfg, private.data, privacy, evals, private.dropped), **_metrics(cfg, p.setup, p.pub, res)}
+
+
 def run_straightdp(cfg: StraightConfig, out: str | Path, force: bool = False) -> dict[str, Any]:
-    """Run StraightDP and write ``metrics.json``, ``samples.png`` and ``transcript.jsonl`` to ``out``; returns the
-    metrics as written (an infinite value is ``None``).  ``out`` must not hold another run's files unless
-    ``force``; a folder this call created is removed again if the run fails before writing into it."""
-    return run_in(out, force, lambda folder: _run(cfg, folder))
-
-
-def public_images(cfg: StraightConfig) -> tuple[np.ndarray, np.ndarray]:
-    """The run's public Fashion-MNIST images and labels: all of them, or ``public_records`` drawn by ``seed``."""
-    from ...data.mnist import load_public_fmnist
-
-    x, y = load_public_fmnist()
-    n = cfg.resolved("public_records")
-    if n:
-        idx = np.random.default_rng(cfg.seed).permutation(len(y))[:n]
-        x, y = x[idx], y[idx]
-    return x, y
-
-
-def _run(cfg: StraightConfig, out: Path) -> dict[str, Any]:
-    """The run itself, into the folder :func:`run_straightdp` prepared."""
-    from ...data.mnist import load_private_split
-
-    t0, clock = start_run(cfg, PIPELINE)
-    public_x, public_y = public_images(cfg)
-    data = workload_data(cfg)
-    pub = clock("public_calibration", lambda: public_calibration(cfg, public_x, public_y))
-    model = clock("public_pretraining", lambda: pretrained_flow(cfg, pub.replay_x, pub.replay_y)) if cfg.uses_flow \
-        else None
-    setup = clock("calibration", lambda: calibrate(cfg, data.n_decl, pub, model))
-    book = dataset_ledger(cfg, data, setup.plan, RELATION)  # refuses here, before any private computation
-    res = clock("clients", lambda: run_clients(cfg, data, setup, pub, model))
-    privacy = res["runner"].finish(out, cfg.delta, book)  # transcript and data-set ledger before any output
-    x, y = clock("sampling", lambda: generate(cfg, res["model"], res["mixture"], pub, cfg.resolved("eval_samples")))
-    grid = SampleGrid(PIPELINE, cfg.epsilon, grid_detail(cfg))
-    split = load_private_split(cfg.data_path or None)  # priv_test, for the offline evaluation only
-    evals = clock("evaluation", lambda: evaluate_samples(x, y, data, split, out, grid, cfg))
-    metrics = {**common_metrics(cfg, data, privacy, evals, res["dropped"]), **_metrics(cfg, setup, pub, res)}
-    return write_metrics(out, metrics, t0, clock)
+    """Run StraightDP and write ``metrics.json``, ``samples.png`` and ``transcript.jsonl`` to ``out``
+    (:func:`~sstq_fl.gen.template.run_pipeline`); returns the metrics as written (an infinite value is ``None``)."""
+    return run_pipeline(StraightSteps(), cfg, out, force)
 
 
 def secure_epsilon(setup: Setup, delta: float) -> float | None:

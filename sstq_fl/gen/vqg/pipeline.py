@@ -67,31 +67,20 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from ...data.workload import WorkloadData
+from ...data.mnist import public_records
 from ...privacy.calibration import calibrate_noise_multiplier, plan_epsilon
-from ...privacy.errors import Budget
 from ...privacy.events import GaussianEvent, NonPrivateEvent, PoissonSampledEvent, PrivacyEvent, PublicDataEvent
 from ...progress import PhaseClock, progress
-from ..outputs import (
-    SampleGrid,
-    common_metrics,
-    dataset_ledger,
-    dataset_text,
-    eps_text,
-    evaluate_samples,
-    run_in,
-    start_run,
-    workload_data,
-    write_metrics,
-)
-from ..runner import NONPRIVATE_SUMS, ClientPool, DPRunner, run_workload
+from ..outputs import SampleGrid, common_metrics, dataset_text, eps_text, evaluate_samples
+from ..runner import NONPRIVATE_SUMS, DPRunner
+from ..template import RunContext, RunPlan, Steps, run_pipeline
 from .config import VqgConfig
 from .mechanism import (
     NOT_DP,
@@ -112,6 +101,9 @@ from .mechanism import (
 from .prior_dpsgd import CLIP as PRIOR_CLIP
 from .prior_dpsgd import calibrate_prior, prior_plan, public_prior, train_prior_dpsgd
 from .tokenizer import HW, TokenizerConfig, VQTokenizer
+
+if TYPE_CHECKING:
+    from ...data.workload import WorkloadData
 
 log = logging.getLogger("sstq_fl.gen")
 PIPELINE = "dp-vqg"
@@ -270,28 +262,23 @@ def _labels_note(cfg: VqgConfig, budget: Stage2Budget | None) -> str:
     return f"labels privatized by 10-ary randomized response at eps_y = {budget.eps_y:.6g}"
 
 
-def run_clients(cfg: VqgConfig, data: WorkloadData, s: dict[str, Any], public_model: VQTokenizer | None
-                ) -> dict[str, Any]:
-    """Stages I (FP) and II on the clients, in-process or on Flower: the runner, Θ, and the released rows (em) or the
-    prior trained by DP-SGD rounds (dpsgd-prior; the public-only reference runs nothing on the clients)."""
-    def pipeline(pool: ClientPool) -> dict[str, Any]:
-        run = DPRunner(pool, PIPELINE, RELATION, seed=cfg.seed, randomness=cfg.randomness)
-        run.ledger.start(s["plan"], Budget(cfg.epsilon, cfg.delta) if cfg.private else None)
-        run.ledger.notes.update({"variant": cfg.variant, "mode": cfg.mode, "stage2": cfg.stage2,
-                                 "labels": _labels_note(cfg, s.get("budget"))})
-        if public_model is not None:
-            run.charge_public("stage1-tokenizer", "PP-VQG tokenizer trained without noise on public Fashion-MNIST")
-        model = public_model or private_tokenizer(run, cfg, s["q"], s["sigma"])
-        out = {"runner": run, "tokenizer": model, "dropped": pool.dropped}
-        if cfg.stage2 == "em":
-            out["rows"] = release_tokens_on_clients(run, cfg, model, s["budget"])
-        elif cfg.reference != "public":
-            out["prior"] = train_prior_dpsgd(run, model, prior_config(cfg, model.cfg.codebook_size), cfg.profile,
-                                             cfg.device, s["q_prior"], s["sigma_prior"], cfg.resolved("prior_steps"),
-                                             cfg.seed + 2)
-        return {**out, "dropped": list(pool.dropped)}
-
-    return run_workload(pipeline, data, cfg.engine, cfg.device)
+def on_clients(run: DPRunner, cfg: VqgConfig, s: dict[str, Any], public_model: VQTokenizer | None) -> dict[str, Any]:
+    """Stages I (FP) and II on the clients, charged to ``run``'s ledger (started with the plan): Θ, and the released
+    rows (em) or the prior trained by DP-SGD rounds (dpsgd-prior; the public-only reference runs nothing on the
+    clients)."""
+    run.ledger.notes.update({"variant": cfg.variant, "mode": cfg.mode, "stage2": cfg.stage2,
+                             "labels": _labels_note(cfg, s.get("budget"))})
+    if public_model is not None:
+        run.charge_public("stage1-tokenizer", "PP-VQG tokenizer trained without noise on public Fashion-MNIST")
+    model = public_model or private_tokenizer(run, cfg, s["q"], s["sigma"])
+    out: dict[str, Any] = {"tokenizer": model}
+    if cfg.stage2 == "em":
+        out["rows"] = release_tokens_on_clients(run, cfg, model, s["budget"])
+    elif cfg.reference != "public":
+        out["prior"] = train_prior_dpsgd(run, model, prior_config(cfg, model.cfg.codebook_size), cfg.profile,
+                                         cfg.device, s["q_prior"], s["sigma_prior"], cfg.resolved("prior_steps"),
+                                         cfg.seed + 2)
+    return out
 
 
 # ----------------------------------------------------------------------------- diagnostics
@@ -379,15 +366,6 @@ def _evaluate(cfg: VqgConfig, data: WorkloadData, x: torch.Tensor, y: torch.Tens
 
 
 # ----------------------------------------------------------------------------- the run
-def run_dp_vqg(cfg: VqgConfig, out: str | Path, force: bool = False) -> dict[str, Any]:
-    """Run DP-VQG and write ``metrics.json``, ``samples.png`` and ``transcript.jsonl`` to ``out``; returns the
-    metrics as written (an infinite value, e.g. ``ε₀`` of a reference run, is ``None``).
-
-    ``out`` must not hold another run's files unless ``force`` (:func:`~sstq_fl.gen.outputs.prepare_out`);
-    a folder this call created is removed again if the run fails before writing anything into it."""
-    return run_in(out, force, lambda folder: _run(cfg, folder))
-
-
 def plan_run(cfg: VqgConfig, n_decl: int, clock: PhaseClock | None = None) -> dict[str, Any]:
     """Calibration and the plan from the declared size alone (nothing private is read): ``q``, ``σ`` and Stage I's
     events, then the Stage II budget (em) or the prior's ``q``, ``σ`` and events (dpsgd-prior), and the whole plan."""
@@ -406,30 +384,53 @@ def plan_run(cfg: VqgConfig, n_decl: int, clock: PhaseClock | None = None) -> di
             "plan": run_plan(cfg, s1, budget.plan())}
 
 
-def _run(cfg: VqgConfig, out: Path) -> dict[str, Any]:
-    """The run itself, into the folder :func:`run_dp_vqg` prepared."""
-    from ...data.mnist import load_private_split, load_public_fmnist
+@dataclass(frozen=True)
+class Planned:
+    """DP-VQG's plan: :func:`plan_run`'s calibration and events, and the public images."""
 
-    t0, clock = start_run(cfg, PIPELINE)
-    public_x, public_y = load_public_fmnist()
-    public_x = public_x[:cfg.public_records] if cfg.public_records else public_x
-    public_y = public_y[:len(public_x)]
-    split = load_private_split(cfg.data_path or None)
-    data = workload_data(cfg)
-    s = plan_run(cfg, data.n_decl, clock)
-    book = dataset_ledger(cfg, data, s["plan"], RELATION)  # refuses here, before any private record is read
-    pub = clock("public_tokenizer", lambda: public_tokenizer(cfg, public_x)) if cfg.variant == "pp" else None
-    res = clock("clients", lambda: run_clients(cfg, data, s, pub))
-    run, model = res["runner"], res["tokenizer"]
-    if cfg.stage2 == "em":
-        prior, fields = _em_prior(cfg, s, run, model, res["rows"], public_x, clock)
-    else:
-        prior, fields = _dpsgd_prior(cfg, s, run, model, res.get("prior"), public_x, public_y, clock)
-    privacy = run.finish(out, cfg.delta, book)  # transcript and data-set ledger before any sample is written
-    x, y = clock("sampling", lambda: generate(cfg, prior, model, cfg.resolved("eval_samples")))
-    evals = clock("evaluation", lambda: _evaluate(cfg, data, x, y, split, out))
-    metrics = {**common_metrics(cfg, data, privacy, evals, res["dropped"]), **fields}
-    return write_metrics(out, metrics, t0, clock)  # as written: an infinite ε (ε₀, ε_y, ...) is None
+    s: dict[str, Any]
+    public_x: np.ndarray
+    public_y: np.ndarray
+
+
+class VqgSteps(Steps[VqgConfig, Planned, dict[str, Any]]):
+    """DP-VQG in the template's order (:func:`~sstq_fl.gen.template.run_pipeline`)."""
+
+    pipeline, relation = PIPELINE, RELATION
+
+    def plan(self, ctx: RunContext[VqgConfig]) -> RunPlan[Planned]:
+        """The public images and the calibration from the declared size (:func:`plan_run`)."""
+        cfg = ctx.cfg
+        public_x, public_y = public_records(cfg.public_records or 0, "first")
+        s = plan_run(cfg, ctx.declared.n_decl, ctx.clock)
+        return RunPlan(s["plan"], Planned(s, public_x, public_y))
+
+    def compute(self, ctx: RunContext[VqgConfig], plan: RunPlan[Planned]) -> dict[str, Any]:
+        """The PP tokenizer on public data, the clients (:func:`on_clients`), then the prior (post-processing)."""
+        cfg, clock, p = ctx.cfg, ctx.clock, plan.state
+        pub = clock("public_tokenizer", lambda: public_tokenizer(cfg, p.public_x)) if cfg.variant == "pp" else None
+        res = clock("clients", lambda: ctx.private.clients(lambda run: on_clients(run, cfg, p.s, pub)))
+        run, model = ctx.private.runner, res["tokenizer"]
+        if cfg.stage2 == "em":
+            prior, fields = _em_prior(cfg, p.s, run, model, res["rows"], p.public_x, clock)
+        else:
+            prior, fields = _dpsgd_prior(cfg, p.s, run, model, res.get("prior"), p.public_x, p.public_y, clock)
+        return {"prior": prior, "tokenizer": model, "fields": fields}
+
+    def outputs(self, ctx: RunContext[VqgConfig], plan: RunPlan[Planned], res: dict[str, Any],
+                privacy: dict[str, Any]) -> dict[str, Any]:
+        """Samples from the prior, their evaluation and the metrics (an infinite ε₀, ε_y, ... is written as None)."""
+        cfg, clock, private = ctx.cfg, ctx.clock, ctx.private
+        x, y = clock("sampling", lambda: generate(cfg, res["prior"], res["tokenizer"], cfg.resolved("eval_samples")))
+        evals = clock("evaluation", lambda: _evaluate(cfg, private.data, x, y, private.split, ctx.folder))
+        return {**common_metrics(cfg, private.data, privacy, evals, private.dropped), **res["fields"]}
+
+
+def run_dp_vqg(cfg: VqgConfig, out: str | Path, force: bool = False) -> dict[str, Any]:
+    """Run DP-VQG and write ``metrics.json``, ``samples.png`` and ``transcript.jsonl`` to ``out``
+    (:func:`~sstq_fl.gen.template.run_pipeline`); returns the metrics as written (an infinite value, e.g. ``ε₀`` of
+    a reference run, is ``None``)."""
+    return run_pipeline(VqgSteps(), cfg, out, force)
 
 
 def _em_prior(cfg: VqgConfig, s: dict[str, Any], run: DPRunner, model: VQTokenizer, rows: dict[str, np.ndarray],

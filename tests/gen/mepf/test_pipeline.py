@@ -53,8 +53,13 @@ def test_impossible_settings_are_refused():
 
 
 @needs_data
-def test_smoke_release_ledger_replay_and_metrics(tmp_path):
+def test_smoke_release_ledger_replay_and_metrics(tmp_path, monkeypatch):
+    from ..test_template import published_in_order, record_writes
+
+    writes = record_writes(monkeypatch, tmp_path / "run")
     m = run_dp_mepf(_tiny(tmp_path), tmp_path / "run")
+    assert published_in_order(writes) and {n for n, _ in writes} == {"transcript.jsonl", "samples.png",
+                                                                      "private_diagnostics.json", "metrics.json"}
     assert {"epsilon", "delta", "relation", "downstream_accuracy", "domain_fd", "records", "clients", "wall_s"} <= set(m)
     assert m["epsilon"] <= 1.0 and m["relation"] == "replace_one" and m["records"] == 400 and m["clients"] == 2
     assert m["contribution_bound"] == pytest.approx(math.sqrt(2)) and m["sensitivity"] == pytest.approx(2.0)
@@ -114,7 +119,7 @@ def test_over_budget_runs_are_refused_before_any_private_record_is_read(tmp_path
     args = ["gen", "dp-mepf", "--epsilon", "1", "--records", "400", "--clients", "2", "--public-records", "3000",
             "--dataset-ledger", str(ledger), "--out", str(tmp_path / "run")]
     monkeypatch.setattr(dp_mepf, "public_extractor", lambda cfg, x, y: None)  # Φ is not needed to refuse
-    monkeypatch.setattr(dp_mepf, "release_statistics", lambda *a: pytest.fail("touched private data"))
+    monkeypatch.setattr(dp_mepf, "release", lambda *a: pytest.fail("touched private data"))
     assert cli([*args, "--dataset-budget-epsilon", "0.5"]) == 2
     err = capsys.readouterr().err.splitlines()  # refused before any phase runs: one line
     assert err == ["sstq-fl: error: this run alone spends epsilon 1, over the data set's budget 0.5"]
@@ -195,15 +200,15 @@ def test_an_out_folder_holding_another_run_is_refused_unless_force(tmp_path, mon
     (out / "metrics.json").write_text("{}")
     (out / "notes.txt").write_text("mine")
     args = ["gen", "dp-mepf", "--epsilon", "1", "--out", str(out)]
-    monkeypatch.setattr(dp_mepf, "_run", lambda cfg, o: pytest.fail("ran into a folder holding another run"))
+    monkeypatch.setattr(dp_mepf.MepfSteps, "plan", lambda self, ctx: pytest.fail("ran into a folder holding another run"))
     assert cli(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "already holds a run's files (metrics.json)" in err and "--force" in err
 
-    def fail(cfg, o):
+    def fail(self, ctx):
         raise ValueError("stopped after the folder checks")
 
-    monkeypatch.setattr(dp_mepf, "_run", fail)
+    monkeypatch.setattr(dp_mepf.MepfSteps, "plan", fail)
     assert cli([*args, "--force"]) == 2  # the old run's files are gone, the user's own file stays
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
     assert cli(["gen", "dp-mepf", "--epsilon", "1", "--out", str(tmp_path / "new")]) == 2

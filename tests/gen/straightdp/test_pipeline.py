@@ -166,7 +166,11 @@ def test_smoke_run_one_poisson_event_per_round_and_t_at_least_tau(tmp_path, monk
         return orig(self, task, payload, config, seed, round)
 
     monkeypatch.setattr(InProcessPool, "map", spy)
+    from ..test_template import published_in_order, record_writes
+
+    writes = record_writes(monkeypatch, tmp_path / "run")
     m = run_straightdp(_tiny(tmp_path), tmp_path / "run")
+    assert published_in_order(writes) and len(writes) == 4
     assert m["method"] == "moments+sgd" and m["port"] == "guidance" and m["relation"] == "add_or_remove_one"
     assert m["epsilon"] <= 3.0 and m["epsilon_moments"] == pytest.approx(cal.MOMENT_SHARE * 3.0)
     assert m["epsilon_moments_certified"] <= m["epsilon_moments"]

@@ -124,10 +124,14 @@ def test_the_command_has_every_option_with_help():
 
 # ----------------------------------------------------------------------------- end to end (real data)
 @needs_data
-def test_smoke_end_to_end_ledger_replay_and_metrics(tmp_path):
+def test_smoke_end_to_end_ledger_replay_and_metrics(tmp_path, monkeypatch):
     from sstq_fl.gen.vqg.tokenizer import HW
 
+    from ..test_template import published_in_order, record_writes
+
+    writes = record_writes(monkeypatch, tmp_path / "run")
     m = run_dp_vqg(_tiny(tmp_path), tmp_path / "run")
+    assert published_in_order(writes) and len(writes) == 4
     assert {"epsilon", "delta", "relation", "downstream_accuracy", "domain_fd", "records", "clients", "wall_s", "variant",
             "epsilon_stage1", "epsilon_stage2", "eps0_per_location", "em_nearest_code_prob", "token_entropy_bits",
             "labels"} <= set(m)
