@@ -34,10 +34,6 @@ from .results import (
 from .runner import CellResult, LocalExecutor, pending_jobs, run_flower_cells
 from .spec import Cell, Experiment, unique
 
-DEFAULT_ENCODERS = ["clean", "privunit", "privunit-mrc", "sqkr", "sstq-flat:b=4", "sstq-flat:b=4,codebook=optimized",
-                    "sstq-ma:b=4", "sstq-ma:b=4,decode=identity", "vqsgd"]
-
-
 COMPARISON_FILES = ("comparison.json", "comparison.md", "comparison.png", "results.csv", "results.json",
                     "aggregates.csv", "final.csv", "trust.csv", "trust.md")
 

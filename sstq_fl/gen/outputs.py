@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..config.generative import PipelineConfig
 from ..data.workload import WorkloadData
 from ..io import atomic_write_json, clear_out, finite_json, refuse_other_kind, run_meta
 from ..privacy.dataset_ledger import DatasetLedger
 from ..privacy.events import PrivacyEvent, PublicDataEvent
 from ..progress import PhaseClock
-from .config import PipelineConfig
 from .runner import deterministic_kernels
 
 PRIVATE_FILE = "private_diagnostics.json"

@@ -336,7 +336,7 @@ def test_a_rounds_batch_and_gradients_reuse_buffers_and_equal_a_fresh_computatio
 
 
 def test_the_device_is_checked_and_is_no_flower_run_config_key():
-    from sstq_fl.options import run_config_keys
+    from sstq_fl.config.declare import run_config_keys
 
     with pytest.raises(ValueError, match="device must be cpu, cuda or cuda:N"):
         RunConfig(device="gpu", **LSQ)

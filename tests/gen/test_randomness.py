@@ -60,8 +60,9 @@ def test_seed_holder_attack_on_the_class_sums_release(mode):
 @pytest.mark.parametrize("mode", ["reproducible", "secure"])
 def test_seed_holder_attack_on_the_real_dp_mepf_release(mode, tmp_path):
     """The real path: ``release_statistics`` runs ``mepf.class_sums`` (a tiny, untrained Φ) on the clients."""
+    from sstq_fl.config.mepf import MepfConfig
     from sstq_fl.gen.mepf.features import build_feature_extractor, embedded_class_sums
-    from sstq_fl.gen.mepf.pipeline import MepfConfig, release_statistics
+    from sstq_fl.gen.mepf.pipeline import release_statistics
 
     data = WorkloadData(dataset="synthetic", clients=2, records=120, seed=1)
     cfg = MepfConfig(epsilon=1.0, clients=2, seed=7, randomness=mode, cache_dir=str(tmp_path))

@@ -117,11 +117,13 @@ def serve_workload(grid: Grid, rc: dict[str, Any]) -> dict[str, Any]:
     """``flwr run .`` with ``workload`` naming a registered DP generative pipeline (``"dp-mepf"``, ``"dp-vqg"``,
     ``"straightdp"``, or a plug-in's; :data:`sstq_fl.gen.pipelines.PIPELINES`): run it on this federation (its
     clients are this run's SuperNodes), writing to ``out-dir``."""
-    from sstq_fl.flower.run_config import out_dir, workload_from_run_config, workload_of
+    from sstq_fl.config.flower import out_dir, workload_from_run_config, workload_of
+    from sstq_fl.gen.pipelines import PIPELINES, workloads
 
-    (cfg, run), out, timeout = workload_from_run_config(rc), out_dir(rc), round_timeout(rc, WORKLOAD_TIMEOUT_S)
+    pipeline = PIPELINES[workload_of(rc, workloads())]
+    cfg, out, timeout = workload_from_run_config(rc, pipeline.config), out_dir(rc), round_timeout(rc, WORKLOAD_TIMEOUT_S)
     with attached_pool(lambda data: FlowerPool(data, grid, timeout)):
-        metrics = run(cfg, out, force=bool(rc.get("resume", False)))
-    log.info("%s finished: accuracy %s, domain-FD %s, epsilon %s → %s", workload_of(rc), metrics["downstream_accuracy"],
+        metrics = pipeline.run(cfg, out, force=bool(rc.get("resume", False)))
+    log.info("%s finished: accuracy %s, domain-FD %s, epsilon %s → %s", pipeline.name, metrics["downstream_accuracy"],
              metrics["domain_fd"], metrics.get("epsilon"), out / "metrics.json")
     return metrics

@@ -88,12 +88,13 @@ def share_train(msg: Message, context: Context) -> Message:
 
 def _config(conf: Any, context: Context) -> RunConfig:
     """The run config the fit instructions carry (in-process launcher), else the node's ``context.run_config``."""
-    from sstq_fl.fl.engine import RunConfig
-    from sstq_fl.flower.run_config import config_from_run_config
+    from sstq_fl.config.flower import config_from_run_config
+    from sstq_fl.config.train import RunConfig
+    from sstq_fl.gen.pipelines import prefixes
 
     if "run-config" in conf:
         return RunConfig(**json.loads(str(conf["run-config"])))
-    return config_from_run_config(dict(context.run_config))[0]  # type: ignore[no-any-return]
+    return config_from_run_config(dict(context.run_config), prefixes())[0]
 
 
 def route_train(msg: Message, context: Context, call_next: Any) -> Message:

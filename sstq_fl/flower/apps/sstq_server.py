@@ -50,7 +50,8 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvgM
 
-from sstq_fl.configs import APP_KEYS
+from sstq_fl.config.catalog import APP_KEYS
+from sstq_fl.config.flower import config_from_run_config, tracking_from_run_config, workload_of
 from sstq_fl.fl.checkpoint import finished_run
 from sstq_fl.fl.engine import METRIC_KEYS, RoundState, RunConfig, Trainer
 from sstq_fl.flower import LdpDecoding
@@ -66,8 +67,9 @@ from sstq_fl.flower.plumbing import (  # noqa: F401  (re-exported: the names the
     simulate,
     summary_level,
 )
-from sstq_fl.flower.run_config import config_from_run_config, tracking_from_run_config, workload_of
+from sstq_fl.gen.pipelines import prefixes, workloads
 from sstq_fl.progress import configure_logging
+from sstq_fl.tracking import check_spec
 
 log = logging.getLogger("sstq_fl.fl")
 _METRICS = ("train_loss", *METRIC_KEYS, "bits_per_client", "epsilon_spent")
@@ -261,16 +263,16 @@ def main(grid: Grid, context: Context) -> None:
     run config configures it (``-c`` overrides)."""
     configure_logging()
     rc = dict(context.run_config)
-    if workload_of(rc) != "train":
+    if workload_of(rc, workloads()) != "train":
         from .gen_server import serve_workload
 
         serve_workload(grid, rc)
         return
-    cfg, out, resume = config_from_run_config(rc)
+    cfg, out, resume = config_from_run_config(rc, prefixes())
     refuse_in_deployment(cfg.clients_per_node)
     final = serve(grid, cfg, out, resume, deployment=True, timeout=round_timeout(rc),
                   keep_checkpoints=bool(rc.get("keep-checkpoints", APP_KEYS["keep-checkpoints"])),
-                  log_to=tracking_from_run_config(rc).log_to)["final"]
+                  log_to=check_spec(tracking_from_run_config(rc).log_to))["final"]
     log.info("sstq-fl run finished: %s → %s", json.dumps(final, default=str), out / "metrics.json")
 
 

@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...config.straightdp import StraightConfig
 from ...data.workload import WorkloadData
 from ...privacy.calibration import plan_epsilon
 from ...privacy.errors import Budget
@@ -71,7 +72,6 @@ from ..outputs import (
 )
 from ..runner import NONPRIVATE_SUMS, ClientPool, DPRunner, run_workload
 from . import privacy_plan as cal
-from .config import StraightConfig
 from .public import FLOOR, PIPELINE, PublicCalibration, pretrained_flow, public_calibration, public_grad_norms
 
 log = logging.getLogger("sstq_fl.gen")

@@ -74,6 +74,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...config.vqg import VqgConfig
 from ...data.workload import WorkloadData
 from ...privacy.calibration import calibrate_noise_multiplier, plan_epsilon
 from ...privacy.errors import Budget
@@ -92,7 +93,6 @@ from ..outputs import (
     write_metrics,
 )
 from ..runner import NONPRIVATE_SUMS, ClientPool, DPRunner, run_workload
-from .config import VqgConfig
 from .mechanism import (
     NOT_DP,
     PUBLIC_LABELS_NOTE,
@@ -114,7 +114,7 @@ from .prior_dpsgd import calibrate_prior, prior_plan, public_prior, train_prior_
 from .tokenizer import HW, TokenizerConfig, VQTokenizer
 
 log = logging.getLogger("sstq_fl.gen")
-PIPELINE = "dp-vqg"
+PIPELINE = VqgConfig.WORKLOAD
 Plan = list[tuple[PrivacyEvent, int]]
 CLIP = 1.0  # C, the per-example clip of Stage I (our choice; the DP-VQG paper gives none)
 LR = 1e-3  # Adam on the noisy gradient

@@ -8,7 +8,8 @@ import pytest
 
 from sstq_fl import rng
 from sstq_fl.cli import main as cli
-from sstq_fl.gen.mepf.pipeline import MepfConfig, calibrate_sigma, run_dp_mepf
+from sstq_fl.config.mepf import MepfConfig
+from sstq_fl.gen.mepf.pipeline import calibrate_sigma, run_dp_mepf
 from sstq_fl.privacy.events import GaussianEvent
 from sstq_fl.privacy.ledger import PrivacyLedger
 
@@ -164,7 +165,7 @@ def test_an_epsilon_too_large_to_account_is_refused_at_once(tmp_path, capsys):
     line, no --out folder), and the largest accepted ε calibrates in bounded time."""
     import time
 
-    from sstq_fl.gen.config import MAX_EPSILON
+    from sstq_fl.config.generative import MAX_EPSILON
 
     t0 = time.monotonic()
     with pytest.raises(ValueError, match="above the largest a release is calibrated for"):
