@@ -325,7 +325,8 @@ def _mse_parser(bs: Any) -> None:
                    help="comma-separated dimensions d")
     m.add_argument("--epsilon", type=positive_float, default=3.0, help="per-message LDP epsilon")
     m.add_argument("--bits", type=positive_int, default=8, help="bit width b for encoders that take one")
-    m.add_argument("--norm", type=positive_float, default=0.2, help="norm of the test vector (and the encoders' radius)")
+    m.add_argument("--clip", dest="norm", type=positive_float, default=0.2,
+                   help="clip norm C: the encoders' radius, and the norm of the test vector")
     m.add_argument("--trials", type=positive_int, default=1000,
                    help="independent encodings per point (at least 2: the 95%% interval is a bootstrap percentile one)")
     m.add_argument("--encoders", type=item_list, default=None,

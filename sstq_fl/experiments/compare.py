@@ -16,8 +16,9 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from ..config.train import RunConfig
 from ..fl.checkpoint import read_checkpoint
-from ..fl.engine import RunConfig, existing_outputs, trainers
+from ..fl.engine import existing_outputs, trainers
 from ..io import atomic_write_bytes, atomic_write_json, clean_temps, clear_out, mark_kind, refuse_other_kind, run_meta
 from ..rng import REPRODUCIBLE_WARNING
 from .figures import plot_all

@@ -169,7 +169,8 @@ def test_flwr_run_dot_with_a_dp_workload_is_refused_by_nodes_that_did_not_opt_in
     opted in to a trusted aggregator and every client refuses the labelled sums (the run config cannot opt in).
     The same workload on nodes that opt in: ``sstq-fl gen --engine flower`` (tests/flower/apps/test_gen_server.py)
     and a deployment (tests/deployment)."""
-    tiny = {"workload": "dp-mepf", "clients": 2, "epsilon": 1.0, "randomness": "reproducible", "mepf-records": 400,
+    tiny = {"workload": "dp-mepf", "mepf-clients": 2, "mepf-epsilon": 1.0, "mepf-randomness": "reproducible",
+            "mepf-records": 400,
             "mepf-generator-steps": 40, "mepf-eval-samples": 200, "mepf-probe-epochs": 1, "mepf-evaluator-epochs": 1,
             "mepf-public-records": 3000, "mepf-cache-dir": str(tmp_path / "cache"),
             "mepf-dataset-ledger": str(tmp_path / "ledger.jsonl")}

@@ -20,7 +20,7 @@ import numpy as np
 from flwr.app import Context, Message
 
 if TYPE_CHECKING:
-    from sstq_fl.fl.engine import RunConfig
+    from sstq_fl.config.train import RunConfig
     from sstq_fl.fl.secure_aggregation import SecureAggregation
 
 SECAGG_CONFIGS = "secaggplus_configs"  # the config record SecAgg+'s messages carry (Flower's RECORD_KEY_CONFIGS)
@@ -60,7 +60,7 @@ def recovered_sum(vector: np.ndarray, clients: int, bits: int) -> np.ndarray:
 @lru_cache(maxsize=2)
 def _stage(cfg_json: str, dim: int) -> SecureAggregation:
     """The calibrated stage (codec and its accounting), once per actor process and config."""
-    from sstq_fl.fl.engine import RunConfig
+    from sstq_fl.config.train import RunConfig
     from sstq_fl.fl.secure_aggregation import SecureAggregation
 
     return SecureAggregation(RunConfig(**json.loads(cfg_json)), dim, "client")

@@ -52,8 +52,9 @@ from flwr.serverapp.strategy import FedAvgM
 
 from sstq_fl.config.catalog import APP_KEYS
 from sstq_fl.config.flower import config_from_run_config, tracking_from_run_config, workload_of
+from sstq_fl.config.train import RunConfig
 from sstq_fl.fl.checkpoint import finished_run
-from sstq_fl.fl.engine import METRIC_KEYS, RoundState, RunConfig, Trainer
+from sstq_fl.fl.engine import METRIC_KEYS, RoundState, Trainer
 from sstq_fl.flower import LdpDecoding
 from sstq_fl.flower.cohort import COHORT_MESSAGE_TYPE, KEY_COHORT, CohortDecoding, node_count, refuse_in_deployment
 from sstq_fl.flower.plumbing import (  # noqa: F401  (re-exported: the names the project's tests and docs use)
