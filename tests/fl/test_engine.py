@@ -155,7 +155,7 @@ def test_budget_refusal_and_sampling_labels(tmp_path):
     # with participation derived from the recorded seed, no amplified figure is claimed
     m = run(RunConfig(encoder="sstq-flat", sampling_rate=0.3, **LSQ), tmp_path / "z", progress=False)
     assert m["final"]["epsilon_amplified"]["epsilon"] is None and "seed" in m["final"]["epsilon_amplified"]["reason"]
-    with pytest.raises(ValueError, match="budget epsilon must be positive"):
+    with pytest.raises(ValueError, match="budget-epsilon must be a finite positive number, got 0.0"):
         RunConfig(budget_epsilon=0.0)
     with pytest.raises(ValueError, match="only with randomness=reproducible"):
         RunConfig(randomness="secure", diagnostics=True)

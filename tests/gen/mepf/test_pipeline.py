@@ -128,12 +128,12 @@ def test_cli_randomness_and_ledger_options():
     from sstq_fl.cli import build_parser
 
     ns = build_parser().parse_args(["gen", "dp-mepf", "--epsilon", "1", "--out", "x"])
-    assert ns.randomness == "secure" and ns.dataset_ledger is None and ns.dataset_budget_epsilon is None
+    assert ns.randomness == "secure" and ns.dataset_ledger == "" and ns.dataset_budget_epsilon is None
     with pytest.raises(SystemExit):
         build_parser().parse_args(["gen", "dp-mepf", "--epsilon", "1", "--out", "x", "--randomness", "fast"])
     with pytest.raises(ValueError, match="randomness must be one of"):
         MepfConfig(randomness="fast")
-    with pytest.raises(ValueError, match="dataset budget"):
+    with pytest.raises(ValueError, match="dataset-budget-epsilon must be a positive number, got -1.0"):
         MepfConfig(dataset_budget_epsilon=-1.0)
 
 
