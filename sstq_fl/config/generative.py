@@ -34,12 +34,10 @@ def default_cache(name: str) -> str:
     return str(Path.home() / ".cache" / "sstq-fl" / name)
 
 
-def check_dp_target(epsilon: float, delta: float, max_epsilon: float = MAX_EPSILON) -> None:
-    """Refuse a DP pipeline's (ε, δ) target that cannot be calibrated: ε > 0 (``inf``: the non-private
-    reference), 0 < δ < 1, and a finite ε at most ``max_epsilon`` (above it the noise is too small for the
-    ledger's PLD accountant to represent, and the run would guarantee nothing useful)."""
-    if not (epsilon > 0 and 0 < delta < 1):
-        raise ValueError(f"need epsilon > 0 (inf for the non-private reference) and 0 < delta < 1, got {epsilon}, {delta}")
+def check_max_epsilon(epsilon: float, max_epsilon: float = MAX_EPSILON) -> None:
+    """Refuse a finite ε above ``max_epsilon`` (its noise is too small for the ledger's PLD accountant to
+    represent, and the run would guarantee nothing useful; ``inf`` is the non-private reference).  The rest of
+    the (ε, δ) target, ε > 0 and 0 < δ < 1, is declared on the fields."""
     if math.isfinite(epsilon) and epsilon > max_epsilon:
         raise ValueError(f"epsilon {epsilon:g} is above the largest a release is calibrated for ({max_epsilon:g}: its "
                          f"noise would be too small to account); use inf for the non-private reference")
@@ -69,7 +67,7 @@ class PipelineConfig(Options):
     (:func:`sstq_fl.config.declare.option`): its help text, range or choices, CLI flag and run-config key are declared
     here once; a pipeline redeclares a field to change its default or help (``epsilon``, ``profile``)."""
 
-    epsilon: float = option(1.0, required=True, help=EPSILON_HELP)
+    epsilon: float = option(1.0, required=True, low=0, strict_low=True, help=EPSILON_HELP)
     delta: float = option(1e-5, low=0, strict_low=True, high=1, strict_high=True,
                           help="record-level delta of the whole pipeline (the relation of its epsilon)")
     profile: str = option("cpu", help="cpu: the CPU reduction; full: the paper's setting", choices=PROFILES)
@@ -126,11 +124,11 @@ class PipelineConfig(Options):
     """What ``metrics.json``'s ``reference`` says of an ``epsilon = inf`` run."""
 
     def __post_init__(self) -> None:
-        """The (ε, δ) target first, then every option's choices and range, the device and the data set's budget,
+        """Every option's choices and range (the (ε, δ) target among them), the largest finite ε and the device,
         each a one-line ``ValueError``, so a bad value is refused before anything runs or is written; an unset
         ``cache_dir`` becomes ``~/.cache/sstq-fl/<CACHE_NAME>``."""
-        check_dp_target(self.epsilon, self.delta)
         super().__post_init__()
+        check_max_epsilon(self.epsilon)
         torch_device(self.device, present=False)
         if self.cache_dir is None:
             object.__setattr__(self, "cache_dir", default_cache(self.CACHE_NAME))

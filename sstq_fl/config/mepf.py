@@ -26,7 +26,7 @@ class MepfConfig(PipelineConfig):
     ``moments``: φ₁, or φ₁ and φ₂; ``public_only``: the zero-information reference; ``public_records``: public
     images for Φ and that reference (0: all 70k); ``inception_weights``: a local Inception file for FID."""
 
-    epsilon: float = option(1.0, required=True, help=EPSILON_HELP + " (replace-one)")
+    epsilon: float = option(1.0, required=True, low=0, strict_low=True, help=EPSILON_HELP + " (replace-one)")
     delta: float = option(1e-5, low=0, strict_low=True, high=1, strict_high=True,
                           help="record-level delta of the release (replace-one)")
     profile: str = option("cpu", choices=PROFILES, help="cpu: 3-conv Phi, 2,000 records, 500 generator steps; full: "

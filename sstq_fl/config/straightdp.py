@@ -56,7 +56,7 @@ class StraightConfig(PipelineConfig):
                        "sampling starts from the released Gaussian's marginal at t0, after DP-SGD at tau; with "
                        "--method moments: the public prior + guidance row) or distill (the model is first trained on "
                        "the released field for t < tau)")
-    epsilon: float = option(3.0, required=True, help=EPSILON_HELP + " (add/remove)")
+    epsilon: float = option(3.0, required=True, low=0, strict_low=True, help=EPSILON_HELP + " (add/remove)")
     profile: str = option("cpu", choices=PROFILES, help="cpu: 2,000 records, p=16, r=8, DiT 64/2/2 patch 7, 300 "
                           "pretraining, 100 distillation and 100 DP-SGD steps; full: all records, p=64, r=32, DiT "
                           "192/6/6 patch 4, 20k/3k/2k steps")

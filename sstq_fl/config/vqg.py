@@ -42,7 +42,7 @@ class VqgConfig(PipelineConfig):
 
     variant: str = option("fp", choices=VQG_VARIANTS, help="fp: tokenizer trained by DP-SGD rounds on the clients (0.8 "
                           "epsilon); pp: tokenizer trained on public Fashion-MNIST (all epsilon to the tokens)")
-    epsilon: float = option(10.0, required=True, help=EPSILON_HELP + " (replace-one)")
+    epsilon: float = option(10.0, required=True, low=0, strict_low=True, help=EPSILON_HELP + " (replace-one)")
     profile: str = option("cpu", choices=PROFILES, help="cpu: 2,000 records, K=64, 300 rounds, prior 64/2/2 for 3 "
                           "epochs; full: all records, K=1024, 1,000 rounds, prior 384/6/6 for 120 epochs")
     mode: str = option("A", choices=VQG_MODES, help="A: per-location eps0 by basic composition (pure); B: eps0 bisected on "

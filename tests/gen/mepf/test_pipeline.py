@@ -47,7 +47,7 @@ def test_calibrated_sigma_is_the_smallest_that_meets_epsilon():
 
 
 def test_impossible_settings_are_refused():
-    with pytest.raises(ValueError, match="epsilon > 0"):
+    with pytest.raises(ValueError, match="epsilon must be a positive number, got 0.0"):
         MepfConfig(epsilon=0.0)
     with pytest.raises(ValueError, match="profile"):
         MepfConfig(profile="gpu")
