@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from sstq_fl import rng
+from sstq_fl.config.partition import PartitionOptions
 from sstq_fl.config.train import RunConfig
 from sstq_fl.fl import partitioners as P
-from sstq_fl.fl.partitioners import PARTITIONERS, PartitionOptions, iid_shards, partition_for
+from sstq_fl.fl.partitioners import PARTITIONERS, iid_shards, partition_for
 
 LABELS = np.random.default_rng(0).permutation(np.repeat(np.arange(10), 200))  # 2,000 records, 10 classes
 FMNIST = os.path.isdir("/usr/share/datasets/fashion-mnist")
