@@ -320,7 +320,7 @@ def bench_cases() -> list[Case]:
     sh = ["bench", "shuffle", "--rounds", "2", "--out", "OUT"]
     rc = ["bench", "round-cost", "--clients", "2", "--task", "lsq", "--rounds", "1", "--no-reference", "--out", "OUT"]
     bad = {"mse": (mse, {"--dims": ["0", "-5", "", "a,b", "8,,8", "1e12"], "--trials": ["1", "0", "-3"],
-                         "--epsilon": ["nan", "0", "-1"], "--bits": ["0", "99"], "--norm": ["-1", "nan", "0"],
+                         "--epsilon": ["nan", "0", "-1"], "--bits": ["0", "99"], "--clip": ["-1", "nan", "0"],
                          "--encoders": ["nope", "", "sstq-flat:zz=1"]}),
            "encode-speed": (spd, {"--clients": ["0", "-1"], "--dim": ["0", "-8"], "--reps": ["0"], "--device": ["tpu"],
                                   "--inputs": ["nope"], "--encoders": ["nope"], "--epsilon": ["nan"], "--bits": ["0"]}),
@@ -389,7 +389,7 @@ def plot_cases() -> list[Case]:
 def misc_cases() -> list[Case]:
     fast = ["--trials", "100", "--audit-trials", "100", "--checks", "bits"]
     chk = ["encoders", "check", "sstq-flat:b=4", *fast]
-    enc = {"--dim": ["0", "-1", "abc", "1e9", "100000000000"], "--radius": ["0", "-1", "nan", "inf"],
+    enc = {"--dim": ["0", "-1", "abc", "1e9", "100000000000"], "--clip": ["0", "-1", "nan", "inf"],
            "--seed": ["-1", "18446744073709551616"], "--trials": ["0", "1", "-5"], "--audit-trials": ["0", "-1"],
            "--alpha": ["0", "1", "nan", "2", "-0.5"], "--checks": ["nope", "bits nope"]}
     out: list[Case] = [("encoders", f"check {k}={v!r}", [*chk, k, v], {}) for k, vs in enc.items() for v in vs]

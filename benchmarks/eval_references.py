@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from sstq_fl.config.generative import PROBE_NAMES, PipelineConfig
 from sstq_fl.data.mnist import load_private_split
 from sstq_fl.data.workload import WorkloadData
-from sstq_fl.gen.config import PROBE_NAMES, PipelineConfig
 from sstq_fl.gen.evaluation import train_evaluator
 from sstq_fl.gen.heldout import ProbeProtocol, evaluator_accuracy, heldout_split, references
 from sstq_fl.gen.outputs import EVALUATOR_FILE, SampleGrid, evaluate_samples

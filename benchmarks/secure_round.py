@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sstq_fl.fl.config import RunConfig
+from sstq_fl.config.train import RunConfig
 from sstq_fl.fl.engine import Trainer
 from sstq_fl.io import atomic_write_json, run_meta
 from sstq_fl.progress import configure_logging

@@ -32,11 +32,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from sstq_fl.config.straightdp import StraightConfig
 from sstq_fl.data.mnist import load_private_split, public_records
 from sstq_fl.gen.outputs import heldout_evaluation
 from sstq_fl.gen.runner import DPRunner, run_workload
 from sstq_fl.gen.straightdp import pipeline as sp
-from sstq_fl.gen.straightdp.config import StraightConfig
 from sstq_fl.gen.straightdp.field import AnalyticField
 from sstq_fl.gen.straightdp.flow import to_pixels
 from sstq_fl.gen.straightdp.public import pretrained_flow, public_calibration

@@ -26,9 +26,9 @@ from .argtypes import (
     seed_int,
     unit_rate,
 )
+from .config.declare import add_arguments, from_args
 from .console import print_json, run_and_exit
 from .encoder_cli import encoders_parser
-from .options import add_arguments, from_args
 from .placement import placement_of
 from .process import ProcessOptions, apply_process_options
 
@@ -60,10 +60,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def cmd_options(args: argparse.Namespace) -> int:
-    """The options reference (markdown), generated from the configuration declarations."""
-    from .configs import options_reference
+    """The options reference (markdown), generated from the configuration declarations; with ``--pyproject PATH``,
+    rewrite that file's generated ``[tool.flwr.app.config]`` block instead."""
+    from .config.catalog import options_reference, rewrite_pyproject
 
-    sys.stdout.write(options_reference())
+    if args.pyproject is None:
+        sys.stdout.write(options_reference())
+    else:
+        changed = rewrite_pyproject(args.pyproject)
+        print(f"{args.pyproject}: the run config {'rewritten' if changed else 'already matches the declarations'}")
     return 0
 
 
@@ -152,11 +157,11 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 
 
 def _run_config(args: argparse.Namespace, encoder: str) -> Any:
-    """The checked :class:`~sstq_fl.fl.config.RunConfig` of ``run`` / ``compare``, after probing ``--ray-address``
+    """The checked :class:`~sstq_fl.config.train.RunConfig` of ``run`` / ``compare``, after probing ``--ray-address``
     (Ray itself retries an address that does not answer for minutes)."""
     from .checks import probe_ray
-    from .fl.config import RunConfig
-    from .options import from_args
+    from .config.declare import from_args
+    from .config.train import RunConfig
 
     cfg = from_args(RunConfig, args, encoder=encoder)
     if args.ray_address:
@@ -165,18 +170,21 @@ def _run_config(args: argparse.Namespace, encoder: str) -> Any:
 
 
 def _log_to(args: argparse.Namespace) -> str | None:
-    """``--log-to``, checked (:class:`~sstq_fl.tracking.TrackingConfig`: a bad spec or a missing package is one line)."""
-    from .options import from_args
-    from .tracking import TrackingConfig
+    """``--log-to`` (:class:`~sstq_fl.config.tracking.TrackingConfig`), checked by
+    :func:`~sstq_fl.tracking.check_spec` (a bad spec or a missing package is one line)."""
+    from .config.declare import from_args
+    from .config.tracking import TrackingConfig
+    from .tracking import check_spec
 
-    return from_args(TrackingConfig, args).log_to  # type: ignore[no-any-return]
+    return check_spec(from_args(TrackingConfig, args).log_to)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Several encoders on identical batches (every spec is checked before any training)."""
-    from .experiments.compare import DEFAULT_ENCODERS, compare
+    from .config.train import COMPARE_ENCODERS
+    from .experiments.compare import compare
 
-    encoders = args.encoders or DEFAULT_ENCODERS
+    encoders = args.encoders or COMPARE_ENCODERS
     print(f"comparing {len(encoders)} encoders on {args.task} ({args.clients} clients, {args.rounds} rounds, "
           f"epsilon {args.epsilon}) -> {args.out}")
     compare(_run_config(args, encoders[0]), encoders, args.out, resume=args.resume, force=args.force,
@@ -187,18 +195,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-DEMO_ENCODERS = ["clean", "privunit", "sqkr", "sstq-flat:b=4", "sstq-ma:b=4"]
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     """The built-in default comparison: Fashion-MNIST, 100 clients, five encoders, Flower + Ray."""
+    from .config.train import DEMO_ENCODERS, DEMO_PRESET, RunConfig
     from .experiments.compare import compare
-    from .fl.engine import RunConfig
 
-    base = RunConfig(task="fmnist", clients=100, rounds=args.rounds, epsilon=3.0, clip=0.5, lr=0.5,
-                     engine=args.engine, seed=args.seed, randomness=args.randomness)
-    print(f"demo: Fashion-MNIST MLP, 100 clients x {args.rounds} rounds, per-message epsilon 3, clip 0.5, lr 0.5, "
-          f"engine {args.engine}; encoders {', '.join(DEMO_ENCODERS)} (a few minutes on 2 cores)", flush=True)
+    base = RunConfig(**{**DEMO_PRESET, "rounds": args.rounds, "engine": args.engine, "seed": args.seed,
+                        "randomness": args.randomness})
+    print(f"demo: Fashion-MNIST MLP, {base.clients} clients x {base.rounds} rounds, per-message epsilon {base.epsilon:g}, "
+          f"clip {base.clip:g}, lr {base.lr:g}, engine {base.engine}; encoders {', '.join(DEMO_ENCODERS)} (a few minutes "
+          f"on 2 cores)", flush=True)
     compare(base, DEMO_ENCODERS, args.out, resume=args.resume, force=args.force, placement=placement_of(args))
     print(f"wrote {args.out}/comparison.md, comparison.png and one folder per encoder (metrics, transcript, curves)")
     return 0
@@ -283,6 +289,9 @@ def build_parser(gen: bool = True) -> argparse.ArgumentParser:
     encoders_parser(sub)
     o = sub.add_parser("options", help="the options reference: every option's flag, run-config key, type, default, "
                                        "allowed values and help (markdown, as docs/options.md)")
+    o.add_argument("--pyproject", type=Path, default=None, metavar="PATH",
+                   help="rewrite the Flower app's run config ([tool.flwr.app.config], between its generated markers) "
+                        "in this pyproject.toml from the declarations, instead of printing the reference")
     o.set_defaults(fn=cmd_options)
 
     b = sub.add_parser("bench", help="benchmarks (JSON + plots)")
@@ -313,7 +322,8 @@ def _mse_parser(bs: Any) -> None:
                    help="comma-separated dimensions d")
     m.add_argument("--epsilon", type=positive_float, default=3.0, help="per-message LDP epsilon")
     m.add_argument("--bits", type=positive_int, default=8, help="bit width b for encoders that take one")
-    m.add_argument("--norm", type=positive_float, default=0.2, help="norm of the test vector (and the encoders' radius)")
+    m.add_argument("--clip", dest="norm", type=positive_float, default=0.2,
+                   help="clip norm C: the encoders' radius, and the norm of the test vector")
     m.add_argument("--trials", type=positive_int, default=1000,
                    help="independent encodings per point (at least 2: the 95%% interval is a bootstrap percentile one)")
     m.add_argument("--encoders", type=item_list, default=None,
@@ -350,24 +360,23 @@ def _fwht_kashin_ledger_parsers(bs: Any) -> None:
 
 def _training_parsers(sub: Any) -> None:
     """``run``, ``compare`` and ``demo``."""
+    from .config.declare import add_arguments
+    from .config.train import COMPARE_ENCODERS, DEMO_PRESET, RunConfig
     from .experiments.cli import add_interval, add_verbose
-    from .fl.config import RunConfig
-    from .options import add_arguments
 
     r = sub.add_parser("run", help="federated training with encoded gradients (writes DIR/metrics.json)")
     _training_args(r)
     r.set_defaults(fn=cmd_run)
     c = sub.add_parser("compare", help="several encoders on identical batches: curves, accuracy vs bits, table")
     c.add_argument("--encoders", type=item_list, default=None,
-                   help="space- or ';'-separated specs (default: clean privunit sqkr sstq-flat:b=4 "
-                        "sstq-flat:b=4,codebook=optimized sstq-ma:b=4 vqsgd)")
+                   help=f"space- or ';'-separated specs (default: {' '.join(COMPARE_ENCODERS)})")
     _training_args(c, skip=("encoder",))
     add_interval(c)
     c.set_defaults(fn=cmd_compare)
-    dm = sub.add_parser("demo", help="the built-in default comparison (Fashion-MNIST, 100 clients, Flower + Ray)")
+    preset = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in DEMO_PRESET.items())
+    dm = sub.add_parser("demo", help=f"the built-in default comparison of run's defaults with {preset}")
     dm.add_argument("--out", default="results/demo", type=out_folder, help="output folder (one sub-folder per encoder)")
-    add_arguments(dm, RunConfig, only=("rounds", "seed", "engine", "randomness"),
-                  defaults={"rounds": 20, "engine": "flower"})
+    add_arguments(dm, RunConfig, only=("rounds", "seed", "engine", "randomness"), defaults=DEMO_PRESET)
     _resume_force_args(dm)
     add_verbose(dm)
     dm.set_defaults(fn=cmd_demo)
@@ -414,13 +423,13 @@ def _resume_force_args(p: argparse.ArgumentParser) -> None:
 
 
 def _training_args(r: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
-    """Options shared by ``run`` and ``compare``: the fields of :class:`~sstq_fl.fl.config.RunConfig`
+    """Options shared by ``run`` and ``compare``: the fields of :class:`~sstq_fl.config.train.RunConfig`
     (declared there once), where the Flower engine runs, ``--config``, ``--log-to``
-    (:class:`~sstq_fl.tracking.TrackingConfig`) and the output folder."""
+    (:class:`~sstq_fl.config.tracking.TrackingConfig`) and the output folder."""
+    from .config.declare import add_arguments
+    from .config.tracking import TrackingConfig
+    from .config.train import RunConfig
     from .experiments.cli import add_config_option, add_keep_checkpoints, add_verbose
-    from .fl.config import RunConfig
-    from .options import add_arguments
-    from .tracking import TrackingConfig
 
     add_arguments(r, RunConfig, skip=skip)
     add_arguments(r, TrackingConfig)

@@ -88,7 +88,7 @@ def encoders_parser(sub: Any) -> None:
     c.add_argument("spec", help="encoder spec, name[:key=value,...]")
     c.add_argument("--dim", type=positive_int, default=6, help="dimension d")
     c.add_argument("--epsilon", type=positive_float, default=1.0, help="per-message ε")
-    c.add_argument("--radius", type=positive_float, default=1.0, help="clip radius R")
+    c.add_argument("--clip", dest="radius", type=positive_float, default=1.0, help="clip norm C: the encoder's radius")
     c.add_argument("--seed", type=seed_int, default=0, help="public run seed of the encoder")
     c.add_argument("--trials", type=at_least_100, default=20000, help="messages per input for the mean, MSE and law checks")
     c.add_argument("--audit-trials", type=at_least_100, default=20000, help="audit messages per input for the ε audit")
@@ -102,7 +102,8 @@ def encoders_parser(sub: Any) -> None:
     r.add_argument("--epsilon", type=positive_float, required=True, help="per-message ε")
     r.add_argument("--clients", type=positive_int, required=True, help="clients n whose messages are averaged")
     r.add_argument("--bits", type=positive_int, default=None, help="at most this many bits per message (default: none)")
-    r.add_argument("--radius", type=positive_float, default=1.0, help="clip radius R (the input has norm R)")
+    r.add_argument("--clip", dest="radius", type=positive_float, default=1.0,
+                   help="clip norm C: the encoders' radius (the input has norm C)")
     r.add_argument("--trials", type=at_least_100, default=400, help="messages per measured (not declared) MSE")
     r.add_argument("--encoders", type=item_list, default=None, help="space-separated encoder names (default: all)")
     r.add_argument("--json", action="store_true", help="print the rows as JSON")

@@ -1,5 +1,5 @@
-"""Intervals over seeds, declared once: which one tables hold and figures draw, its half-width, its clipping
-to a metric's range, and the warning when it rests on fewer than :data:`FEW_SEEDS` seeds.
+"""Intervals over seeds (the option: :mod:`sstq_fl.config.intervals`): the one tables hold and figures draw, its
+half-width, its clipping to a metric's range, and the warning when it rests on fewer than :data:`FEW_SEEDS` seeds.
 
 ``t95``: the 95 % Student-t interval ``mean ± t₀.₉₇₅,ₙ₋₁ · s/√n`` (Student, 1908; with 2 seeds
 ``t₀.₉₇₅,₁ = 12.71``, so the interval is wide); ``se``: ``mean ± s/√n``, one standard error (about a 68 %
@@ -14,24 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .options import Options, option
+from .config.intervals import INTERVALS
 
-INTERVALS = ("t95", "se", "none")
 FEW_SEEDS = 3
 """An interval over fewer seeds is flagged: logged and noted in the figure."""
 NAMES = {"t95": "95 % Student-t interval", "se": "± 1 standard error", "none": "no interval"}
 log = logging.getLogger("sstq_fl.intervals")
 
-
-@dataclass(frozen=True)
-class IntervalOptions(Options):
-    """The interval over seeds of ``sstq-fl sweep``, ``compare`` and ``plot`` (also ``[experiment] interval`` in
-    an experiment file)."""
-
-    interval: str = option("t95", choices=INTERVALS, key="",
-                           help="interval over seeds that the tables hold and the figures draw: t95 (95 %% Student-t), "
-                                "se (± 1 standard error) or none; on sweep, compare and plot, unless given: the "
-                                "experiment file's [experiment] interval (plot: the interval the tables hold), else t95")
 
 
 def factor(kind: str, n: int) -> float | None:

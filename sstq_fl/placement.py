@@ -3,7 +3,7 @@
 The command line's ``--ray-address``, ``--client-cpus``, ``--client-gpus`` and ``--verbose`` of the training
 commands (``run``, ``compare``, ``demo``, ``sweep``): none of them is part of a run's identity (the same config and
 seed give the same numbers wherever Ray runs), so they are not fields of
-:class:`~sstq_fl.fl.config.RunConfig`.  A :class:`Placement` travels as the Flower backend's keyword arguments
+:class:`~sstq_fl.config.train.RunConfig`.  A :class:`Placement` travels as the Flower backend's keyword arguments
 (:meth:`Placement.backend_kwargs`; :func:`sstq_fl.flower.apps.sstq_server.run_flower_many`), and the vectorized
 engine ignores it.
 """

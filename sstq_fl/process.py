@@ -32,9 +32,8 @@ import ctypes
 import logging
 import os
 import platform
-from dataclasses import dataclass
 
-from .options import Options, option
+from .config.process import ProcessOptions
 
 __all__ = ["ProcessOptions", "apply_process_options", "tune_allocator"]
 
@@ -43,18 +42,6 @@ MMAP_THRESHOLD = 32 << 20
 TRIM_THRESHOLD = 1 << 30
 log = logging.getLogger("sstq_fl")
 _TUNED: list[bool] = []
-
-
-@dataclass(frozen=True)
-class ProcessOptions(Options):
-    """The process-wide settings of an entry point (module docstring); the defaults are the command line's."""
-
-    omp_passive: bool = option(True, key="", help="OpenMP threads wait passively (OMP_WAIT_POLICY=PASSIVE unless the "
-                               "environment sets it): spinning ones slow PyTorch down 10-25x beside another process")
-    malloc_tuning: bool = option(True, key="", help="fix glibc's mmap threshold at 32 MiB and its trim threshold at "
-                                 "1 GiB, so a round's temporaries are reused from the heap (glibc only)")
-    ray_keep_devices: bool = option(True, key="", help="Ray leaves a worker's visible accelerators alone when its task "
-                                    "asks for no GPU (RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=0 unless the environment sets it)")
 
 
 def apply_process_options(opts: ProcessOptions) -> dict[str, bool]:

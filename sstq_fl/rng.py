@@ -33,13 +33,15 @@ import zlib
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from .config.vocab import RANDOMNESS
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _TWO_53 = float(2**53)
 
 U64 = NDArray[np.uint64]
-RANDOMNESS_MODES = ("reproducible", "secure")
+RANDOMNESS_MODES = RANDOMNESS
 KEY_WORDS = 4  # a secure client key: 256 bits as four uint64 words
 REPRODUCIBLE_WARNING = ("randomness=reproducible: every coin is derived from the run seed, so no privacy guarantee "
                         "holds against whoever holds the seed (the server, any reader of the results); "

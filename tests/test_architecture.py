@@ -176,3 +176,29 @@ def test_the_generative_pipelines_reach_private_data_only_through_the_template()
     bad = [f"{m}: imports sstq_fl.data.workload" for m in pipelines if "sstq_fl.data.workload" in graph[m]]
     bad += [f"{m}: from {base} import {name}" for m, base, name in names if m in pipelines and (base, name) in PRIVATE_ENTRIES]
     assert bad == []
+
+
+ROOM = f"{PACKAGE}.config"
+ROOM_MAY_IMPORT = (ROOM, f"{PACKAGE}.checks", f"{PACKAGE}.errors", "numpy")
+"""What the configuration room (:mod:`sstq_fl.config`) may import besides the standard library."""
+
+
+def _room_imports() -> Iterator[tuple[str, str]]:
+    """``(module of the room, what it imports)`` for every import of :mod:`sstq_fl.config`, in functions too."""
+    import sys
+
+    modules = _modules()
+    for name, path in modules.items():
+        if name != ROOM and not name.startswith(ROOM + "."):
+            continue
+        for node in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = [a.name for a in node.names] if isinstance(node, ast.Import) else [_base(name, node, modules)]
+            yield from ((name, t) for t in targets if t.split(".")[0] not in sys.stdlib_module_names)
+
+
+def test_the_configuration_room_is_a_leaf() -> None:
+    """Configs import nothing of what they configure (no registry, no Flower, no engine), so every part of the
+    package can read them; a registry checks its names against the room's vocabulary instead."""
+    bad = [f"{m}: {t}" for m, t in _room_imports() if not any(t == ok or t.startswith(ok + ".") for ok in ROOM_MAY_IMPORT)]
+    assert bad == []
+    assert any(t == "numpy" for _, t in _room_imports())  # the walk sees the room's imports

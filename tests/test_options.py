@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from sstq_fl.options import (
+from sstq_fl.config.declare import (
     Options,
     add_arguments,
     check,
@@ -14,6 +14,7 @@ from sstq_fl.options import (
     option,
     options_markdown,
     run_config_defaults,
+    same_option,
 )
 
 
@@ -63,7 +64,7 @@ def test_run_config_reads_keys_unset_markers_and_refuses_unknown_ones():
     assert cfg == Toy(rounds=4, steps=None, moments=(1, 2), secret="y")
     with pytest.raises(ValueError, match="unknown key 't-nope'"):
         from_run_config(Toy, {"t-nope": 1}, prefix="t-")
-    assert from_run_config(Toy, {"rounds": 2, "rate": 1}, shared=("rounds", "rate")) == Toy(rounds=2, rate=1.0)
+    assert from_run_config(Toy, {"rounds": 2, "rate": 1}) == Toy(rounds=2, rate=1.0)
 
 
 def test_run_config_defaults_and_reference():
@@ -80,3 +81,40 @@ def test_int_ranges_can_be_left_to_the_config():
     ns = p.parse_args(["--rounds", "0"])
     with pytest.raises(ValueError, match="rounds must be a positive integer, got 0"):
         from_args(Toy, ns)
+
+
+@dataclass(frozen=True)
+class Worded(Options):
+    epsilon: float = option(1.0, help="epsilon", required=True, low=0, strict_low=True)
+    delta: float = option(1e-5, help="delta", low=0, high=1, strict_high=True)
+    ref: str = option("", help="reference", choices=("", "argmin"), words={"none": "", "argmin": "argmin"})
+    rounds: int = same_option(Toy, "rounds", help="the same rounds")
+
+
+def test_required_flags_and_words_are_declared():
+    """``required``: the CLI needs the flag (the API and the run config keep the default); ``words``: the CLI and the
+    run config write a value as its word, the page shows the word; ``strict_high``: an open upper bound."""
+    p = argparse.ArgumentParser(exit_on_error=False)
+    add_arguments(p, Worded)
+    assert "--epsilon EPSILON" in p.format_usage() and "[--epsilon" not in p.format_usage()
+    assert from_args(Worded, p.parse_args(["--epsilon", "2"])) == Worded(epsilon=2.0)
+    assert from_args(Worded, p.parse_args(["--epsilon", "2", "--ref", "none"])).ref == ""
+    with pytest.raises(argparse.ArgumentError, match="invalid choice: ''"):
+        p.parse_args(["--epsilon", "2", "--ref", ""])
+    assert from_run_config(Worded, {"ref": "none"}).ref == "" and from_run_config(Worded, {"ref": "argmin"}).ref == "argmin"
+    assert run_config_defaults(Worded) == {"epsilon": 1.0, "delta": 1e-5, "ref": "none", "rounds": 10}
+    md = options_markdown(Worded, "W")
+    assert "| `--epsilon` | `epsilon` | float | required (run config: `1.0`) | > 0 | epsilon |" in md
+    assert "| `--ref` | `ref` | str | `none` | `none` \\| `argmin` | reference |" in md
+    assert "| `--delta` | `delta` | float | `1e-05` | ≥ 0, < 1 | delta |" in md
+    with pytest.raises(ValueError, match="delta must be a number ≥ 0 and < 1, got 1.0"):
+        Worded(delta=1.0)
+    with pytest.raises(ValueError, match="ref must be one of none, argmin, got 'x'"):
+        Worded(ref="x")
+
+
+def test_a_field_can_hold_another_configs_option():
+    """``same_option``: one declaration (default, range) for two configs, the help replaced where asked."""
+    assert Worded().rounds == 10 and "the same rounds" in options_markdown(Worded, "W")
+    with pytest.raises(ValueError, match="rounds must be a positive integer, got 0"):
+        Worded(rounds=0)

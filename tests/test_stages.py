@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sstq_fl.fl.config import RunConfig
+from sstq_fl.config.train import RunConfig
 from sstq_fl.fl.engine import Trainer
 from sstq_fl.stages import recording, stage
 

@@ -158,7 +158,8 @@ def unit_costs(task: str, encoder: str, batch: int, cohort: int = 1000, server_c
     import torch
 
     from ..aggregation import decode_mean
-    from ..fl.engine import RunConfig, Trainer
+    from ..config.train import RunConfig
+    from ..fl.engine import Trainer
 
     torch.set_num_threads(1)
     tr = Trainer(RunConfig(task=task, encoder=encoder, clients=cohort, batch=batch, rounds=1))

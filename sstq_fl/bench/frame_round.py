@@ -63,7 +63,7 @@ def fixed_frame_suite(enc: FramedEncoder, flats: int, sphere: int, sphere_iters:
 def real_gradients(rounds: int, clients: int, data_dir: str | None, seed: int) -> list[torch.Tensor]:
     """Per round ``t``, the gradients of ``clients`` Fashion-MNIST clients at the model of round ``t − 1`` of a
     clean run (100 clients, the E3 MLP, ``d = 25,450``)."""
-    from ..fl.config import RunConfig
+    from ..config.train import RunConfig
     from ..fl.engine import Trainer
 
     tr = Trainer(RunConfig(task="fmnist", encoder="clean", clients=100, rounds=rounds, seed=seed, lr=0.5, clip=0.5,

@@ -152,7 +152,8 @@ def add_frontier_parser(bs: Any, table: Any) -> None:
                       "width, at each d and epsilon, and the best encoder per bit budget")
     p.add_argument("--dims", type=positive_ints, default="500,25450", help="comma-separated dimensions d")
     p.add_argument("--epsilons", type=positive_floats, default="1,3,6", help="comma-separated per-message epsilons")
-    p.add_argument("--radius", type=positive_float, default=1.0, help="clip radius R (the input has norm R)")
+    p.add_argument("--clip", dest="radius", type=positive_float, default=1.0,
+                   help="clip norm C: the encoders' radius (the input has norm C)")
     p.add_argument("--trials", type=at_least_100, default=400, help="messages per measured (not declared) MSE")
     p.add_argument("--max-point-s", type=positive_float, default=30.0,
                    help="leave out a measured candidate whose --trials messages would take longer here (seconds)")

@@ -45,7 +45,7 @@ from ..io import atomic_write_json, run_meta
 from ..stages import recording
 
 if TYPE_CHECKING:  # the engine is imported when a benchmark runs, not when the CLI is built
-    from ..fl.config import RunConfig
+    from ..config.train import RunConfig
     from ..fl.engine import Trainer
     from ..fl.task_base import Task
 
@@ -221,7 +221,7 @@ def round_cost(out: str, clients: list[int], task: str = "fmnist", encoder: str 
     """``bench round-cost`` with the clients' side of each round on ``device`` (the server side on the CPU); the
     floors come from the primitives measured on that device (the CPU's and, where CUDA is present, the GPU's
     are both recorded); writes ``out`` and its plot."""
-    from ..fl.config import RunConfig
+    from ..config.train import RunConfig
     from ..fl.engine import Trainer
     from ..fl.tasks import make_task
     from .round_cost_plot import plot_round_cost

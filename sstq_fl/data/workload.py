@@ -14,7 +14,8 @@ from functools import lru_cache
 import numpy as np
 
 from .. import rng
-from ..fl.partitioners import PARTITIONERS, PartitionOptions
+from ..config.partition import PartitionOptions
+from ..fl.partitioners import PARTITIONERS
 from ..privacy.dataset_ledger import dataset_digest
 from .idx import load_fashion_mnist
 from .mnist import load_private_split

@@ -43,18 +43,18 @@ def add_experiment_parsers(sub: Any, resume_force: Any) -> None:
 
 
 def add_interval(p: argparse.ArgumentParser) -> None:
-    """``--interval t95|se|none`` (:class:`~sstq_fl.intervals.IntervalOptions`), unset unless given (the help says
+    """``--interval t95|se|none`` (:class:`~sstq_fl.config.intervals.IntervalOptions`), unset unless given (the help says
     what is used then)."""
-    from ..intervals import IntervalOptions
-    from ..options import add_arguments
+    from ..config.declare import add_arguments
+    from ..config.intervals import IntervalOptions
 
     add_arguments(p, IntervalOptions, defaults={"interval": None})
 
 
 def add_tracking(p: argparse.ArgumentParser) -> None:
-    """``--log-to SPEC`` (:class:`~sstq_fl.tracking.TrackingConfig`)."""
-    from ..options import add_arguments
-    from ..tracking import TrackingConfig
+    """``--log-to SPEC`` (:class:`~sstq_fl.config.tracking.TrackingConfig`)."""
+    from ..config.declare import add_arguments
+    from ..config.tracking import TrackingConfig
 
     add_arguments(p, TrackingConfig)
 
@@ -131,10 +131,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         from ..checks import probe_ray
 
         probe_ray(args.ray_address)
-    from ..options import from_args
-    from ..tracking import TrackingConfig
+    from ..config.declare import from_args
+    from ..config.tracking import TrackingConfig
+    from ..tracking import check_spec
 
-    log_to = from_args(TrackingConfig, args).log_to  # a bad spec or a missing package: one line, before anything
+    log_to = check_spec(from_args(TrackingConfig, args).log_to)  # a bad spec or a missing package: one line, before anything
     exp = load_experiment(args.experiment)
     overrides = parse_overrides(args.overrides, args.experiment)
     opts = SweepOptions(args.executor, args.cpus_per_cell, args.ray_address, args.resume, args.force,

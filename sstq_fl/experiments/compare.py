@@ -16,8 +16,9 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from ..config.train import RunConfig
 from ..fl.checkpoint import read_checkpoint
-from ..fl.engine import RunConfig, existing_outputs, trainers
+from ..fl.engine import existing_outputs, trainers
 from ..io import atomic_write_bytes, atomic_write_json, clean_temps, clear_out, mark_kind, refuse_other_kind, run_meta
 from ..placement import Placement
 from ..rng import REPRODUCIBLE_WARNING
@@ -34,10 +35,6 @@ from .results import (
 )
 from .runner import CellResult, LocalExecutor, pending_jobs, run_flower_cells
 from .spec import Cell, Experiment, unique
-
-DEFAULT_ENCODERS = ["clean", "privunit", "privunit-mrc", "sqkr", "sstq-flat:b=4", "sstq-flat:b=4,codebook=optimized",
-                    "sstq-ma:b=4", "sstq-ma:b=4,decode=identity", "vqsgd"]
-
 
 COMPARISON_FILES = ("comparison.json", "comparison.md", "comparison.png", "results.csv", "results.json",
                     "aggregates.csv", "final.csv", "trust.csv", "trust.md")

@@ -43,7 +43,7 @@ def _cached(seen: dict[tuple[Any, ...], None], key: tuple[Any, ...], check: Any,
 def check_task_params(cfg: Any) -> None:
     """Refuse task parameters the task does not take: any for a built-in task, and for a registered or
     user task names its signature cannot bind."""
-    from ..fl.config import split_task
+    from ..config.train import split_task
     from ..fl.tasks import BUILTIN_TASKS, TASKS, resolve
 
     task, params = cfg.task, json.loads(cfg.task_params or "{}")

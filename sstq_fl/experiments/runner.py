@@ -91,7 +91,7 @@ def run_cell(cfg_json: str, folder: str, resume: bool, keep_checkpoints: bool, r
     raises for a failing cell: returns ``{"status": "failed", "error": ...}``."""
     import torch
 
-    from ..fl.config import RunConfig
+    from ..config.train import RunConfig
     from ..fl.engine import Trainer
 
     if threads > 0:

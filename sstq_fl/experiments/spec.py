@@ -18,7 +18,7 @@ interval = "t95"       # optional: the interval over seeds, t95 (default), se or
 ```
 
 The grid is the product of the list-valued keys, in the file's order (:meth:`Experiment.cells`).
-Keys are the options of :class:`~sstq_fl.fl.config.RunConfig` as written on the command line
+Keys are the options of :class:`~sstq_fl.config.train.RunConfig` as written on the command line
 (``sampling-rate``; ``sampling_rate`` is accepted too, but not both for one option).  Every value is
 checked when the file is read, its type and its range (seeds ≥ 0, sizes within the array limit,
 rounds within the accountant's limit): an unknown key or a bad value is a one-line ``ValueError``
@@ -71,16 +71,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..fl.config import RunConfig
-from ..intervals import IntervalOptions
-from ..options import ABSENT, base_type, declared, expected, flag_of, in_range
+from ..config.declare import ABSENT, base_type, declared, expected, flag_of, in_range
+from ..config.intervals import IntervalOptions
+from ..config.train import RunConfig
 from .toml_input import parse_toml
 
 TABLES = ("task_params", "experiment")
 ARRAYS = ("cell", "exclude")
 """The arrays of tables of an experiment file: ``[[cell]]`` and ``[[exclude]]``."""
 FIGURE_KEYS = tuple(f.name for f, _ in declared(IntervalOptions))
-"""The ``[experiment]`` keys that set how results are summarised (:class:`~sstq_fl.intervals.IntervalOptions`)."""
+"""The ``[experiment]`` keys that set how results are summarised (:class:`~sstq_fl.config.intervals.IntervalOptions`)."""
 EXPERIMENT_KEYS = ("title", "description", *FIGURE_KEYS)
 """The deepest nesting of tables and lists an experiment file may hold."""
 
@@ -164,7 +164,7 @@ def _spec_key(spec: str) -> Any:
 
 @functools.cache
 def run_defaults() -> dict[str, Any]:
-    """Each :class:`~sstq_fl.fl.config.RunConfig` field's default (what a cell that does not set it runs with)."""
+    """Each :class:`~sstq_fl.config.train.RunConfig` field's default (what a cell that does not set it runs with)."""
     return {f.name: f.default for f in dataclasses.fields(RunConfig) if f.default is not dataclasses.MISSING}
 
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from ..config.train import RunConfig
 from ..privacy.errors import short_repr
 from ..privacy.transcript import read_limited
-from .config import RunConfig
 
 _FIELD_DEFAULTS = {f.name: f.default for f in fields(RunConfig) if f.default is not MISSING}
 """A config recorded before a field existed ran with that field's default (each new field defaults to

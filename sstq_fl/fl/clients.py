@@ -13,9 +13,9 @@ import numpy as np
 import torch
 
 from .. import wire
+from ..config.train import RunConfig
 from ..encoders import Encoder
 from ..stages import stage
-from .config import RunConfig
 from .partition import client_coins, encoder_seeds, minibatches
 from .partitioners import partition_for
 from .tasks import Task, make_task

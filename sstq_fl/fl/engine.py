@@ -51,6 +51,7 @@ import torch
 
 from .. import wire
 from ..aggregation import charge_joins, decode_mean
+from ..config.train import RunConfig
 from ..encoders import make_encoder
 from ..io import atomic_write_bytes, atomic_write_json, run_meta
 from ..placement import Placement
@@ -63,7 +64,6 @@ from ..stages import stage
 from ..tracking import NullTracker, Tracker, final_metrics, open_tracker, round_metrics, run_params
 from .checkpoint import finished_run, read_checkpoint, read_theta, remove_checkpoints, sigint_held
 from .clients import ClientData
-from .config import RunConfig
 from .partition import participates
 from .resume import check_plan, check_prefix, epsilon_by_round, saved_rounds
 from .tasks import LeastSquaresTask, Task, make_task

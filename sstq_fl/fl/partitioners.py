@@ -12,34 +12,20 @@ calls.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import rng
+from ..config.partition import PartitionOptions
 from ..registry import Registry
 
 if TYPE_CHECKING:
-    from .config import RunConfig
+    from ..config.train import RunConfig
     from .tasks import Task
 
 DIRICHLET_DRAWS = 11
 """The most draws the Dirichlet partitioner makes before giving up (flwr-datasets: the first and 10 more)."""
-
-
-@dataclass(frozen=True)
-class PartitionOptions:
-    """The partitioners' parameters (each uses those of its own; the defaults are :class:`RunConfig`'s).
-
-    ``natural_ids``: one id per training record (``natural-id``; a task's optional ``natural_ids``)."""
-
-    alpha: float = 0.5
-    min_partition_size: int = 10
-    self_balancing: bool = False
-    shards_per_client: int = 2
-    classes_per_client: int = 2
-    natural_ids: np.ndarray | None = None
 
 
 Partitioner = Callable[[np.ndarray, int, int, PartitionOptions], list[np.ndarray]]
@@ -47,7 +33,8 @@ Partitioner = Callable[[np.ndarray, int, int, PartitionOptions], list[np.ndarray
 
 PARTITIONERS: Registry[Partitioner] = Registry("partitioner", accepts=callable,
                                                kind="a partitioner (labels, clients, seed, options) -> shards")
-"""The partitioners by name; the built-ins are registered in this module (no ``builtins=`` modules)."""
+"""The partitioners by name; the built-ins, one per name of :data:`~sstq_fl.config.partition.PARTITIONS`, are
+registered in this module (no ``builtins=`` modules)."""
 
 
 def _generator(seed: int, tag: int) -> np.random.Generator:
@@ -219,10 +206,7 @@ def natural_id(labels: np.ndarray, clients: int, seed: int, options: PartitionOp
 # ----------------------------------------------------------------------------- a run's partition
 def options_for(cfg: RunConfig, task: Task | None = None) -> PartitionOptions:
     """The partitioners' parameters of a run: ``cfg``'s, and the task's ``natural_ids`` if it has them."""
-    return PartitionOptions(alpha=cfg.alpha, min_partition_size=cfg.min_partition_size,
-                            self_balancing=cfg.self_balancing, shards_per_client=cfg.shards_per_client,
-                            classes_per_client=cfg.classes_per_client,
-                            natural_ids=getattr(task, "natural_ids", None))
+    return PartitionOptions.of(cfg, getattr(task, "natural_ids", None))
 
 
 def partition_for(cfg: RunConfig, task: Task) -> list[np.ndarray]:

@@ -23,9 +23,9 @@ import torch
 
 from .. import rng
 from ..checks import check_array
+from ..config.train import split_task
 from ..errors import described, first_line
 from ..registry import Registry
-from .config import split_task
 from .grouped import clients_outer
 from .task_base import Dataset, Task
 

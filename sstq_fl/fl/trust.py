@@ -39,13 +39,14 @@ import numpy as np
 import torch
 
 from .. import rng
+from ..config.vocab import TRAIN_TRUSTS
 from ..encoders.clean import NORM_TOLERANCE
 from ..privacy.calibration import calibrate_noise_multiplier
 from ..privacy.events import GaussianEvent, PrivacyEvent, ShuffledLdpEvent
 from ..privacy.ldp import capped_central_epsilon
 from ..privacy.ledger import PrivacyLedger
 
-TRUSTS = ("server", "shuffler", "curator", "secagg")
+TRUSTS = TRAIN_TRUSTS
 SHUFFLER_THREAT = ("central, shuffler trusted: the analyst sees each round's messages in random order without sender "
                    "identities; composed over every round, for a client that took part in all of them")
 CURATOR_THREAT = ("central, curator trusted: the clients' clipped updates reach a curator unencoded, who releases their "

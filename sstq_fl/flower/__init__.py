@@ -13,7 +13,7 @@ strategy = LdpDecoding(FedAvg(fraction_evaluate=0.0), encoder="privunit", epsilo
 :mod:`.client_ledger` is each client's own privacy ledger and budget (in the node's state);
 :mod:`.cohort` makes a simulated node host a cohort of virtual clients (one message per client);
 :mod:`.discovery` (which node holds which partition, the QUERY handler), :mod:`.replies` (whose reply, why it
-failed), :mod:`.run_config` (the run config, the round timeout), :mod:`.simulation` (the in-process launcher, Ray
+failed), :mod:`sstq_fl.config.flower` (the run config, the round timeout), :mod:`.simulation` (the in-process launcher, Ray
 sizing), :mod:`.stopping` (one Ctrl-C stops it) and :mod:`.logs` (sstq-fl's lines and Flower's logger) are what the
 project's own apps share.
 """

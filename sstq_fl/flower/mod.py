@@ -71,6 +71,7 @@ from flwr.common.constant import ErrorCode
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 
 from .. import wire
+from ..config.train import RunConfig
 from ..encoders import Encoder, make_encoder
 from ..fl.partition import encoder_seeds
 from ..rng import check_mode, fresh_keys
@@ -111,6 +112,14 @@ class LdpSettings:
     seed: int = 0
     budget_epsilon: float = 0.0
     budget_delta: float = 1e-5
+
+    @classmethod
+    def from_config(cls, cfg: RunConfig) -> LdpSettings:
+        """A training run's settings (:class:`~sstq_fl.config.train.RunConfig`): its encoder, per-message ε,
+        ``clip`` as the radius, its randomness, ``seed`` as the frame and coin seed, and the client budget
+        ``client_budget_epsilon`` at ``delta``."""
+        return cls(cfg.encoder, cfg.epsilon, cfg.clip, cfg.randomness, frame_seed=cfg.seed, seed=cfg.seed,
+                   budget_epsilon=cfg.client_budget_epsilon, budget_delta=cfg.delta)
 
     def __post_init__(self) -> None:
         check_mode(self.randomness)

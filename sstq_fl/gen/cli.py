@@ -1,5 +1,6 @@
 """``sstq-fl gen <pipeline>``: one sub-command per registered DP generative pipeline, its options generated from
-the pipeline's config class (:func:`sstq_fl.options.add_arguments`), plus the output folder.
+the pipeline's config class (:func:`sstq_fl.config.declare.add_arguments`: the declarations say which flags are
+required and the words the CLI takes), plus the output folder.
 
 A count's range is checked by the config rather than by argparse, so that every bad value is the same one-line
 ``sstq-fl: error: …`` (exit 2) before the output folder is touched.
@@ -8,18 +9,13 @@ A count's range is checked by the config rather than by argparse, so that every 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from typing import Any
 
-from .. import options
 from ..argtypes import out_folder
 from ..checks import torch_device
-from ..options import add_arguments, from_args
-from .pipelines import PIPELINES, Pipeline
-
-NONE_ON_CLI = ("data_path", "dataset_ledger", "inception_weights")
-"""Path options whose command-line default is ``None`` (the config's ``""``: not given)."""
+from ..config.declare import add_arguments, from_args
+from .pipelines import PIPELINES
 
 
 def add_gen_parsers(sub: Any, pipelines: bool = True) -> None:
@@ -31,11 +27,7 @@ def add_gen_parsers(sub: Any, pipelines: bool = True) -> None:
     gs = g.add_subparsers(dest="gen", required=True)
     for name, pipeline in PIPELINES.items():
         p = gs.add_parser(name, help=pipeline.help)
-        fields = {f.name for f in dataclasses.fields(pipeline.config)}
-        defaults = {k: None for k in NONE_ON_CLI if k in fields}
-        add_arguments(p, pipeline.config, int_ranges=False, required=("epsilon",), defaults=defaults,
-                      skip=tuple(pipeline.cli_values))
-        _add_worded(p, pipeline)
+        add_arguments(p, pipeline.config, int_ranges=False)
         p.add_argument("--out", required=True, type=out_folder,
                        help="output folder (metrics.json, samples.png, transcript.jsonl)")
         p.add_argument("--force", action="store_true",
@@ -43,23 +35,9 @@ def add_gen_parsers(sub: Any, pipelines: bool = True) -> None:
         p.set_defaults(fn=cmd_gen)
 
 
-def _add_worded(p: argparse.ArgumentParser, pipeline: Pipeline) -> None:
-    """The options of :attr:`~sstq_fl.gen.pipelines.Pipeline.cli_values`: their words as argparse choices, the
-    word of the field's default as the default, the help text from the field's declaration."""
-    declared = {f.name: (f, opt) for f, opt in options.declared(pipeline.config)}
-    for name, words in pipeline.cli_values.items():
-        f, opt = declared[name]
-        default = next(w for w, v in words.items() if v == f.default)
-        p.add_argument(options.flag_of(f, opt), dest=name, default=default, choices=list(words), help=opt.help,
-                       metavar=opt.metavar)
-
-
 def gen_config(args: argparse.Namespace) -> Any:
     """The checked config of ``gen <pipeline>``'s parsed arguments (a ``ValueError`` names a bad value)."""
-    pipeline = PIPELINES[args.gen]
-    unset = {k: "" for k in NONE_ON_CLI if getattr(args, k, "") is None}
-    worded = {k: words[getattr(args, k)] for k, words in pipeline.cli_values.items()}
-    return from_args(pipeline.config, args, **unset, **worded)
+    return from_args(PIPELINES[args.gen].config, args)
 
 
 def cmd_gen(args: argparse.Namespace) -> int:

@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..config.generative import PipelineConfig
 from ..data.workload import WorkloadData
 from ..io import atomic_write_json, finite_json, run_meta
 from ..progress import PhaseClock
-from .config import PipelineConfig
 
 PRIVATE_FILE = "private_diagnostics.json"
 RUN_FILES = ("metrics.json", "transcript.jsonl", "samples.png", PRIVATE_FILE)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from ..config.generative import PipelineConfig
 from ..data.mnist import PrivateSplit, load_private_split
 from ..data.workload import WorkloadData
 from ..io import clear_out, refuse_other_kind
@@ -38,7 +39,6 @@ from ..privacy.dataset_ledger import DatasetLedger
 from ..privacy.errors import Budget
 from ..privacy.events import PrivacyEvent, PublicDataEvent
 from ..progress import PhaseClock
-from .config import PipelineConfig
 from .outputs import RUN_FILES, write_metrics
 from .runner import ClientPool, DPRunner, deterministic_kernels, run_workload
 

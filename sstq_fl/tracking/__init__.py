@@ -3,8 +3,7 @@ MLflow (``--log-to tensorboard:DIR`` / ``--log-to mlflow:URI``).  Neither packag
 its back end."""
 
 from .base import TRACKERS, GuardedTracker, NullTracker, Tracker, check_spec, open_tracker, parse_spec
-from .config import TrackingConfig
 from .published import final_metrics, round_metrics, run_params
 
-__all__ = ["TRACKERS", "GuardedTracker", "NullTracker", "Tracker", "TrackingConfig", "check_spec", "final_metrics",
+__all__ = ["TRACKERS", "GuardedTracker", "NullTracker", "Tracker", "check_spec", "final_metrics",
            "open_tracker", "parse_spec", "round_metrics", "run_params"]

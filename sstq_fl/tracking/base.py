@@ -91,10 +91,12 @@ def parse_spec(spec: str) -> tuple[type[Tracker], str]:
     return cls, location
 
 
-def check_spec(spec: str | None) -> None:
-    """Refuse a bad ``--log-to`` spec in one line (see :func:`parse_spec`); ``None`` is no tracker."""
+def check_spec(spec: str | None) -> str | None:
+    """``spec``, checked: a bad ``--log-to`` spec is refused in one line (see :func:`parse_spec`); ``None`` is no
+    tracker."""
     if spec is not None:
         parse_spec(spec)
+    return spec
 
 
 def open_tracker(spec: str | None) -> Tracker:

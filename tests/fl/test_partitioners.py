@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from sstq_fl import rng
+from sstq_fl.config.partition import PartitionOptions
+from sstq_fl.config.train import RunConfig
 from sstq_fl.fl import partitioners as P
-from sstq_fl.fl.config import RunConfig
-from sstq_fl.fl.partitioners import PARTITIONERS, PartitionOptions, iid_shards, partition_for
+from sstq_fl.fl.partitioners import PARTITIONERS, iid_shards, partition_for
 
 LABELS = np.random.default_rng(0).permutation(np.repeat(np.arange(10), 200))  # 2,000 records, 10 classes
 FMNIST = os.path.isdir("/usr/share/datasets/fashion-mnist")
@@ -96,7 +97,7 @@ def test_dirichlet_refuses_in_one_line_what_it_cannot_do():
     one_line_error(P.dirichlet, LABELS, 20, 0, PartitionOptions(alpha=0.05), match=r"11 draws with alpha=0.05 over 20 "
                    r"clients each left a client under min-partition-size 10 records; raise alpha")
     one_line_error(P.dirichlet, LABELS, 20, 0, PartitionOptions(min_partition_size=101), match="exceeds the 2000 records")
-    one_line_error(P.dirichlet, LABELS, 20, 0, PartitionOptions(alpha=0.0), match="alpha must be positive")
+    one_line_error(PartitionOptions, alpha=0.0, match="alpha must be a finite positive number, got 0.0")  # declared
     one_line_error(P.dirichlet, LABELS.astype(np.float32), 20, 0, PartitionOptions(), match="integer class labels")
 
 
@@ -170,3 +171,11 @@ def test_a_label_partition_trains_a_round_of_fmnist(tmp_path, partition):
     m = run(RunConfig(task="fmnist", encoder="clean", clients=10, rounds=1, clip=1.0, lr=0.5, partition=partition),
             tmp_path / partition, progress=False)
     assert len(m["rounds"]) == 1 and np.isfinite(m["rounds"][-1]["train_loss"])
+
+
+def test_the_registry_holds_the_declared_partitions():
+    """The options declare the partition vocabulary (:data:`sstq_fl.config.partition.PARTITIONS`); the registry
+    implements exactly those, and a DP generative pipeline's names are a subset of them."""
+    from sstq_fl.config.partition import GEN_PARTITIONS, PARTITIONS
+
+    assert sorted(PARTITIONERS.names()) == sorted(PARTITIONS) and set(GEN_PARTITIONS) <= set(PARTITIONS)

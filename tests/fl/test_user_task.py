@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 import sstq_fl
+from sstq_fl.config.train import RunConfig
 from sstq_fl.fl import tasks
-from sstq_fl.fl.config import RunConfig
 from sstq_fl.fl.module_task import ModuleTask
 
 

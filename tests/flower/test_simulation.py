@@ -5,7 +5,7 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from sstq_fl.flower.run_config import ROUND_TIMEOUT_S, WORKLOAD_TIMEOUT_S, round_timeout  # noqa: E402
+from sstq_fl.config.flower import ROUND_TIMEOUT_S, WORKLOAD_TIMEOUT_S, round_timeout  # noqa: E402
 from sstq_fl.flower.simulation import backend_config  # noqa: E402
 
 

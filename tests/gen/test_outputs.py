@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
+from sstq_fl.config.generative import PROBE_NAMES, PipelineConfig
 from sstq_fl.data.mnist import PrivateSplit
 from sstq_fl.data.workload import WorkloadData, synthetic_records
 from sstq_fl.gen import evaluation as ev
 from sstq_fl.gen import heldout
-from sstq_fl.gen.config import PROBE_NAMES, PipelineConfig
 from sstq_fl.gen.heldout import ProbeProtocol, filled_indices, heldout_split
 from sstq_fl.gen.outputs import PRIVATE_FILE, RUN_FILES, SampleGrid, common_metrics, evaluate_samples
 

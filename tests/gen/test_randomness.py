@@ -60,8 +60,9 @@ def test_seed_holder_attack_on_the_class_sums_release(mode):
 @pytest.mark.parametrize("mode", ["reproducible", "secure"])
 def test_seed_holder_attack_on_the_real_dp_mepf_release(mode, tmp_path):
     """The real path: ``release`` runs ``mepf.class_sums`` (a tiny, untrained Φ) on the clients."""
+    from sstq_fl.config.mepf import MepfConfig
     from sstq_fl.gen.mepf.features import build_feature_extractor, embedded_class_sums
-    from sstq_fl.gen.mepf.pipeline import PIPELINE, RELATION, MepfConfig, noise_std, release
+    from sstq_fl.gen.mepf.pipeline import PIPELINE, RELATION, noise_std, release
     from sstq_fl.gen.runner import run_workload
 
     data = WorkloadData(dataset="synthetic", clients=2, records=120, seed=1)

@@ -194,8 +194,8 @@ def test_a_replace_one_run_then_an_add_remove_run_on_one_data_set_both_finish_an
     """DP-MEPF's path (replace-one) then StraightDP's (add/remove) on one data set's ledger: both are admitted, and
     the second reports the data set's ε under replace-one with its own run restated exactly; the budget is then
     checked against that total."""
-    from sstq_fl.gen.mepf.pipeline import MepfConfig
-    from sstq_fl.gen.straightdp.config import StraightConfig
+    from sstq_fl.config.mepf import MepfConfig
+    from sstq_fl.config.straightdp import StraightConfig
     from sstq_fl.gen.template import dataset_ledger
     from sstq_fl.privacy.errors import BudgetExceededError
 

@@ -178,7 +178,8 @@ def test_a_malformed_release_is_refused():
 
 # ----------------------------------------------------------------------------- DP-MEPF's release: the same ε
 def test_dp_mepf_secagg_release_meets_the_trusted_aggregators_epsilon():
-    from sstq_fl.gen.mepf.pipeline import MepfConfig, calibrate_secure, calibrate_sigma, release_plan
+    from sstq_fl.config.mepf import MepfConfig
+    from sstq_fl.gen.mepf.pipeline import calibrate_secure, calibrate_sigma, release_plan
 
     for eps in (0.2, 1.0, 10.0):
         cfg = MepfConfig(epsilon=eps, trust="secagg")
@@ -313,8 +314,8 @@ def test_bad_options_are_refused_in_one_line(tmp_path: Path, capsys, argv, words
 
 
 def test_the_option_defaults_to_the_trusted_aggregator():
-    from sstq_fl.gen.mepf.pipeline import MepfConfig
-    from sstq_fl.gen.straightdp.config import StraightConfig
+    from sstq_fl.config.mepf import MepfConfig
+    from sstq_fl.config.straightdp import StraightConfig
 
     assert MepfConfig().trust == "aggregator" and StraightConfig(method="moments", trust="secagg").trust == "secagg"
 
@@ -322,7 +323,8 @@ def test_the_option_defaults_to_the_trusted_aggregator():
 # ----------------------------------------------------------------------------- end to end (the data sets)
 @needs_data
 def test_dp_mepf_end_to_end_under_secagg(tmp_path):
-    from sstq_fl.gen.mepf.pipeline import MepfConfig, run_dp_mepf
+    from sstq_fl.config.mepf import MepfConfig
+    from sstq_fl.gen.mepf.pipeline import run_dp_mepf
     from sstq_fl.privacy.replay import check_metrics
 
     base = dict(epsilon=1.0, clients=3, records=300, generator_steps=10, eval_samples=100, probe_epochs=1,
@@ -339,7 +341,7 @@ def test_dp_mepf_end_to_end_under_secagg(tmp_path):
 
 @needs_data
 def test_straightdp_moments_end_to_end_under_secagg(tmp_path):
-    from sstq_fl.gen.straightdp.config import StraightConfig
+    from sstq_fl.config.straightdp import StraightConfig
     from sstq_fl.gen.straightdp.pipeline import run_straightdp
 
     cfg = StraightConfig(method="moments", epsilon=3.0, trust="secagg", clients=2, records=300, eval_samples=100,

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from sstq_fl.cli import main as cli
+from sstq_fl.config.generative import PipelineConfig
 from sstq_fl.data.workload import WorkloadData
 from sstq_fl.gen import template
-from sstq_fl.gen.config import PipelineConfig
 from sstq_fl.gen.template import OrderError, RunPlan, Steps, run_pipeline
 from sstq_fl.io import atomic_write_json
 from sstq_fl.privacy.errors import BudgetExceededError, PlanExceededError

@@ -57,7 +57,7 @@ def test_bad_specs_are_one_line_errors_with_exit_2(argv, words, capsys):
 
 @pytest.mark.parametrize("flag,value,words", [("--dim", "0", "positive integer"), ("--epsilon", "-1", "number > 0"),
                                               ("--epsilon", "abc", "number > 0"), ("--alpha", "1.5", "in (0, 1)"),
-                                              ("--trials", "10", "≥ 100"), ("--radius", "inf", "number > 0")])
+                                              ("--trials", "10", "≥ 100"), ("--clip", "inf", "number > 0")])
 def test_bad_numbers_exit_2_with_the_error_on_one_line(flag, value, words, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["encoders", "check", "vqsgd", flag, value])

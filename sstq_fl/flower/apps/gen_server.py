@@ -6,7 +6,7 @@ project's one ClientApp, :mod:`sstq_fl.flower.apps.sstq_client`, serves training
 that errs or times out is left out of that release (logged; data-independent dropout is safe for
 record-level DP) and the pipeline goes on.  Discovery, the round timeout (run-config key
 ``round-timeout``) and error attribution are the training stack's (:mod:`sstq_fl.flower.discovery`,
-:mod:`sstq_fl.flower.run_config`, :mod:`sstq_fl.flower.replies`).
+:mod:`sstq_fl.config.flower`, :mod:`sstq_fl.flower.replies`).
 
 Two ways in: :func:`run_on_flower` (the ``flower-workload`` backend: a Flower simulation of its
 own) and :func:`serve_workload` (``flwr run .`` with a DP generative ``workload``: the federation the
@@ -25,11 +25,11 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
+from sstq_fl.config.flower import WORKLOAD_TIMEOUT_S, round_timeout
 from sstq_fl.data.workload import WorkloadData
 from sstq_fl.flower.apps.gen_client import TRUST_AGGREGATOR, trusts_aggregator
 from sstq_fl.flower.discovery import discover
 from sstq_fl.flower.replies import error_reason, sender
-from sstq_fl.flower.run_config import WORKLOAD_TIMEOUT_S, round_timeout
 from sstq_fl.flower.simulation import backend_config, simulate
 from sstq_fl.flower.stopping import StoppableGrid
 from sstq_fl.gen.runner import Arrays, ClientPool, Scalar, attached_pool
@@ -113,11 +113,13 @@ def serve_workload(grid: Grid, rc: dict[str, Any]) -> dict[str, Any]:
     """``flwr run .`` with ``workload`` naming a registered DP generative pipeline (``"dp-mepf"``, ``"dp-vqg"``,
     ``"straightdp"``, or a plug-in's; :data:`sstq_fl.gen.pipelines.PIPELINES`): run it on this federation (its
     clients are this run's SuperNodes), writing to ``out-dir``."""
-    from sstq_fl.flower.run_config import out_dir, workload_from_run_config, workload_of
+    from sstq_fl.config.flower import out_dir, workload_from_run_config, workload_of
+    from sstq_fl.gen.pipelines import PIPELINES, workloads
 
-    (cfg, run), out, timeout = workload_from_run_config(rc), out_dir(rc), round_timeout(rc, WORKLOAD_TIMEOUT_S)
+    pipeline = PIPELINES[workload_of(rc, workloads())]
+    cfg, out, timeout = workload_from_run_config(rc, pipeline.config), out_dir(rc), round_timeout(rc, WORKLOAD_TIMEOUT_S)
     with attached_pool(lambda data: FlowerPool(data, grid, timeout)):
-        metrics = run(cfg, out, force=bool(rc.get("resume", False)))
-    log.info("%s finished: accuracy %s, domain-FD %s, epsilon %s → %s", workload_of(rc), metrics["downstream_accuracy"],
+        metrics = pipeline.run(cfg, out, force=bool(rc.get("resume", False)))
+    log.info("%s finished: accuracy %s, domain-FD %s, epsilon %s → %s", pipeline.name, metrics["downstream_accuracy"],
              metrics["domain_fd"], metrics.get("epsilon"), out / "metrics.json")
     return metrics

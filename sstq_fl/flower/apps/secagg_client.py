@@ -20,7 +20,7 @@ import numpy as np
 from flwr.app import Context, Message
 
 if TYPE_CHECKING:
-    from sstq_fl.fl.engine import RunConfig
+    from sstq_fl.config.train import RunConfig
     from sstq_fl.fl.secure_aggregation import SecureAggregation
 
 SECAGG_CONFIGS = "secaggplus_configs"  # the config record SecAgg+'s messages carry (Flower's RECORD_KEY_CONFIGS)
@@ -60,7 +60,7 @@ def recovered_sum(vector: np.ndarray, clients: int, bits: int) -> np.ndarray:
 @lru_cache(maxsize=2)
 def _stage(cfg_json: str, dim: int) -> SecureAggregation:
     """The calibrated stage (codec and its accounting), once per actor process and config."""
-    from sstq_fl.fl.engine import RunConfig
+    from sstq_fl.config.train import RunConfig
     from sstq_fl.fl.secure_aggregation import SecureAggregation
 
     return SecureAggregation(RunConfig(**json.loads(cfg_json)), dim, "client")
@@ -88,12 +88,13 @@ def share_train(msg: Message, context: Context) -> Message:
 
 def _config(conf: Any, context: Context) -> RunConfig:
     """The run config the fit instructions carry (in-process launcher), else the node's ``context.run_config``."""
-    from sstq_fl.fl.engine import RunConfig
-    from sstq_fl.flower.run_config import config_from_run_config
+    from sstq_fl.config.flower import config_from_run_config
+    from sstq_fl.config.train import RunConfig
+    from sstq_fl.gen.pipelines import prefixes
 
     if "run-config" in conf:
         return RunConfig(**json.loads(str(conf["run-config"])))
-    return config_from_run_config(dict(context.run_config))[0]  # type: ignore[no-any-return]
+    return config_from_run_config(dict(context.run_config), prefixes())[0]
 
 
 def route_train(msg: Message, context: Context, call_next: Any) -> Message:

@@ -15,7 +15,8 @@ def client_data(cfg_json: str) -> ClientData:
     """The task and the shards (no encoder, no ledger), once per actor process and config."""
     import torch
 
-    from sstq_fl.fl.engine import ClientData, RunConfig
+    from sstq_fl.config.train import RunConfig
+    from sstq_fl.fl.engine import ClientData
 
     torch.set_num_threads(1)
     return ClientData(RunConfig(**json.loads(cfg_json)))

@@ -63,26 +63,24 @@ from .secagg_client import route_train
 from .shards import client_data
 
 if TYPE_CHECKING:
-    from sstq_fl.fl.engine import RunConfig
+    from sstq_fl.config.train import RunConfig
 
 
 def run_config(msg: Message, context: Context) -> RunConfig:
     """This message's run config: the one it carries (in-process launcher), else ``context.run_config``."""
-    from sstq_fl.fl.engine import RunConfig
-    from sstq_fl.flower.run_config import config_from_run_config
+    from sstq_fl.config.flower import config_from_run_config
+    from sstq_fl.config.train import RunConfig
+    from sstq_fl.gen.pipelines import prefixes
 
     conf: Any = msg.content.config_records.get("config", {})
     if "run-config" in conf:
         return RunConfig(**json.loads(str(conf["run-config"])))
-    return config_from_run_config(dict(context.run_config))[0]  # type: ignore[no-any-return]
+    return config_from_run_config(dict(context.run_config), prefixes())[0]
 
 
 def ldp_settings(msg: Message, context: Context) -> LdpSettings:
-    """The mod's settings from the run config: encoder, ε, radius = ``clip``, frame seed = ``seed``, the client
-    budget ``client-budget-epsilon`` at ``delta``."""
-    cfg = run_config(msg, context)
-    return LdpSettings(cfg.encoder, cfg.epsilon, cfg.clip, cfg.randomness, frame_seed=cfg.seed, seed=cfg.seed,
-                       budget_epsilon=cfg.client_budget_epsilon, budget_delta=cfg.delta)
+    """The mod's settings from the run config's declarations (:meth:`LdpSettings.from_config`)."""
+    return LdpSettings.from_config(run_config(msg, context))
 
 
 def query(msg: Message, context: Context) -> Message:

@@ -50,23 +50,26 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvgM
 
-from sstq_fl.configs import APP_KEYS
-from sstq_fl.fl.checkpoint import finished_run
-from sstq_fl.fl.engine import METRIC_KEYS, RoundState, RunConfig, Trainer
-from sstq_fl.flower import LdpDecoding
-from sstq_fl.flower.cohort import COHORT_MESSAGE_TYPE, KEY_COHORT, CohortDecoding, node_count, refuse_in_deployment
-from sstq_fl.flower.discovery import discover
-from sstq_fl.flower.logs import summary_level
-from sstq_fl.flower.run_config import (
+from sstq_fl.config.catalog import APP_KEYS
+from sstq_fl.config.flower import (
     ROUND_TIMEOUT_S,
     config_from_run_config,
     round_timeout,
     tracking_from_run_config,
     workload_of,
 )
+from sstq_fl.config.train import RunConfig
+from sstq_fl.fl.checkpoint import finished_run
+from sstq_fl.fl.engine import METRIC_KEYS, RoundState, Trainer
+from sstq_fl.flower import LdpDecoding
+from sstq_fl.flower.cohort import COHORT_MESSAGE_TYPE, KEY_COHORT, CohortDecoding, node_count, refuse_in_deployment
+from sstq_fl.flower.discovery import discover
+from sstq_fl.flower.logs import summary_level
 from sstq_fl.flower.simulation import backend_config, client_resource, simulate
 from sstq_fl.flower.stopping import StoppableGrid
+from sstq_fl.gen.pipelines import prefixes, workloads
 from sstq_fl.progress import configure_logging
+from sstq_fl.tracking import check_spec
 
 log = logging.getLogger("sstq_fl.fl")
 _METRICS = ("train_loss", *METRIC_KEYS, "bits_per_client", "epsilon_spent")
@@ -208,7 +211,7 @@ def serve(grid: Grid, cfg: RunConfig, out: Path, resume: bool = False, progress:
     ``deployment``: the metrics leave out ``train_loss`` (computed on the pooled private data,
     which a real server does not hold); ``keep_checkpoints``: leave the checkpoint once the run completes;
     ``log_to``: also log the published metrics to this tracker (:mod:`sstq_fl.tracking`); ``timeout``: a round's
-    timeout in seconds (default :data:`~sstq_fl.flower.run_config.ROUND_TIMEOUT_S`)."""
+    timeout in seconds (default :data:`~sstq_fl.config.flower.ROUND_TIMEOUT_S`)."""
     if cfg.diagnostics:
         raise ValueError("diagnostics (the clients' raw encoder statistics) exist on the vectorized engine only: "
                          "only the mechanism's output leaves a Flower client")
@@ -261,16 +264,16 @@ def main(grid: Grid, context: Context) -> None:
     run config configures it (``-c`` overrides)."""
     configure_logging()
     rc = dict(context.run_config)
-    if workload_of(rc) != "train":
+    if workload_of(rc, workloads()) != "train":
         from .gen_server import serve_workload
 
         serve_workload(grid, rc)
         return
-    cfg, out, resume = config_from_run_config(rc)
+    cfg, out, resume = config_from_run_config(rc, prefixes())
     refuse_in_deployment(cfg.clients_per_node)
     final = serve(grid, cfg, out, resume, deployment=True, timeout=round_timeout(rc),
                   keep_checkpoints=bool(rc.get("keep-checkpoints", APP_KEYS["keep-checkpoints"])),
-                  log_to=tracking_from_run_config(rc).log_to)["final"]
+                  log_to=check_spec(tracking_from_run_config(rc).log_to))["final"]
     log.info("sstq-fl run finished: %s → %s", json.dumps(final, default=str), out / "metrics.json")
 
 
@@ -291,7 +294,7 @@ def run_flower(cfg: RunConfig, out: Path, resume: bool = False, progress: bool |
     published metrics to this tracker (:mod:`sstq_fl.tracking`); ``quiet_flower``: hide Flower's INFO logs
     meanwhile (:func:`~sstq_fl.flower.logs.flower_logs_hidden`; the project's ClientApp then leaves the client
     ledger's lines out of Flower's log stream too); ``round_timeout``: seconds a round waits for replies
-    (default :data:`~sstq_fl.flower.run_config.ROUND_TIMEOUT_S`).  ``ray_address``, ``client_cpus``,
+    (default :data:`~sstq_fl.config.flower.ROUND_TIMEOUT_S`).  ``ray_address``, ``client_cpus``,
     ``client_gpus`` and ``quiet_flower`` are a :class:`~sstq_fl.placement.Placement`'s (the command line's).
     """
     return run_flower_many([(cfg, out, resume)], progress, client_cpus, ray_address, client_gpus,

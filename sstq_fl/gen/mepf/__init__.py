@@ -7,10 +7,10 @@ Importing the package registers the pipeline ``dp-mepf`` (run-config keys ``mepf
 :mod:`.pipeline` (the run).
 """
 
+from ...config.mepf import MepfConfig
 from ..pipelines import Pipeline, register_pipeline
 from . import client_tasks  # noqa: F401  (registers the client task)
-from .pipeline import PIPELINE, MepfConfig, run_dp_mepf, summary
+from .pipeline import run_dp_mepf, summary
 
-register_pipeline(Pipeline(PIPELINE, "mepf-", MepfConfig, run_dp_mepf, summary, title="DP-MEPF",
-                           help="DP-MEPF: public perceptual features, one labelled release, generator",
-                           cli_values={"moments": {"1": (1,), "1,2": (1, 2)}}))
+register_pipeline(Pipeline(MepfConfig, run_dp_mepf, summary,
+                           help="DP-MEPF: public perceptual features, one labelled release, generator"))

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import parse_ints
+from ...config.mepf import parse_ints
 from ..releases import AGGREGATOR_RELEASE
 from ..runner import Arrays, ClientContext, Scalar, register_client_task
 from .features import FeatureExtractor, embedded_class_sums

@@ -29,10 +29,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ...config.vocab import PROFILES
 from ..tensors import IMAGE_SHAPE, ArrayLike, DeviceLike, check_float, check_images, check_labels, seeded
 
 LOG = logging.getLogger("sstq_fl.gen.mepf")
-PROFILES = ("cpu", "full")
 EXTRACTOR_FORMAT = 1
 
 

@@ -44,13 +44,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...config.generative import MAX_EPSILON
+from ...config.mepf import MepfConfig
 from ...data.mnist import public_records
-from ...options import option
 from ...privacy.calibration import calibrate_noise_multiplier
 from ...privacy.events import GaussianEvent, NonPrivateEvent, PrivacyEvent
 from ...progress import progress
 from ...secagg.records import RecordSecAgg
-from ..config import MAX_EPSILON, PROFILES, PipelineConfig, parse_ints
 from ..outputs import SampleGrid, common_metrics, dataset_text, eps_text, evaluate_samples
 from ..runner import NONPRIVATE_SUMS, DPRunner
 from ..template import Declared, RunContext, RunPlan, Steps, run_pipeline
@@ -59,46 +59,9 @@ if TYPE_CHECKING:
     from ...data.workload import WorkloadData
 
 log = logging.getLogger("sstq_fl.gen")
-PIPELINE = "dp-mepf"
+PIPELINE = MepfConfig.WORKLOAD
 RELATION = "replace_one"
 
-
-@dataclass(frozen=True)
-class MepfConfig(PipelineConfig):
-    """A DP-MEPF run; the profiles are our CPU reduction (a 3-conv Φ, 2,000 records, 500 generator steps) and the
-    a full profile (a ResNet-18 Φ trained on public Fashion-MNIST, all records, 20,000 steps).
-
-    ``moments``: φ₁, or φ₁ and φ₂; ``public_only``: the zero-information reference; ``public_records``: the first N
-    public images, for Φ and that reference (0: all 70k; :func:`~sstq_fl.data.mnist.public_records`);
-    ``inception_weights``: a local Inception file for FID."""
-
-    epsilon: float = option(1.0, help="record-level epsilon, at most 100 (inf: non-private reference)")
-    delta: float = option(1e-5, help="record-level delta of the release")
-    profile: str = option("cpu", choices=PROFILES, help="cpu: 3-conv Phi, 2,000 records, 500 generator steps; full: "
-                                                        "ResNet-18 Phi, all records, 20k steps")
-    public_records: int | None = option(0, help="public images for Phi (0: all 70k)", low=0, unset=0)
-    moments: tuple[int, ...] = option((1,), help="phi1, or phi1 and phi2", choices=((1,), (1, 2)), parse=parse_ints,
-                                      metavar="{1|1,2}")
-    public_only: bool = option(False, help="zero-information reference (no private data)")
-    extractor_epochs: int = option(1, help="epochs of Phi's training on public Fashion-MNIST", low=1, flag="")
-    generator_steps: int | None = option(None, help="generator training steps (default: 500 cpu, 20,000 full)",
-                                         low=1, unset=0)
-    inception_weights: str = option("", help="local Inception weights file for FID (never downloaded)")
-
-    CACHE_NAME = "mepf"
-    PROFILE_DEFAULTS = {"cpu": {"records": 2000, "generator_steps": 500, "eval_samples": 1000, "probe_epochs": 2},
-                        "full": {"records": 0, "generator_steps": 20_000, "eval_samples": 10_000, "probe_epochs": 10}}
-    NON_PRIVATE_REFERENCE = "non-private (epsilon = inf: the release carries no noise)"
-
-    def secagg_refusal(self) -> str | None:
-        """DP-MEPF's one release is additive: it runs under secure aggregation (:func:`calibrate_secure`)."""
-        return None
-
-    def reference_label(self) -> str:
-        """``"dp"``, the non-private reference, or the public-only reference (zero information)."""
-        if self.public_only:
-            return "public-only (zero information: generator trained on public Fashion-MNIST statistics)"
-        return super().reference_label()
 
 
 # ----------------------------------------------------------------------------- public side

@@ -6,11 +6,11 @@ Importing the package registers the pipeline ``straightdp`` (run-config keys ``s
 ``straightdp.class_moments`` and ``straightdp.second_moment``, and its DP-SGD model ``straightdp-flow``.
 """
 
+from ...config.straightdp import StraightConfig
 from ..pipelines import Pipeline, register_pipeline
 from . import client_tasks  # noqa: F401  (registers the client tasks and, through the flow model, the model)
-from .config import StraightConfig
-from .pipeline import PIPELINE, run_straightdp, summary
+from .pipeline import run_straightdp, summary
 
-register_pipeline(Pipeline(PIPELINE, "sdp-", StraightConfig, run_straightdp, summary, title="StraightDP",
+register_pipeline(Pipeline(StraightConfig, run_straightdp, summary,
                            help="StraightDP: DP moment release, analytic flow field, DP-SGD flow matching "
                                 "(add/remove ledger)"))

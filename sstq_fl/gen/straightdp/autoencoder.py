@@ -35,14 +35,14 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ...config.straightdp import LATENT_DIM
 from ...io import atomic_write_bytes
 from ..tensors import check_images, seeded
 
 log = logging.getLogger("sstq_fl.gen")
 LATENT_SHAPE = (2, 4, 4)
-"""The latent of one record as the flow model sees it: 2 channels on a 4 × 4 grid (16 tokens of patch 1)."""
-LATENT_DIM = 32
-"""``d``, the latent dimension (= the product of :data:`LATENT_SHAPE`; the moment release's ``p``)."""
+"""The latent of one record as the flow model sees it: 2 channels on a 4 × 4 grid (16 tokens of patch 1); its
+product is ``d``, :data:`~sstq_fl.config.straightdp.LATENT_DIM` (the moment release's ``p``)."""
 LATENT_NOISE = 0.05
 """Std of the latent perturbation in training (our choice)."""
 AE_LR = 1e-3

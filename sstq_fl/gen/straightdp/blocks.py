@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ...config.straightdp import SPACES
 from .autoencoder import LATENT_SHAPE
-from .config import SPACES
 
 SIDE = 28
 PIXELS = SIDE * SIDE

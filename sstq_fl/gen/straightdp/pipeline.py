@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...config.straightdp import StraightConfig
 from ...data.mnist import public_records
 from ...privacy.calibration import plan_epsilon
 from ...privacy.events import NonPrivateEvent, PublicDataEvent
@@ -60,7 +61,6 @@ from ..outputs import SampleGrid, common_metrics, dataset_text, eps_text, evalua
 from ..runner import NONPRIVATE_SUMS, DPRunner
 from ..template import RunContext, RunPlan, Steps, run_pipeline
 from . import privacy_plan as cal
-from .config import StraightConfig
 from .public import FLOOR, PIPELINE, PublicCalibration, pretrained_flow, public_calibration, public_grad_norms
 
 log = logging.getLogger("sstq_fl.gen")

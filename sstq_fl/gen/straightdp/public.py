@@ -22,14 +22,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...config.straightdp import StraightConfig
 from ...io import atomic_write_bytes
 from ...progress import progress
 from ..dpsgd import example_loss
-from .config import StraightConfig
 from .flow import to_model_space, to_pixels
 
 log = logging.getLogger("sstq_fl.gen")
-PIPELINE = "straightdp"
+PIPELINE = StraightConfig.WORKLOAD
 FLOOR = 1e-2  # λ₀, the eigenvalue floor of the released covariance
 PROBE_PER_BUCKET = 32
 

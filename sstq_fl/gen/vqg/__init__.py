@@ -8,10 +8,10 @@ Importing the package registers the pipeline ``dp-vqg`` (run-config keys ``vqg-*
 ``vqg.tokens`` and its DP-SGD model ``vqg-tokenizer``.
 """
 
+from ...config.vqg import VqgConfig
 from ..pipelines import Pipeline, register_pipeline
 from . import client_tasks  # noqa: F401  (registers the client task and, through the tokenizer, the model)
-from .pipeline import PIPELINE, VqgConfig, run_dp_vqg, summary
+from .pipeline import run_dp_vqg, summary
 
-register_pipeline(Pipeline(PIPELINE, "vqg-", VqgConfig, run_dp_vqg, summary, title="DP-VQG",
-                           help="DP-VQG: VQ tokenizer (DP-SGD or public), exponential-mechanism tokens, MaskGIT prior",
-                           cli_values={"reference": {"none": "", "argmin": "argmin", "public": "public"}}))
+register_pipeline(Pipeline(VqgConfig, run_dp_vqg, summary,
+                           help="DP-VQG: VQ tokenizer (DP-SGD or public), exponential-mechanism tokens, MaskGIT prior"))

@@ -35,6 +35,9 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
+from ...config.vocab import VQG_LABELS as LABELS
+from ...config.vocab import VQG_MODES as MODES
+from ...config.vocab import VQG_VARIANTS as VARIANTS
 from ...privacy.errors import AccountingLimitError
 from ...privacy.events import (
     ExponentialMechanismEvent,
@@ -55,9 +58,6 @@ RELATION = "replace_one"  # all of DP-VQG, DP-SGD included
 PROJECTION_EPS = 1e-8  # Π_R(v) = v·min(1, R/(‖v‖ + PROJECTION_EPS))
 FP_STAGE2_SHARE = 0.2  # FP-VQG: ε₁ : ε₂ = 4 : 1
 LABEL_SHARE = 0.25  # ε_y = 0.25·ε₂ when labels are private (our choice)
-VARIANTS = ("fp", "pp")
-MODES = ("A", "B")
-LABELS = ("private", "public")
 NOT_DP = "not DP: non-private reference (argmin tokens, true labels)"
 PUBLIC_LABELS_NOTE = "labels declared public (labels_public ablation): released unprivatized, not covered by epsilon"
 _BISECT_RTOL = 1e-9  # mode B: relative width at which the ε₀ bisection stops

@@ -74,6 +74,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from ...config.vqg import VqgConfig
 from ...data.mnist import public_records
 from ...privacy.calibration import calibrate_noise_multiplier, plan_epsilon
 from ...privacy.events import GaussianEvent, NonPrivateEvent, PoissonSampledEvent, PrivacyEvent, PublicDataEvent
@@ -81,7 +82,6 @@ from ...progress import PhaseClock, progress
 from ..outputs import SampleGrid, common_metrics, dataset_text, eps_text, evaluate_samples
 from ..runner import NONPRIVATE_SUMS, DPRunner
 from ..template import RunContext, RunPlan, Steps, run_pipeline
-from .config import VqgConfig
 from .mechanism import (
     NOT_DP,
     PUBLIC_LABELS_NOTE,
@@ -106,7 +106,7 @@ if TYPE_CHECKING:
     from ...data.workload import WorkloadData
 
 log = logging.getLogger("sstq_fl.gen")
-PIPELINE = "dp-vqg"
+PIPELINE = VqgConfig.WORKLOAD
 Plan = list[tuple[PrivacyEvent, int]]
 CLIP = 1.0  # C, the per-example clip of Stage I (our choice; the DP-VQG paper gives none)
 LR = 1e-3  # Adam on the noisy gradient

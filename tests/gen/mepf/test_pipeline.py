@@ -8,7 +8,8 @@ import pytest
 
 from sstq_fl import rng
 from sstq_fl.cli import main as cli
-from sstq_fl.gen.mepf.pipeline import MepfConfig, calibrate_sigma, run_dp_mepf
+from sstq_fl.config.mepf import MepfConfig
+from sstq_fl.gen.mepf.pipeline import calibrate_sigma, run_dp_mepf
 from sstq_fl.privacy.events import GaussianEvent
 from sstq_fl.privacy.ledger import PrivacyLedger
 
@@ -46,7 +47,7 @@ def test_calibrated_sigma_is_the_smallest_that_meets_epsilon():
 
 
 def test_impossible_settings_are_refused():
-    with pytest.raises(ValueError, match="epsilon > 0"):
+    with pytest.raises(ValueError, match="epsilon must be a positive number, got 0.0"):
         MepfConfig(epsilon=0.0)
     with pytest.raises(ValueError, match="profile"):
         MepfConfig(profile="gpu")
@@ -132,12 +133,12 @@ def test_cli_randomness_and_ledger_options():
     from sstq_fl.cli import build_parser
 
     ns = build_parser().parse_args(["gen", "dp-mepf", "--epsilon", "1", "--out", "x"])
-    assert ns.randomness == "secure" and ns.dataset_ledger is None and ns.dataset_budget_epsilon is None
+    assert ns.randomness == "secure" and ns.dataset_ledger == "" and ns.dataset_budget_epsilon is None
     with pytest.raises(SystemExit):
         build_parser().parse_args(["gen", "dp-mepf", "--epsilon", "1", "--out", "x", "--randomness", "fast"])
     with pytest.raises(ValueError, match="randomness must be one of"):
         MepfConfig(randomness="fast")
-    with pytest.raises(ValueError, match="dataset budget"):
+    with pytest.raises(ValueError, match="dataset-budget-epsilon must be a positive number, got -1.0"):
         MepfConfig(dataset_budget_epsilon=-1.0)
 
 
@@ -169,7 +170,7 @@ def test_an_epsilon_too_large_to_account_is_refused_at_once(tmp_path, capsys):
     line, no --out folder), and the largest accepted ε calibrates in bounded time."""
     import time
 
-    from sstq_fl.gen.config import MAX_EPSILON
+    from sstq_fl.config.generative import MAX_EPSILON
 
     t0 = time.monotonic()
     with pytest.raises(ValueError, match="above the largest a release is calibrated for"):

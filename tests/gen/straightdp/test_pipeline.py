@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from sstq_fl.cli import main as cli
+from sstq_fl.config.straightdp import StraightConfig
 from sstq_fl.data.workload import WorkloadData, synthetic_records
 from sstq_fl.gen.runner import DPRunner, InProcessPool
 from sstq_fl.gen.straightdp import privacy_plan as cal
-from sstq_fl.gen.straightdp.config import StraightConfig
 from sstq_fl.gen.straightdp.flow import to_model_space
 from sstq_fl.gen.straightdp.moments import exact_moments, features, norm_quantile, postprocess, public_pca
 from sstq_fl.gen.straightdp.pipeline import Setup, release_moments, run_straightdp

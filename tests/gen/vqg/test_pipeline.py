@@ -88,7 +88,7 @@ def test_stage2_reproducible_coins_repeat_and_public_labels_are_the_true_ones():
 
 # ----------------------------------------------------------------------------- configuration and command
 def test_impossible_settings_are_refused():
-    for bad, match in [(dict(epsilon=0.0), "epsilon > 0"), (dict(epsilon=1e6), "above the largest"),
+    for bad, match in [(dict(epsilon=0.0), "epsilon must be a positive number"), (dict(epsilon=1e6), "above the largest"),
                        (dict(variant="xp"), "variant"), (dict(mode="C"), "mode"), (dict(labels="open"), "labels"),
                        (dict(reference="best"), "reference"), (dict(steps=0), "steps"), (dict(device="tpu"), "device"),
                        (dict(randomness="fast"), "randomness"), (dict(clients=0), "clients")]:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...options import option
-from ..config import PROFILES, PipelineConfig
+from .declare import option
+from .generative import EPSILON_HELP, PipelineConfig
+from .vocab import PROFILES
 
 METHODS = ("sgd", "moments", "moments+sgd")
 PORTS = ("none", "distill", "guidance")
@@ -29,6 +30,8 @@ PROFILE_DEFAULTS: dict[str, dict[str, float]] = {
              "pretrain_batch": 256, "distill_steps": 3000, "distill_batch": 256, "sgd_steps": 2000, "q": 0.02,
              "multiplicity": 4, "euler_steps": 25, "eval_samples": 10_000, "probe_epochs": 10, "sgd_lr": 5e-5,
              "ema": 0.999, "pretrain_lr": 1e-4, "pretrain_ema": 0.999}}
+LATENT_DIM = 32
+"""The latent dimension ``d`` of StraightDP's autoencoder (:mod:`sstq_fl.gen.straightdp.autoencoder`: 2x4x4)."""
 ALLOWED_PORTS = {"sgd": ("none",), "moments": ("none", "guidance"), "moments+sgd": ("distill", "guidance")}
 
 
@@ -53,8 +56,7 @@ class StraightConfig(PipelineConfig):
                        "sampling starts from the released Gaussian's marginal at t0, after DP-SGD at tau; with "
                        "--method moments: the public prior + guidance row) or distill (the model is first trained on "
                        "the released field for t < tau)")
-    epsilon: float = option(3.0, help="record-level epsilon (add/remove) of the whole pipeline, at most 100 (inf: "
-                                      "non-private)")
+    epsilon: float = option(3.0, required=True, low=0, strict_low=True, help=EPSILON_HELP + " (add/remove)")
     profile: str = option("cpu", choices=PROFILES, help="cpu: 2,000 records, p=16, r=8, DiT 64/2/2 patch 7, 300 "
                           "pretraining, 100 distillation and 100 DP-SGD steps; full: all records, p=64, r=32, DiT "
                           "192/6/6 patch 4, 20k/3k/2k steps")
@@ -73,7 +75,7 @@ class StraightConfig(PipelineConfig):
     t0: float | None = option(None, unset=0.0, help="guidance start time (default: the public plateau edge; after "
                               "DP-SGD, max(that, tau), where the private gradients begin)")
     public_records: int | None = option(None, low=0, unset=0, help="public Fashion-MNIST images for calibration and "
-                                        "pretraining (default: 5000 cpu, all full)")
+                                        "pretraining, drawn by --seed (default: 5000 cpu, all full)")
     pca: int | None = option(None, low=1, high=784, unset=0, help="public-PCA dimension p of the moment features "
                              "(default: 16 cpu, 64 full)")
     rank: int | None = option(None, low=1, unset=0, help="rank r of the released covariance after the PSD projection, "
@@ -90,6 +92,9 @@ class StraightConfig(PipelineConfig):
     probe_epochs: int | None = option(None, low=1, unset=0,
                                       help=_profile_default("epochs of the downstream LeNet-5 probe"))
 
+    WORKLOAD = "straightdp"
+    TITLE = "StraightDP"
+    PREFIX = "sdp-"
     CACHE_NAME = "straightdp"
     PROFILE_DEFAULTS = PROFILE_DEFAULTS
     FLOAT_KNOBS = ("q", "sgd_lr", "ema", "pretrain_lr", "pretrain_ema")
@@ -114,8 +119,6 @@ class StraightConfig(PipelineConfig):
 
     def _check_dimensions(self) -> None:
         """``pca`` is pixel space's; the rank is at most the feature dimension (``p``, or the latent ``d``)."""
-        from .autoencoder import LATENT_DIM
-
         if self.space == "latent" and self.pca is not None:
             raise ValueError(f"--pca applies to --space pixel (latent features are the autoencoder's d = {LATENT_DIM})")
         dim, what = (LATENT_DIM, "latent dimension") if self.space == "latent" else (self.resolved("pca"), "PCA dimension")

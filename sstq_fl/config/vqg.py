@@ -6,11 +6,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ...options import option
-from ..config import PROFILES, PipelineConfig
-from .mechanism import LABELS, MODES, VARIANTS
+from .declare import option
+from .generative import EPSILON_HELP, PipelineConfig
+from .vocab import PROFILES, VQG_LABELS, VQG_MODES, VQG_VARIANTS
 
-REFERENCES = ("", "argmin", "public")
+REFERENCES = {"none": "", "argmin": "argmin", "public": "public"}
+"""The references, as the CLI and the run config write them (``none``: a DP run)."""
 STAGE2 = ("em", "dpsgd-prior")
 
 
@@ -39,19 +40,19 @@ class VqgConfig(PipelineConfig):
     (declared ablation); ``reference``: ``""`` or ``"argmin"`` (not DP, module docstring).  ``steps``/``batch``:
     Stage I updates and expected batch (FP: ``q = batch/N_decl``); ``None`` takes the profile's value."""
 
-    variant: str = option("fp", choices=VARIANTS, help="fp: tokenizer trained by DP-SGD rounds on the clients (0.8 "
+    variant: str = option("fp", choices=VQG_VARIANTS, help="fp: tokenizer trained by DP-SGD rounds on the clients (0.8 "
                           "epsilon); pp: tokenizer trained on public Fashion-MNIST (all epsilon to the tokens)")
-    epsilon: float = option(10.0, help="record-level epsilon of the whole pipeline, at most 100 (inf: non-private "
-                                       "reference)")
+    epsilon: float = option(10.0, required=True, low=0, strict_low=True, help=EPSILON_HELP + " (replace-one)")
     profile: str = option("cpu", choices=PROFILES, help="cpu: 2,000 records, K=64, 300 rounds, prior 64/2/2 for 3 "
                           "epochs; full: all records, K=1024, 1,000 rounds, prior 384/6/6 for 120 epochs")
-    mode: str = option("A", choices=MODES, help="A: per-location eps0 by basic composition (pure); B: eps0 bisected on "
+    mode: str = option("A", choices=VQG_MODES, help="A: per-location eps0 by basic composition (pure); B: eps0 bisected on "
                                                 "the PLD ledger jointly with stage I")
-    labels: str = option("private", choices=LABELS, help="private: labels by k-ary randomized response (0.25 of the "
+    labels: str = option("private", choices=VQG_LABELS, help="private: labels by k-ary randomized response (0.25 of the "
                          "token budget); public: released unprivatized, an explicitly reported ablation")
-    reference: str = option("", choices=REFERENCES, help="argmin: stage I as at --epsilon but argmin tokens and "
-                            "true labels in stage II (not DP); public: no private record, the PP tokenizer and the "
-                            "prior trained on public Fashion-MNIST (with --stage2 dpsgd-prior)")
+    reference: str = option("", choices=tuple(REFERENCES.values()), words=REFERENCES,
+                            help="none: a DP run; argmin: stage I as at --epsilon but argmin tokens and true labels in "
+                                 "stage II (not DP); public: no private record, the PP tokenizer and the prior trained "
+                                 "on public Fashion-MNIST (with --stage2 dpsgd-prior)")
     stage2: str = option("em", choices=STAGE2, help="em: exponential-mechanism tokens and RR labels, prior as "
                          "post-processing; dpsgd-prior: clients tokenize their own records (argmin, never sent) and "
                          "the class-conditional prior is trained by DP-SGD rounds on them")
@@ -70,6 +71,9 @@ class VqgConfig(PipelineConfig):
                                                                 "384 full)")
     diagnostic_records: int = option(1000, low=1, help="public images for the EM peakedness diagnostic")
 
+    WORKLOAD = "dp-vqg"
+    TITLE = "DP-VQG"
+    PREFIX = "vqg-"
     CACHE_NAME = "vqg"
     PROFILE_DEFAULTS = PROFILE_DEFAULTS
     NON_PRIVATE_REFERENCE = "non-private (epsilon = inf: Stage I without noise, argmin tokens, true labels; not DP)"

@@ -1,5 +1,6 @@
 """Options declared once: a configuration is a typed dataclass whose fields carry their help text,
-choices or range and, where they differ from the field's name, their CLI flag and run-config key.
+choices or range and, where they differ from the field's name, their CLI flag, run-config key and the
+words the CLI takes for their values, and whether the CLI requires them.
 
 From that one declaration come the command-line options (:func:`add_arguments`, :func:`from_args`),
 the Flower run-config reader (:func:`from_run_config`), the ``[tool.flwr.app.config]`` defaults
@@ -24,7 +25,7 @@ import functools
 import math
 import types
 import typing
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import MISSING, dataclass
 from typing import Any
 
@@ -50,30 +51,55 @@ class Option:
     low: float | None = None
     high: float | None = None
     strict_low: bool = False
+    strict_high: bool = False
     flag: str | None = None
     key: str | None = None
     unset: Any = ABSENT
     metavar: str | None = None
     parse: Callable[[str], Any] | None = None
     finite: bool = False
+    required: bool = False
+    words: tuple[tuple[str, Any], ...] | None = None
+
+    def word(self, value: Any) -> Any:
+        """How the CLI (and the run config) spell ``value``: its word, or the value itself."""
+        return next((w for w, v in self.words or () if v == value), value)
+
+    def value(self, word: Any) -> Any:
+        """The value a CLI or run-config word stands for (any other value as it is)."""
+        return next((v for w, v in self.words or () if w == word), word)
 
 
 def option(default: Any = MISSING, *, help: str, choices: Sequence[Any] | None = None, low: float | None = None,
-           high: float | None = None, strict_low: bool = False, flag: str | None = None, key: str | None = None,
-           unset: Any = ABSENT, default_factory: Any = MISSING, metavar: str | None = None,
-           parse: Callable[[str], Any] | None = None, finite: bool = False) -> Any:
+           high: float | None = None, strict_low: bool = False, strict_high: bool = False, flag: str | None = None,
+           key: str | None = None, unset: Any = ABSENT, default_factory: Any = MISSING, metavar: str | None = None,
+           parse: Callable[[str], Any] | None = None, finite: bool = False, required: bool = False,
+           words: Mapping[str, Any] | None = None) -> Any:
     """A dataclass field declared as an option.
 
-    ``choices``: the allowed values; ``low``/``high``: the closed range (``strict_low``: ``> low``;
-    ``finite``: neither ``inf`` nor ``nan``);
+    ``choices``: the allowed values; ``low``/``high``: the range (``strict_low``: ``> low``; ``strict_high``:
+    ``< high``; ``finite``: neither ``inf`` nor ``nan``);
     ``flag``: the CLI flag if not ``--field-name`` (``""``: not on the CLI); ``key``: the run-config
     key if not ``field-name`` (``""``: not in the run config); ``unset``: the run-config marker
-    for ``None``; ``parse``: ``str → value`` for the CLI and string run-config values."""
-    meta = {_META: Option(help, tuple(choices) if choices is not None else None, low, high, strict_low, flag, key,
-                          unset, metavar, parse, finite)}
+    for ``None``; ``parse``: ``str → value`` for the CLI and string run-config values; ``required``: the CLI
+    requires it (the default holds for the run config and the API); ``words``: ``{word: value}``, the words
+    the CLI and the run config take for the values (the choices), e.g. ``{"none": ""}``."""
+    meta = {_META: Option(help, tuple(choices) if choices is not None else None, low, high, strict_low, strict_high,
+                          flag, key, unset, metavar, parse, finite, required,
+                          tuple(words.items()) if words is not None else None)}
     if default_factory is not MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def same_option(cls: Any, name: str, **changes: Any) -> Any:
+    """A field declared as ``cls``'s option ``name`` (default, help, range, flag, key), for a config that holds
+    the same option; ``changes`` replaces parts of the declaration (e.g. ``help``)."""
+    f, opt = next((f, opt) for f, opt in declared(cls) if f.name == name)
+    meta = {_META: dataclasses.replace(opt, **changes)}
+    if f.default_factory is not MISSING:
+        return dataclasses.field(default_factory=f.default_factory, metadata=meta)
+    return dataclasses.field(default=f.default, metadata=meta)
 
 
 def declared(cls: Any) -> Iterator[tuple[dataclasses.Field[Any], Option]]:
@@ -105,7 +131,7 @@ def in_range(value: Any, opt: Option) -> bool:
         return False
     if opt.low is not None and not (value > opt.low if opt.strict_low else value >= opt.low):
         return False
-    return opt.high is None or value <= opt.high
+    return opt.high is None or (value < opt.high if opt.strict_high else value <= opt.high)
 
 
 def expected(base: Any, opt: Option) -> str:
@@ -117,7 +143,7 @@ def expected(base: Any, opt: Option) -> str:
         return f"a {finite}positive " + ("integer" if base is int else "number")
     what = "an integer" if base is int else f"a {finite}number"
     bounds = ([f"{'>' if opt.strict_low else '≥'} {opt.low:g}"] if opt.low is not None else []) + \
-        ([f"≤ {opt.high:g}"] if opt.high is not None else [])
+        ([f"{'<' if opt.strict_high else '≤'} {opt.high:g}"] if opt.high is not None else [])
     return " and ".join([what + (" " + bounds[0] if bounds else ""), *bounds[1:]])
 
 
@@ -129,7 +155,8 @@ def check(obj: Any) -> None:
             continue
         name = f.name.replace("_", "-")
         if opt.choices is not None and value not in opt.choices:
-            raise ValueError(f"{name} must be one of {', '.join(map(str, opt.choices))}, got {value!r}")
+            allowed = ", ".join(str(opt.word(c)) for c in opt.choices)
+            raise ValueError(f"{name} must be one of {allowed}, got {opt.word(value)!r}")
         if (opt.low is not None or opt.high is not None or opt.finite) and not in_range(value, opt):
             raise ValueError(f"{name} must be {expected(base_type(type(obj), f)[0], opt)}, got {value}")
 
@@ -173,8 +200,9 @@ def add_arguments(parser: argparse.ArgumentParser | Any, cls: Any, *, skip: Sequ
                   required: Sequence[str] = (), int_ranges: bool = True) -> None:
     """Add an argparse option for each declared field of ``cls`` that has a flag, is in ``only`` (when
     given) and not in ``skip``.  ``defaults`` overrides field defaults on this command; ``required``
-    fields have no default; ``int_ranges=False`` leaves integer ranges to the config's check (a
-    one-line error from the command rather than an argparse usage error)."""
+    fields (and those declared ``required``) have no default; an option declared with ``words`` takes
+    them as its choices (:func:`from_args` reads them back as values); ``int_ranges=False`` leaves integer
+    ranges to the config's check (a one-line error from the command rather than an argparse usage error)."""
     defaults = defaults or {}
     for f, opt in declared(cls):
         flag = flag_of(f, opt)
@@ -182,10 +210,13 @@ def add_arguments(parser: argparse.ArgumentParser | Any, cls: Any, *, skip: Sequ
             continue
         base, _ = base_type(cls, f)
         kw: dict[str, Any] = {"dest": f.name, "help": opt.help}
-        if f.name in required:
+        if f.name in required or opt.required:
             kw["required"] = True
         else:
-            kw["default"] = defaults.get(f.name, _default(f))
+            kw["default"] = opt.word(defaults.get(f.name, _default(f)))
+        if opt.words is not None:
+            parser.add_argument(flag, choices=[w for w, _ in opt.words], metavar=opt.metavar, **kw)
+            continue
         if base is bool and opt.parse is None:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)  # --x, --no-x: overrides a file
             continue
@@ -206,8 +237,9 @@ def _default(f: dataclasses.Field[Any]) -> Any:
 
 
 def from_args(cls: Any, ns: argparse.Namespace, **overrides: Any) -> Any:
-    """An instance of ``cls`` from the parsed namespace (declared fields present in it) and ``overrides``."""
-    kw = {f.name: getattr(ns, f.name) for f, _ in declared(cls) if hasattr(ns, f.name)}
+    """An instance of ``cls`` from the parsed namespace (declared fields present in it, words read as their
+    values) and ``overrides``."""
+    kw = {f.name: opt.value(getattr(ns, f.name)) for f, opt in declared(cls) if hasattr(ns, f.name)}
     kw.update(overrides)
     return cls(**kw)
 
@@ -218,22 +250,18 @@ def key_of(f: dataclasses.Field[Any], opt: Option) -> str:
     return f.name.replace("_", "-") if opt.key is None else opt.key
 
 
-def run_config_keys(cls: Any, prefix: str = "", shared: Sequence[str] = ()) -> dict[str, str]:
-    """``{run-config key: field name}``: ``prefix`` + key, except the ``shared`` fields (unprefixed)."""
-    out = {}
-    for f, opt in declared(cls):
-        key = key_of(f, opt)
-        if key:
-            out[key if f.name in shared else prefix + key] = f.name
-    return out
+def run_config_keys(cls: Any, prefix: str = "") -> dict[str, str]:
+    """``{run-config key: field name}``: ``prefix`` + each declared field's key."""
+    return {prefix + key: f.name for f, opt in declared(cls) if (key := key_of(f, opt))}
 
 
-def from_run_config(cls: Any, rc: dict[str, Any], prefix: str = "", shared: Sequence[str] = (),
+def from_run_config(cls: Any, rc: dict[str, Any], prefix: str = "",
                     ignore: Callable[[str], bool] = lambda key: False, **overrides: Any) -> Any:
     """An instance of ``cls`` from a Flower run config: its keys (see :func:`run_config_keys`), TOML's
-    ``unset`` markers read as ``None``, string values through the option's ``parse``.  A key that
-    starts with ``prefix`` (every key, without a prefix) and is neither known nor ``ignore``-d is refused."""
-    keys = run_config_keys(cls, prefix, shared)
+    ``unset`` markers read as ``None``, an option's words as their values, string values through the option's
+    ``parse``.  A key that starts with ``prefix`` (every key, without a prefix) and is neither known nor
+    ``ignore``-d is refused."""
+    keys = run_config_keys(cls, prefix)
     fields = {f.name: (f, opt) for f, opt in declared(cls)}
     kw: dict[str, Any] = {}
     for key, value in rc.items():
@@ -250,6 +278,8 @@ def _from_toml(cls: Any, f: dataclasses.Field[Any], opt: Option, value: Any) -> 
     """One run-config value as the field's value."""
     if opt.unset is not ABSENT and value == opt.unset and type(value) is type(opt.unset):
         return None
+    if opt.words is not None:
+        return opt.value(value)
     if isinstance(value, str) and opt.parse is not None:
         return opt.parse(value)
     base, _ = base_type(cls, f)
@@ -258,34 +288,44 @@ def _from_toml(cls: Any, f: dataclasses.Field[Any], opt: Option, value: Any) -> 
     return value
 
 
-def run_config_defaults(cls: Any, prefix: str = "", shared: Sequence[str] = ()) -> dict[str, Any]:
+def run_config_defaults(cls: Any, prefix: str = "") -> dict[str, Any]:
     """``{run-config key: TOML default}`` of ``cls`` (``None`` written as the field's ``unset`` marker)."""
-    fields = {f.name: (f, opt) for f, opt in declared(cls)}
-    out: dict[str, Any] = {}
-    for key, name in run_config_keys(cls, prefix, shared).items():
-        f, opt = fields[name]
-        value = _default(f)
-        if value is None:
-            value = None if opt.unset is ABSENT else opt.unset
-        elif isinstance(value, tuple):
-            value = ",".join(map(str, value))
-        out[key] = value
-    return out
+    return {prefix + key: _toml_default(f, opt) for f, opt in declared(cls) if (key := key_of(f, opt))}
+
+
+def _toml_default(f: dataclasses.Field[Any], opt: Option) -> Any:
+    """A field's default as the run config writes it: its word, its ``unset`` marker, a tuple as ``"1,2"``."""
+    value = opt.word(_default(f))
+    if value is None:
+        return None if opt.unset is ABSENT else opt.unset
+    return ",".join(map(str, value)) if isinstance(value, tuple) else value
 
 
 # ----------------------------------------------------------------------------- reference page
 def _range_text(opt: Option) -> str:
     if opt.choices is not None:
-        return " \\| ".join(f"`{c}`" for c in opt.choices)
+        return " \\| ".join(f"`{_cli_text(opt.word(c))}`" for c in opt.choices)
     parts = ["finite"] if opt.finite else []
     if opt.low is not None:
         parts.append(f"{'>' if opt.strict_low else '≥'} {opt.low:g}")
     if opt.high is not None:
-        parts.append(f"≤ {opt.high:g}")
+        parts.append(f"{'<' if opt.strict_high else '≤'} {opt.high:g}")
     return ", ".join(parts)
 
 
-def options_markdown(cls: Any, title: str, prefix: str = "", shared: Sequence[str] = ()) -> str:
+def _cli_text(value: Any) -> str:
+    """A value as the command line writes it (a tuple: ``1,2``)."""
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def _default_text(f: dataclasses.Field[Any], opt: Option) -> str:
+    """The page's default cell: the CLI's word for the default, ``required`` (with the run config's default)."""
+    default = _default(f)
+    shown = "unset" if default is None else f"`{_cli_text(opt.word(default))}`"
+    return f"required (run config: {shown})" if opt.required else shown
+
+
+def options_markdown(cls: Any, title: str, prefix: str = "") -> str:
     """A markdown table of ``cls``'s options: CLI flag, run-config key, type, default, allowed values, help."""
     lines = [f"## {title}", "", f"`{cls.__module__}.{cls.__qualname__}`", "",
              "| CLI flag | run-config key | type | default | allowed | help |", "|---|---|---|---|---|---|"]
@@ -293,11 +333,9 @@ def options_markdown(cls: Any, title: str, prefix: str = "", shared: Sequence[st
         base, optional = base_type(cls, f)
         typ = getattr(base, "__name__", str(base)) + (" or unset" if optional else "")
         key = key_of(f, opt)
-        key = (key if f.name in shared else prefix + key) if key else ""
         flag = flag_of(f, opt)
-        default = _default(f)
-        cells = [f"`{flag}`" if flag else "–", f"`{key}`" if key else "–", typ,
-                 "unset" if default is None else f"`{default}`", _range_text(opt),
+        cells = [f"`{flag}`" if flag else "–", f"`{prefix}{key}`" if key else "–", typ, _default_text(f, opt),
+                 _range_text(opt),
                  opt.help.replace(" (default: %(default)s)", "").replace("%%", "%").replace("|", "\\|")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

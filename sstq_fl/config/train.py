@@ -4,20 +4,24 @@ Flower run config's keys and the options reference are generated from :class:`Ru
 from __future__ import annotations
 
 import json
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..checks import check_array, torch_device
-from ..options import Options, option
-from .partitioners import PARTITIONERS
+from .declare import Options, option, same_option
+from .partition import PARTITIONS, PartitionOptions, partition_help
+from .vocab import RANDOMNESS, SECAGG_NOISES, TRAIN_ENGINE_HELP, TRAIN_ENGINES, TRAIN_TRUSTS
 
 RANDOMNESS_HELP = ("secure: each client keys its coins and minibatches with a fresh OS-CSPRNG key it never sends, and "
                    "the server samples from the OS CSPRNG (the LDP guarantee holds against the server); reproducible: "
                    "everything derives from --seed, for simulation research (no guarantee against whoever holds the "
                    "seed) (default: %(default)s)")
+
+
+CLIP_HELP = ("client clip norm C: each update is clipped to norm C before encoding (an encoder's radius R, "
+             "make_encoder(..., radius=C); sstq-fl bench and encoders take it as --clip too)")
 
 
 @dataclass
@@ -35,30 +39,23 @@ class RunConfig(Options):
     epsilon: float = option(3.0, help="per-message LDP epsilon", low=0, strict_low=True, finite=True)
     seed: int = option(0, help="run seed (minibatches, coins, model init, partition)")
     batch: int = option(64, help="minibatch size per client", low=1)
-    clip: float = option(0.1, help="client clip norm C (the encoders' radius)", low=0, strict_low=True, finite=True)
+    clip: float = option(0.1, help=CLIP_HELP, low=0, strict_low=True, finite=True)
     lr: float = option(0.2, help="server learning rate", low=0, strict_low=True, finite=True)
     server_cap: float = option(10.0, help="cap on the norm of the aggregated update", low=0, strict_low=True,
                                finite=True)
-    partition: str = option(
-        "iid", choices=tuple(PARTITIONERS.names()),
-        help="how the training records are split among clients, as flwr-datasets' partitioners: iid (equal random "
-             "shards), dirichlet (each class split by Dirichlet(alpha) proportions), shard (label-sorted shards, "
-             "shards-per-client each), pathological (classes-per-client random classes each), natural-id (one "
-             "client per distinct id of the task's natural_ids)")
-    alpha: float = option(0.5, help="dirichlet partition: concentration (small: strong label skew)", low=0,
-                          strict_low=True, finite=True)
-    min_partition_size: int = option(10, low=0, help="dirichlet partition: the partition is drawn again (at most 11 "
-                                                      "draws) until every client holds at least this many records")
-    self_balancing: bool = option(False, help="dirichlet partition: give no more of a class to a client already "
-                                              "above the mean share of records (flwr-datasets' self_balancing)")
-    shards_per_client: int = option(2, low=1, help="shard partition: label-sorted shards per client")
-    classes_per_client: int = option(2, low=1, help="pathological partition: distinct classes per client")
+    partition: str = option("iid", choices=PARTITIONS, help=partition_help(PARTITIONS, "the training records"))
+    alpha: float = same_option(PartitionOptions, "alpha")
+    min_partition_size: int = same_option(PartitionOptions, "min_partition_size")
+    self_balancing: bool = same_option(PartitionOptions, "self_balancing")
+    shards_per_client: int = same_option(PartitionOptions, "shards_per_client")
+    classes_per_client: int = same_option(PartitionOptions, "classes_per_client")
     sampling_rate: float = option(1.0, help="probability q that a client joins a round", low=0, strict_low=True,
                                   high=1)
-    delta: float = option(1e-5, help="delta at which epsilon is reported")
-    budget_epsilon: float | None = option(None, help="refuse to start if the plan exceeds it", unset=0.0)
+    delta: float = option(1e-5, low=0, high=1, strict_high=True, help="delta at which epsilon is reported")
+    budget_epsilon: float | None = option(None, help="refuse to start if the plan exceeds it", unset=0.0, low=0,
+                                          strict_low=True, finite=True)
     client_budget_epsilon: float = option(
-        0.0, low=0, help="flower engine: each client's own budget over all its messages, at --delta (0: none); its "
+        0.0, low=0, finite=True, help="flower engine: each client's own budget over all its messages, at --delta (0: none); its "
                          "ledger lives in the node's state, and a client past it refuses to encode (an error reply: "
                          "the server leaves it out)")
     device: str = option("cpu", key="", metavar="DEVICE",
@@ -66,8 +63,7 @@ class RunConfig(Options):
                               "clipping, Kashin, encoding): cpu, cuda or cuda:N; the server unpacks, decodes and "
                               "steps on the CPU.  On CUDA a run agrees with the CPU's to float32 rounding, not bit "
                               "for bit")
-    engine: str = option("vectorized", help="vectorized (one process, batched) or flower (Flower simulation on Ray)",
-                         choices=("vectorized", "flower"), key="")
+    engine: str = option("vectorized", help=TRAIN_ENGINE_HELP, choices=TRAIN_ENGINES, key="")
     data_dir: str | None = option(None, help="data set folder (default: the installed Fashion-MNIST; cifar10 needs it)",
                                   unset="")
     dim: int = option(100, help="lsq: dimension", low=1)
@@ -76,8 +72,8 @@ class RunConfig(Options):
     lsq_theta_scale: float | None = option(
         None, unset=0.0, help="lsq: theta_true ~ N(0, s^2 I) (default 1/sqrt(dim), norm about 1; 1 is the paper's E2 "
                               "regime)")
-    randomness: str = option("reproducible", help=RANDOMNESS_HELP, choices=("reproducible", "secure"))
-    trust: str = option("server", choices=("server", "shuffler", "curator", "secagg"),
+    randomness: str = option("reproducible", help=RANDOMNESS_HELP, choices=RANDOMNESS)
+    trust: str = option("server", choices=TRAIN_TRUSTS,
                         help="whom the clients trust: server (the decoder sees each message with its sender; the "
                              "run's epsilon is the local one); shuffler (a trusted shuffler permutes each round's "
                              "messages and drops their senders; the run also reports the central epsilon against "
@@ -92,7 +88,7 @@ class RunConfig(Options):
                                          "rounds")
     secagg_bits: int = option(16, low=2, high=24, help="trust=secagg: bits per coordinate of the secure sum (the field "
                                                       "Z_m, m = 2^bits, that each client's share lives in)")
-    secagg_noise: str = option("ddgauss", choices=("ddgauss", "skellam"),
+    secagg_noise: str = option("ddgauss", choices=SECAGG_NOISES,
                                help="trust=secagg: each client's noise share: ddgauss (discrete Gaussian, Kairouz, Liu "
                                     "& Steinke 2021) or skellam (Agarwal, Kairouz & Liu 2021)")
     secagg_dropout: float = option(0.0, low=0, high=0.9, finite=True,
@@ -113,8 +109,8 @@ class RunConfig(Options):
                        "SuperNode)")
 
     def __post_init__(self) -> None:
-        """The declared choices and ranges (:class:`~sstq_fl.options.Options`), then the checks no single
-        declaration states: finiteness and one field against another."""
+        """The declared choices and ranges (:class:`~sstq_fl.config.declare.Options`), then the checks no single
+        declaration states: one field against another."""
         super().__post_init__()
         self.task, self.task_params = absolute_task(self.task), canonical_params(self.task_params)
         if self.diagnostics and self.randomness != "reproducible":
@@ -123,10 +119,6 @@ class RunConfig(Options):
         if self.pooled_diagnostics and self.randomness != "secure":
             raise ValueError("pooled diagnostics go to their own file with randomness=secure only (reproducible mode "
                              "records them in metrics.json, labelled non-private)")
-        if self.budget_epsilon is not None and not (self.budget_epsilon > 0 and math.isfinite(self.budget_epsilon)):
-            raise ValueError(f"budget epsilon must be positive and finite (omit it for no budget), got {self.budget_epsilon}")
-        if not math.isfinite(self.client_budget_epsilon):
-            raise ValueError(f"client budget epsilon must be finite (0: none), got {self.client_budget_epsilon}")
         if self.client_budget_epsilon and self.engine != "flower":
             raise ValueError("client budget epsilon: client-side ledgers exist on the flower engine only "
                              "(use --engine flower, or the run budget --budget-epsilon)")
@@ -136,8 +128,6 @@ class RunConfig(Options):
                              f"--client-gpus); use --engine vectorized")
         self.device = torch_device(self.device)
         check_array(f"one round's minibatches ({self.clients} clients × batch {self.batch})", self.clients * self.batch)
-        if not 0 <= self.delta < 1:
-            raise ValueError(f"delta must be in [0, 1), got {self.delta}")
         if not 1 <= self.clients_per_node <= self.clients:
             raise ValueError(f"clients per node must be in 1..clients ({self.clients}), got {self.clients_per_node}")
 
@@ -165,6 +155,16 @@ class RunConfig(Options):
         """The task's own parameters (:func:`~sstq_fl.fl.tasks.make_task`)."""
         return {"data_dir": self.data_dir, "dim": self.dim, "n": self.n, "noise": self.lsq_noise,
                 "theta_scale": self.lsq_theta_scale, "task_params": json.loads(self.task_params or "{}")}
+
+
+COMPARE_ENCODERS = ["clean", "privunit", "privunit-mrc", "sqkr", "sstq-flat:b=4", "sstq-flat:b=4,codebook=optimized",
+                    "sstq-ma:b=4", "sstq-ma:b=4,decode=identity", "vqsgd"]
+"""``sstq-fl compare``'s encoders when ``--encoders`` is not given."""
+DEMO_ENCODERS = ["clean", "privunit", "sqkr", "sstq-flat:b=4", "sstq-ma:b=4"]
+"""``sstq-fl demo``'s encoders."""
+DEMO_PRESET: dict[str, Any] = {"rounds": 20, "engine": "flower", "clip": 0.5, "lr": 0.5}
+"""``sstq-fl demo``'s settings where they differ from :class:`RunConfig`'s defaults (``rounds`` and ``engine`` are
+also its flags' defaults): a larger clip norm and learning rate than ``run``'s for 20 rounds of Fashion-MNIST."""
 
 
 def split_task(task: str) -> tuple[str, str] | None:
