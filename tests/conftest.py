@@ -50,9 +50,10 @@ def flower_log():
 
 
 RAY_TESTS = (
-    "tests/examples/", "tests/experiments/test_sweep.py", "tests/fl/test_flower.py", "tests/fl/test_flower_inputs.py",
-    "tests/fl/test_flower_logs.py", "tests/fl/test_flwr_run.py", "tests/flower/test_cohort.py", "tests/flower/test_plumbing.py",
-    "tests/fl/test_flower_client_ledger.py", "tests/test_cli_inputs.py", "tests/tracking/test_tracking_flower.py",
+    "tests/examples/", "tests/experiments/test_sweep.py", "tests/flower/test_simulation.py", "tests/flower/test_inputs.py",
+    "tests/flower/test_logs.py", "tests/flower/test_flwr_run.py", "tests/flower/test_cohort.py", "tests/flower/test_plumbing.py",
+    "tests/flower/test_client_ledger_simulation.py", "tests/test_cli_inputs.py", "tests/flower/test_run_tracking.py",
+    "tests/flower/test_secagg.py",
 )
 """Modules whose tests start Ray (Flower's simulation runtime, ``flwr run``, Ray sweeps); in the generative
 pipelines' modules, the tests named ``*flower*``.  Under ``pytest -n 2 --dist loadgroup`` (scripts/test.sh) they run

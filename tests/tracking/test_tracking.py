@@ -243,17 +243,6 @@ def test_a_missing_package_is_one_line_naming_the_extra(tmp_path, capsys, monkey
         assert not (tmp_path / "o").exists()
 
 
-def test_the_flower_run_config_reads_log_to(tmp_path):
-    from sstq_fl.flower.run_config import config_from_run_config, tracking_from_run_config
-
-    rc = {"task": "lsq", "log-to": f"tensorboard:{tmp_path}"}
-    assert config_from_run_config(rc)[0].task == "lsq"
-    assert tracking_from_run_config(rc).log_to == f"tensorboard:{tmp_path}"
-    assert tracking_from_run_config({"log-to": ""}).log_to is None
-    with pytest.raises(ValueError, match="unknown tracker 'x'"):
-        tracking_from_run_config({"log-to": "x:y"})
-
-
 def test_neither_package_is_imported_unless_its_back_end_is_chosen():
     code = ("import sys; import sstq_fl.tracking as t, sstq_fl.fl.engine, sstq_fl.cli; "
             "t.check_spec('tensorboard:x'); t.check_spec('mlflow:x'); t.open_tracker(None); "

@@ -10,8 +10,8 @@ pytest.importorskip("flwr")
 from sstq_fl.fl.engine import RunConfig, run  # noqa: E402
 from sstq_fl.flower.apps.sstq_server import run_flower  # noqa: E402
 
-from ..flower.faults import faulty_app  # noqa: E402
-from .test_engine import same_rounds  # noqa: E402
+from ..fl.test_engine import same_rounds  # noqa: E402
+from .faults import faulty_app  # noqa: E402
 
 CFG = dict(task="lsq", dim=20, n=400, clients=8, batch=20, clip=1.0, lr=0.5, rounds=4, encoder="sstq-flat:b=4")
 

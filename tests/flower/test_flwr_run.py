@@ -19,7 +19,7 @@ import pytest
 
 from sstq_fl.fl.engine import RunConfig, run
 
-from .test_engine import same_rounds
+from ..fl.test_engine import same_rounds
 
 ROOT = Path(__file__).resolve().parents[2]
 # reproducible randomness, so that the numbers can be compared with the vectorized engine (the app default is secure)
@@ -93,7 +93,7 @@ def _run_status(env: dict[str, str], stdout: str, cwd: Path) -> dict:
 @pytest.mark.slow  # a flwr run, ~40 s: kept out of CI's 20 minutes (run with -m slow)
 def test_flwr_run_with_fewer_supernodes_than_clients_fails_at_once(tmp_path):
     """``num-supernodes`` < ``clients`` fails at the first round with a clear message in the stream
-    (it waited 120 s for the missing nodes; more nodes than clients: tests/fl/test_flower_inputs.py).
+    (it waited 120 s for the missing nodes; more nodes than clients: tests/flower/test_inputs.py).
 
     ``flwr run``'s exit status stays 0 (Flower 1.42: it says the run was submitted and its log
     stream ended; the outcome is the run's status, ``finished:failed`` here)."""

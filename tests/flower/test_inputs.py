@@ -19,6 +19,7 @@ import pytest
 from flwr.app import ConfigRecord, Message, MessageType, Metadata, RecordDict
 from flwr.app.message.message import make_message
 
+from sstq_fl.cli import main
 from sstq_fl.fl.engine import RunConfig, Trainer
 from sstq_fl.flower.plumbing import (
     RUN_SIMULATION_DEPRECATION,
@@ -28,6 +29,8 @@ from sstq_fl.flower.plumbing import (
     _without_run_simulation_deprecation,
     discover,
 )
+
+from ..test_cli_inputs import run_args
 
 
 class SizedGrid:
@@ -154,3 +157,17 @@ def test_one_ctrl_c_stops_a_flower_run_promptly(tmp_path):
     left = _ray_processes(ray_tmp)
     shutil.rmtree(ray_tmp, ignore_errors=True)
     assert not left, left
+
+
+def test_a_keyboard_interrupt_from_the_flower_engine_gets_the_same_line(tmp_path, monkeypatch, capsys):
+    import sstq_fl.flower.apps.sstq_server as server
+
+    def interrupted(cfg, out, resume=False, progress=None, keep_checkpoints=False):
+        (out / "checkpoint.json").parent.mkdir(parents=True, exist_ok=True)
+        (out / "checkpoint.json").write_text(json.dumps({"round": 2}))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(server, "run_flower", interrupted)
+    assert main(run_args(tmp_path / "f", "--engine", "flower")) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "interrupted after round 2: rerun with --resume"
+

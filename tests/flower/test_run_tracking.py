@@ -11,7 +11,7 @@ pytest.importorskip("flwr")
 from sstq_fl.experiments.compare import compare  # noqa: E402
 from sstq_fl.fl.engine import RunConfig  # noqa: E402
 
-from .test_tracking import close, history, mlflow_runs, published  # noqa: E402
+from ..tracking.test_tracking import close, history, mlflow_runs, published  # noqa: E402
 
 pytest.importorskip("tensorboard")
 pytest.importorskip("mlflow")
