@@ -45,7 +45,9 @@ print("both engines: test accuracy", [r["test_accuracy"] for r in f["rounds"]], 
 PY
 
 step "sstq-fl encoders check (built-ins and the template plug-in)"
-"$WORK/venv/bin/python" -m pip install --quiet -c "$ROOT/constraints.txt" "$ROOT/examples/encoder-plugin"
+cp -r "$ROOT/examples/encoder-plugin" "$WORK/encoder-plugin"   # setuptools builds in the source tree: a private copy
+rm -rf "$WORK/encoder-plugin/build" "$WORK"/encoder-plugin/*.egg-info
+"$WORK/venv/bin/python" -m pip install --quiet -c "$ROOT/constraints.txt" "$WORK/encoder-plugin"
 "$SSTQ" encoders | grep -F "[plug-in sstq-fl-encoder-template 0.1.0]"
 for spec in sstq-flat:b=4 sqkr template-rr; do "$SSTQ" encoders check "$spec"; done
 

@@ -3,7 +3,7 @@ average in the encoder's accumulation space, cap the norm, and charge the ledger
 
 The in-process engine (:class:`sstq_fl.fl.engine.Trainer`) and the Flower strategy wrapper
 (:class:`sstq_fl.flower.LdpDecoding`) both call :func:`decode_mean` and :func:`charge_joins`, so
-the same bytes give the same aggregate on both (tests/fl/test_flower.py checks it to 1e-6).
+the same bytes give the same aggregate on both (tests/flower/test_simulation.py checks it to 1e-6).
 
 The mean of ``n`` unbiased per-message estimates ``x̂_i`` (Feldman & Talwar 2021; Chen, Kairouz &
 Özgür 2020) is unbiased for the mean of the clipped inputs, with variance ``(1/n²) Σ Var(x̂_i)``.

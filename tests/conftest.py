@@ -51,30 +51,21 @@ def flower_log():
     flower.removeHandler(handler)
 
 
-RAY_TESTS = (
-    "tests/examples/", "tests/experiments/test_sweep.py", "tests/fl/test_flower.py", "tests/fl/test_flower_inputs.py",
-    "tests/fl/test_flower_logs.py", "tests/fl/test_flwr_run.py", "tests/flower/test_cohort.py", "tests/flower/test_simulation.py",
-    "tests/fl/test_flower_client_ledger.py", "tests/test_cli_inputs.py", "tests/tracking/test_tracking_flower.py",
-)
-"""Modules whose tests start Ray (Flower's simulation runtime, ``flwr run``, Ray sweeps); in the generative
-pipelines' modules, the tests named ``*flower*``.  Under ``pytest -n 2 --dist loadgroup`` (scripts/test.sh) they run
-one after another on one worker, so no two Ray clusters compete for the two cores under the runs' round timeouts (a
-``ray start --head`` of a test writes its address under its own ``--temp-dir``, where no other ``ray.init()`` looks).
-``tests/deployment/`` (real SuperLink/SuperNode processes, no Ray) is a group of its own, so it runs beside them on
-the other worker."""
-
-
 def xdist_group(nodeid: str) -> str | None:
-    """The xdist group of a test: ``"deployment"``, ``"ray"`` or none (:data:`RAY_TESTS`)."""
-    if nodeid.startswith("tests/deployment/"):
-        return "deployment"
-    if nodeid.startswith(RAY_TESTS) or (nodeid.startswith("tests/gen/") and "flower" in nodeid.split("::", 1)[-1]):
-        return "ray"
-    return None
+    """The xdist group of a test: ``"deployment"`` for ``tests/deployment/``, else none.
+
+    Under ``pytest -n 2 --dist loadgroup`` (scripts/test.sh) a group's tests run one after another on one worker.
+    ``tests/deployment/`` (real SuperLink/SuperNode processes under a round timeout) is one group, so that its two
+    federations never run at once.  The tests that start Ray (Flower's simulation engine, ``flwr run``, Ray sweeps;
+    most of them in ``tests/flower/``) are in none: each starts its own local cluster (``ray.init()``; a
+    ``ray start --head`` of a test writes its address under its own ``--temp-dir``, where no other ``ray.init()``
+    looks; ``flwr run`` gets a private ``FLWR_HOME`` and free ports), stops only its own processes, and runs under
+    the default round timeout (600 s), so two of them on the two workers neither meet nor time out."""
+    return "deployment" if nodeid.startswith("tests/deployment/") else None
 
 
 def pytest_collection_modifyitems(config, items):
-    """Put the tests that start Ray or Flower processes in their xdist groups (a no-op without pytest-xdist)."""
+    """Put the tests that start Flower deployments in their xdist group (a no-op without pytest-xdist)."""
     for item in items:
         group = xdist_group(item.nodeid)
         if group is not None:

@@ -56,19 +56,6 @@ def test_ctrl_c_stops_with_one_line_and_resume_completes_identically(tmp_path, c
     assert got["final"]["epsilon_total"] == ref["final"]["epsilon_total"]
 
 
-def test_a_keyboard_interrupt_from_the_flower_engine_gets_the_same_line(tmp_path, monkeypatch, capsys):
-    import sstq_fl.flower.apps.sstq_server as server
-
-    def interrupted(cfg, out, resume=False, progress=None, keep_checkpoints=False):
-        (out / "checkpoint.json").parent.mkdir(parents=True, exist_ok=True)
-        (out / "checkpoint.json").write_text(json.dumps({"round": 2}))
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(server, "run_flower", interrupted)
-    assert main(run_args(tmp_path / "f", "--engine", "flower")) == 130
-    assert capsys.readouterr().err.strip().splitlines()[-1] == "interrupted after round 2: rerun with --resume"
-
-
 def test_ctrl_c_during_compare_names_the_round_and_resume_finishes(tmp_path, monkeypatch, capsys):
     from sstq_fl.fl.engine import Trainer
 
@@ -264,7 +251,6 @@ def test_bench_interrupt_is_one_line(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(mse, "measure", boom)
     assert main(["bench", "mse-vs-dim", "--dims", "8", "--trials", "2", "--out", str(tmp_path / "e.json")]) == 130
     assert capsys.readouterr().err.strip() == "interrupted"
-
 
 
 def test_readme_states_the_demo_settings_that_differ_from_run_defaults():

@@ -125,7 +125,9 @@ def _reference_with_dropout(cfg: dict, out: Path, missing: dict[int, list[int]])
 
 
 def test_crashed_supernode_rejoins_and_a_restarted_server_resumes(tmp_path, federations):
-    timeout = 45  # round timeout: well above a normal round here (~25 s with three ClientApps on two cores)
+    # round 1's timeout: well above a normal round here (~25 s with three ClientApps on two cores) and below the
+    # SuperLink's heartbeat window (2 x 30 s), so that the crashed node is left out by the timeout
+    timeout = 45
     fed = federations("faults", tls=False,
                       # partition 1's ClientApp dawdles in round 1, so the SIGKILL surely lands mid-round;
                       client_env={"SSTQ_FL_FAULTS": json.dumps([{"client": 1, "round": 1, "kind": "sleep:300"}])})
@@ -147,21 +149,22 @@ def test_crashed_supernode_rejoins_and_a_restarted_server_resumes(tmp_path, fede
     waited = time.time() - t_kill
     assert waited < timeout + 30, f"round 1 took {waited:.0f} s after the crash (round timeout {timeout} s)"
 
-    # round 2 runs with the new SuperNode; the server side crashes once the ClientApps work on round 3
-    # (had it crashed before they fetched round 3, they would fetch it from the restarted SuperLink's
-    # database and spend the time on it that the resumed run needs)
-    wait_until(lambda: _checkpoint_round(out) >= 2, 300, "round 2 to finish")
+    # the server side crashes once the ClientApps (the new SuperNode's among them) work on round 2 (had it crashed
+    # before they fetched round 2, they would fetch it from the restarted SuperLink's database and spend the time on
+    # it that the resumed run needs)
     for k in range(CFG["clients"]):
         node = fed.nodes[k]
-        node.wait_for(r"Start `flwr-clientapp` process", 120, start=node.wait_for(r"ROUND 3\]", 120))
+        node.wait_for(r"Start `flwr-clientapp` process", 120, start=node.wait_for(r"ROUND 2\]", 120))
     assert fed.superlink is not None
     fed.superlink.signal_group(signal.SIGKILL)
     fed.kill_runtime(signal.SIGKILL)  # the SuperLink's SuperExec and the ServerApp (sessions of their own)
     first.p.wait(60)
-    assert _checkpoint_round(out) == 2
+    assert _checkpoint_round(out) == 1
 
     fed.start_superlink(database=db)  # same port and database: the SuperNodes reconnect
-    second = fed.run(_run_config(CFG, out, resume=True, **{"round-timeout": float(timeout)}), timeout=420, app=app)
+    # rounds 2 and 3 in the resumed run, whose round timeout (its run config's, over the SuperLink's) leaves a
+    # loaded machine's slow rounds in: no client is left out there (at 45 s a round 2 under load once was)
+    second = fed.run(_run_config(CFG, out, resume=True, **{"round-timeout": 300.0}), timeout=720, app=app)
     assert second.p.returncode == 0, second.text()[-3000:]
 
     got = _metrics(out)["rounds"]

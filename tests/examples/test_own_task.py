@@ -2,7 +2,7 @@
 trained by the vectorized engine, by the Flower engine (one client per simulated node, the task named by
 its file) and by cohort nodes (two virtual clients per node, the task named ``MODULE:NAME`` and found on
 the driver's ``sys.path``, which the Ray workers must see too).  In reproducible mode each Flower run's
-per-round metrics are the vectorized engine's, as for the built-in tasks (tests/fl/test_flower.py)."""
+per-round metrics are the vectorized engine's, as for the built-in tasks (tests/flower/test_engine.py)."""
 
 import math
 import os

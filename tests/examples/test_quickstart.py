@@ -5,7 +5,7 @@ Adopting the encoder is the client mod and the strategy wrapper (plus the encode
 keys): at most ``MAX_CHANGED`` lines differ between the two folders, counting every removed and
 every added line of a unified diff (a changed line counts twice; the pyproject ``name`` line
 included).  Each app runs through ``flwr run <folder> --stream`` on Flower's local simulation
-SuperLink (private ``FLWR_HOME``, stopped afterwards), as in tests/fl/test_flwr_run.py.
+SuperLink (private ``FLWR_HOME``, stopped afterwards), as in tests/flower/test_flwr_run.py.
 """
 
 import difflib
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fl.test_flwr_run import _flwr_env, _kill_superlink, _run_status
+from tests.flower.test_flwr_run import _flwr_env, _kill_superlink, _run_status
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAIN, LDP = ROOT / "examples" / "quickstart-pytorch", ROOT / "examples" / "quickstart-ldp"

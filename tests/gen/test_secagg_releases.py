@@ -1,12 +1,10 @@
 """Generative releases under ``--trust secagg``: the record-level secure sum (:mod:`sstq_fl.secagg.records`), its
-event on the ledger, the client's share task, and the pipelines' option."""
+event on the ledger and the pipelines' option (the Flower client's share task: tests/flower/apps/test_gen_client.py)."""
 
 from __future__ import annotations
 
 import itertools
-import json
 import math
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -245,58 +243,6 @@ def test_a_missing_share_releases_nothing():
     with pytest.raises(ValueError, match="add_or_remove_one"):
         DPRunner(InProcessPool(DATA), "t", "replace_one").secure_release(
             "s", "stats.class_sums", {}, {}, BOUND, _secure("add_or_remove_one"), SHAPES)
-
-
-def _gen(task: str, config: dict) -> object:
-    from flwr.app import ArrayRecord, ConfigRecord, Metadata, RecordDict
-    from flwr.app.message.message import make_message
-
-    md = Metadata(run_id=1, message_id="g1", src_node_id=0, dst_node_id=1, reply_to_message_id="", group_id="",
-                  created_at=time.time(), ttl=600.0, message_type="train.gen")
-    req = ConfigRecord({"task": task, "config": json.dumps({"randomness": "reproducible", **config}),
-                        "data": DATA.to_json(), "seed": 0, "round": 0})
-    return make_message(md, content=RecordDict({"request": req, "payload": ArrayRecord()}))
-
-
-def test_a_share_needs_the_opt_in_on_flower_and_then_carries_nothing_but_the_share(run_identity):
-    """No ``trust-aggregator``: the raw sums and the share are both refused (``train.gen`` runs no SecAgg+, so the
-    server would see the share unmasked).  With it, the share is sent (int64 in Z_m, nothing else) and the client's
-    own ledger is charged with the event it computes from the release it applied."""
-    from flwr.app import Context, RecordDict
-
-    from sstq_fl.flower import client_ledger as cl
-    from sstq_fl.flower.apps.gen_client import NOT_TRUSTED
-    from sstq_fl.flower.apps.sstq_client import app
-    from sstq_fl.gen.releases import SECAGG, SECAGG_ROUND_SEED, SECAGG_SHAPES, SECAGG_TASK, SHARE_TASK
-    from sstq_fl.gen.runner import feeds
-
-    ctx = Context(run_id=1, node_id=101, node_config={"partition-id": 1, "num-partitions": 4}, state=RecordDict(),
-                  run_config={})
-    raw = app(_gen("stats.class_sums", {"bound": BOUND, **feeds(GaussianEvent(1.0))}), ctx)
-    assert raw.has_error() and NOT_TRUSTED in raw.error.reason and cl.load(ctx, 1).messages == 0
-    rel = _secure()
-    config = {"bound": BOUND, SECAGG_TASK: "stats.class_sums", SECAGG: json.dumps(rel.to_json()),
-              SECAGG_SHAPES: json.dumps({k: list(v) for k, v in SHAPES.items()}), SECAGG_ROUND_SEED: 5}
-    refused = app(_gen(SHARE_TASK, config), ctx)
-    assert refused.has_error() and NOT_TRUSTED in refused.error.reason and "unmasked" in refused.error.reason
-    assert cl.load(ctx, 1).messages == 0
-    ctx = Context(run_id=1, node_id=101, state=RecordDict(), run_config={},
-                  node_config={"partition-id": 1, "num-partitions": 4, "trust-aggregator": True})
-    reply = app(_gen(SHARE_TASK, config), ctx)
-    assert not reply.has_error(), reply.error.reason if reply.has_error() else ""
-    result = reply.content.array_records["result"]
-    assert set(result) == {"share"}
-    share = result["share"].numpy()
-    assert share.dtype == np.int64 and share.shape == (rel.padded,) and 0 <= share.min() and share.max() < 2**32
-    led = cl.load(ctx, 1)
-    assert led.messages == 1 and led.ledger.entries[0].event == rel.event()
-    # a share of anything but an additive task, of the wrong shapes or of no release fails on the client (an error
-    # reply in a Flower process) and nothing is charged or sent
-    for bad in ({**config, SECAGG_TASK: "labels.randomized_response", "epsilon": 1.0},
-                {**config, SECAGG_SHAPES: json.dumps({"counts": [10]})}, {k: v for k, v in config.items() if k != SECAGG}):
-        with pytest.raises((ValueError, KeyError), match="additive task|expected the arrays|secagg"):
-            app(_gen(SHARE_TASK, bad), ctx)
-    assert cl.load(ctx, 1).messages == 1
 
 
 # ----------------------------------------------------------------------------- the option

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,9 +15,13 @@ TEMPLATE = Path(__file__).parents[2] / "examples" / "encoder-plugin"
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     target = tmp_path_factory.mktemp("site")
+    build = tmp_path_factory.mktemp("build")
+    source = shutil.copytree(TEMPLATE, build / "encoder-plugin", ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    # setuptools builds in the source tree: a private copy, never shared with the wheel smoke (scripts/wheel_smoke.sh,
+    # beside the tests in scripts/test.sh) or a stale build/ folder
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--no-index", "--target", str(target), str(TEMPLATE)], check=True,
-                   cwd=tmp_path_factory.mktemp("build"), env={**os.environ, "PIP_NO_CACHE_DIR": "1"})
+                    "--no-index", "--target", str(target), str(source)], check=True, cwd=build,
+                   env={**os.environ, "PIP_NO_CACHE_DIR": "1"})
     assert list(target.glob("sstq_fl_encoder_template-*.dist-info/entry_points.txt"))
     return target
 

@@ -25,7 +25,7 @@ ArrayRecord ``arrays`` (key ``theta``), the round as ``server-round``, the clien
   per SuperNode.
 * :class:`RunRecorder` is the ``evaluate_fn``: it evaluates ``θ`` and, after each round, records
   the round, checkpoints atomically and rewrites the transcript (``Trainer.complete_round``), so
-  the same config and seed give the in-process engine's metrics (tests/fl/test_flower.py).
+  the same config and seed give the in-process engine's metrics (tests/flower/test_simulation.py).
 
 Entry points: ``app`` (``flwr run .``, configured from ``[tool.flwr.app.config]``; the run-config
 key ``workload`` selects training or a DP generative workload) and :func:`run_flower` /

@@ -25,6 +25,7 @@ from sstq_fl.flower.cohort import refusals
 from sstq_fl.gen.runner import CLIENT_TASKS, feeds, registered_task
 from sstq_fl.privacy.events import GaussianEvent, PrivacyEvent, RandomizedResponseEvent
 
+from ...gen.test_secagg_releases import BOUND, SHAPES, _secure
 from ..test_cohort import CFG as COHORT_CFG
 from ..test_cohort import _msg as cohort_msg
 
@@ -172,3 +173,39 @@ def test_no_handler_of_the_shipped_client_app_bypasses_the_ledger(run_identity, 
         ctx = _context(**{TRUST_AGGREGATOR: True, **SPENT})
         check(built, ctx)
         assert cl.clients_in_state(ctx) == [], name
+
+
+def test_a_share_needs_the_opt_in_on_flower_and_then_carries_nothing_but_the_share(run_identity):
+    """No ``trust-aggregator``: the raw sums and the share are both refused (``train.gen`` runs no SecAgg+, so the
+    server would see the share unmasked).  With it, the share is sent (int64 in Z_m, nothing else) and the client's
+    own ledger is charged with the event it computes from the release it applied."""
+    from sstq_fl.gen.releases import SECAGG, SECAGG_ROUND_SEED, SECAGG_SHAPES, SECAGG_TASK, SHARE_TASK
+
+    ctx = Context(run_id=1, node_id=101, node_config={"partition-id": 1, "num-partitions": 4}, state=RecordDict(),
+                  run_config={})
+    raw = app(_gen("stats.class_sums", {"bound": BOUND, **feeds(GaussianEvent(1.0))}), ctx)
+    assert raw.has_error() and NOT_TRUSTED in raw.error.reason and cl.load(ctx, 1).messages == 0
+    rel = _secure()
+    config = {"bound": BOUND, SECAGG_TASK: "stats.class_sums", SECAGG: json.dumps(rel.to_json()),
+              SECAGG_SHAPES: json.dumps({k: list(v) for k, v in SHAPES.items()}), SECAGG_ROUND_SEED: 5}
+    refused = app(_gen(SHARE_TASK, config), ctx)
+    assert refused.has_error() and NOT_TRUSTED in refused.error.reason and "unmasked" in refused.error.reason
+    assert cl.load(ctx, 1).messages == 0
+    ctx = Context(run_id=1, node_id=101, state=RecordDict(), run_config={},
+                  node_config={"partition-id": 1, "num-partitions": 4, "trust-aggregator": True})
+    reply = app(_gen(SHARE_TASK, config), ctx)
+    assert not reply.has_error(), reply.error.reason if reply.has_error() else ""
+    result = reply.content.array_records["result"]
+    assert set(result) == {"share"}
+    share = result["share"].numpy()
+    assert share.dtype == np.int64 and share.shape == (rel.padded,) and 0 <= share.min() and share.max() < 2**32
+    led = cl.load(ctx, 1)
+    assert led.messages == 1 and led.ledger.entries[0].event == rel.event()
+    # a share of anything but an additive task, of the wrong shapes or of no release fails on the client (an error
+    # reply in a Flower process) and nothing is charged or sent
+    for bad in ({**config, SECAGG_TASK: "labels.randomized_response", "epsilon": 1.0},
+                {**config, SECAGG_SHAPES: json.dumps({"counts": [10]})}, {k: v for k, v in config.items() if k != SECAGG}):
+        with pytest.raises((ValueError, KeyError), match="additive task|expected the arrays|secagg"):
+            app(_gen(SHARE_TASK, bad), ctx)
+    assert cl.load(ctx, 1).messages == 1
+
