@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ..checks import check_array, torch_device
+from ..data.partitioners import PARTITIONERS
 from ..options import Options, option
-from .partitioners import PARTITIONERS
 
 RANDOMNESS_HELP = ("secure: each client keys its coins and minibatches with a fresh OS-CSPRNG key it never sends, and "
                    "the server samples from the OS CSPRNG (the LDP guarantee holds against the server); reproducible: "
