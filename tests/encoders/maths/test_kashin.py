@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from sstq_fl.bench.kashin import certified_level, flat_vector, natural_inputs, sphere_search, walsh_flats
-from sstq_fl.bench.mse import test_vector as e1_vector
 from sstq_fl.encoders import make_encoder
 from sstq_fl.encoders.maths.frames import make_frame
 from sstq_fl.encoders.maths.kashin import LINF_LEVEL, KashinConfig, kashin
 from sstq_fl.encoders.maths.kashin_levels import achieved_level, adversarial_inputs
 from sstq_fl.encoders.maths.linf_min import dual_bound, linf_min
+from sstq_fl.encoders.recommend import e1_vector
 
 from ...conftest import unit_rows
 
