@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check sstq_fl tests benchmarks clients strategies docker examples scripts
+.venv/bin/ruff check sstq_fl tests benchmarks docker examples scripts
 .venv/bin/mypy
 .venv/bin/python -m pytest -q -n 2 --dist loadgroup "$@"   # 2 workers; Ray/Flower tests share one (tests/conftest.py)
 bash scripts/wheel_smoke.sh

@@ -128,7 +128,8 @@ def test_pyproject_app_config_is_a_valid_runconfig():
     from sstq_fl.flower.apps.sstq_server import config_from_run_config
 
     conf = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
-    assert conf["components"] == {"serverapp": "strategies.sstq_server:app", "clientapp": "clients.sstq_client:app"}
+    assert conf["components"] == {"serverapp": "sstq_fl.flower.apps.sstq_server:app",
+                                  "clientapp": "sstq_fl.flower.apps.sstq_client:app"}
     cfg, _, resume = config_from_run_config(conf["config"])
     assert cfg.task == "fmnist" and not resume
     assert cfg.randomness == "secure" and not cfg.diagnostics  # the deployment default
