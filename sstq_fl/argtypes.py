@@ -70,17 +70,6 @@ def resource_amount(s: str) -> float:
     return float_in(s, lambda v: 0.0 <= v < float("inf"), "a finite number ≥ 0")
 
 
-def input_kinds(s: str) -> list[str]:
-    """argparse type for ``bench encode-speed --inputs``: comma-separated input kinds, each known, none twice."""
-    from .bench.timing import INPUT_KINDS
-
-    out = [v.strip() for v in s.split(",") if v.strip()]
-    bad = [v for v in out if v not in INPUT_KINDS]
-    if bad or len(set(out)) != len(out):
-        raise argparse.ArgumentTypeError(f"expected distinct input kinds from {', '.join(INPUT_KINDS)}, got {s!r}")
-    return out
-
-
 def item_list(s: str) -> list[str]:
     """argparse type for a space- or ';'-separated list: at least one item (leave the option out for the default)."""
     out = [v.strip() for v in s.split(";" if ";" in s else " ") if v.strip()]

@@ -1,8 +1,8 @@
 """The end of an ``sstq-fl`` process: what an exit does that matters, without the interpreter's teardown.
 
-Python's teardown frees every loaded module's objects; once torch is loaded it takes 0.4–0.6 s
-(measured on 2 cores: a process ends 21 ms after its last statement with :func:`run_and_exit`,
-440–620 ms without), a cost of every command that produces nothing.
+Python's teardown frees every loaded module's objects, one by one: once torch is loaded that is a large
+share of a short command's time (``benchmarks/results/cli_startup.json``), a cost of every command that
+produces nothing.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The package's import structure: no import cycles, no private names imported across packages and every
-internal import resolves (that Flower stays at the edges is ``tests/test_backends.py``'s check).
+"""The package's import structure: no import cycles, no two units importing each other, no private names
+imported across packages and every internal import resolves (that Flower stays at the edges is
+``tests/test_backends.py``'s check).
 
 The import graph is built with :mod:`ast` over every module of ``sstq_fl`` (imports inside
 functions included, ``if TYPE_CHECKING:`` blocks excluded).  Importing ``a.b.c`` also runs the
@@ -130,6 +131,37 @@ def _package_of(module: str, modules: dict[str, Path]) -> str:
 def test_the_package_has_no_import_cycles() -> None:
     graph, _ = import_graph()
     assert _cycles(graph) == []
+
+
+def _unit(module: str) -> str:
+    """The unit a module belongs to: its subpackage of ``sstq_fl`` (``sstq_fl.fl``), or itself for a top-level module."""
+    return ".".join(module.split(".")[:2])
+
+
+def _mutual_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Each pair of units (subpackages and top-level modules of ``sstq_fl``) importing each other, with one edge each
+    way (the package's own ``__init__`` is no unit: it only names the public API)."""
+    edges: dict[tuple[str, str], tuple[str, str]] = {}
+    for importer, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            pair = (_unit(importer), _unit(target))
+            if pair[0] != pair[1] and PACKAGE not in pair:
+                edges.setdefault(pair, (importer, target))
+    return [f"{a} <-> {b}: {' -> '.join(edges[a, b])} and {' -> '.join(edges[b, a])}"
+            for a, b in sorted(edges) if a < b and (b, a) in edges]
+
+
+def test_no_two_units_import_each_other() -> None:
+    """Each subpackage and top-level module imports the others in one direction only (imports in functions count)."""
+    graph, _ = import_graph()
+    assert _mutual_imports(graph) == []
+
+
+def test_a_mutual_import_is_named_with_an_edge_each_way() -> None:
+    graph = {"sstq_fl.fl.clients": {"sstq_fl.data.workload"}, "sstq_fl.data.workload": {"sstq_fl.fl.config"},
+             "sstq_fl.fl.config": set(), "sstq_fl.rng": {"sstq_fl"}, "sstq_fl": {"sstq_fl.rng"}}
+    assert _mutual_imports(graph) == ["sstq_fl.data <-> sstq_fl.fl: sstq_fl.data.workload -> sstq_fl.fl.config and "
+                                      "sstq_fl.fl.clients -> sstq_fl.data.workload"]
 
 
 def test_no_private_name_is_imported_from_another_package() -> None:

@@ -2,7 +2,7 @@
 
 For each dimension ``d`` and per-message ``ε``, every registered encoder (plug-ins included) is built at each
 candidate of :func:`sstq_fl.encoders.recommend.candidate_specs` (its default and its width/coin variants); the
-input is E1's vector (a fixed Gaussian direction, :func:`sstq_fl.bench.mse.test_vector`) at norm ``R``.  A point
+input is E1's vector (a fixed Gaussian direction, :func:`sstq_fl.encoders.recommend.e1_vector`) at norm ``R``.  A point
 is ``E‖x̂ − x‖²`` of one message: the declared MSE where the encoder is unbiased and declares it (``exact``),
 else the mean over ``trials`` messages with a 95 % bootstrap interval (``measured``; for a biased encoder this
 includes its squared bias).  A measured candidate whose ``trials`` messages would take more than ``max_point_s``
@@ -25,10 +25,10 @@ import torch
 
 from ..encoders import registry
 from ..encoders.base import Encoder
-from ..encoders.recommend import CostGate, build, candidate_specs, decoded, exact_mse
+from ..encoders.recommend import CostGate, build, candidate_specs, decoded, e1_vector, exact_mse
 from ..io import atomic_write_bytes, atomic_write_json, no_duplicate_keys, run_meta
 from ..progress import progress
-from .mse import CI_METHOD, bootstrap_interval, test_vector
+from .mse import CI_METHOD, bootstrap_interval
 
 log = logging.getLogger(__name__)
 BUDGETS = (8, 16, 32, 64)
@@ -62,7 +62,7 @@ def point(name: str, spec: str, enc: Encoder, x: torch.Tensor, trials: int, gate
 def sweep_setting(d: int, epsilon: float, radius: float, trials: int, max_point_s: float,
                   names: list[str]) -> list[dict[str, Any]]:
     """Every candidate of every encoder named, at one ``(d, ε)``."""
-    x, rows = test_vector(d, radius), []
+    x, rows = e1_vector(d, radius), []
     reg = registry()
     for name in names:
         built = {s: e for s in candidate_specs(name, reg[name], d) if (e := build(s, d, epsilon, radius)) is not None}

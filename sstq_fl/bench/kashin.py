@@ -37,8 +37,8 @@ from .. import rng
 from ..encoders.maths.frames import Frame, HadamardFrame, make_frame
 from ..encoders.maths.kashin import LINF_LEVEL, KashinConfig, kashin
 from ..encoders.maths.linf_min import dual_bound, linf_min
+from ..encoders.recommend import e1_vector
 from ..io import atomic_write_json, run_meta
-from .mse import test_vector
 
 
 def certified_level(frame: Frame, y: torch.Tensor) -> torch.Tensor:
@@ -124,11 +124,11 @@ def sphere_search(frame: Frame, y: torch.Tensor, iters: int = 600, step: float =
 
 
 def natural_inputs(frame: Frame, n_gauss: int = 4, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Gaussian inputs, the E1 test vector (``test_vector(d, 0.2)``), frame rows, coordinate vectors."""
+    """Gaussian inputs, the E1 test vector (``e1_vector(d, 0.2)``), frame rows, coordinate vectors."""
     seeds = np.arange(seed, seed + n_gauss, dtype=np.uint64)
     gauss = torch.from_numpy(rng.normal(seeds, "kashin-search-gauss", frame.d))
     j = torch.from_numpy(rng.randint(seeds[:2], "kashin-search-rows", 1, frame.N)[:, 0])
-    return {"gaussian": gauss, "e1_vector": test_vector(frame.d, 0.2)[None], "frame_row": frame.rows(j),
+    return {"gaussian": gauss, "e1_vector": e1_vector(frame.d, 0.2)[None], "frame_row": frame.rows(j),
             "coordinate": torch.eye(frame.d, dtype=torch.float64)[:2]}
 
 

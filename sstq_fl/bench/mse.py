@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import rng
 from ..encoders import make_encoder, parse_spec, registry
+from ..encoders.recommend import e1_vector
 from ..experiments.results import privacy_label
 from ..io import atomic_write_json, run_meta
 from ..progress import progress
@@ -41,11 +41,6 @@ def with_bits(label: str, bits: int) -> str:
     if name in reg and "b" in reg[name].params and "b" not in params:
         params["b"] = str(bits)
     return name + (":" + ",".join(f"{k}={v}" for k, v in params.items()) if params else "")
-
-
-def test_vector(d: int, norm: float, seed: int = 0) -> torch.Tensor:
-    g = torch.from_numpy(rng.normal(np.array([seed], np.uint64), f"e1-vector-{d}", d)[0])
-    return g / torch.linalg.vector_norm(g) * norm
 
 
 CI_METHOD = "bootstrap percentile, 95%, 2000 resamples"
@@ -72,7 +67,7 @@ def measure(label: str, d: int, epsilon: float, bits: int, norm: float, trials: 
     if trials < 2:
         raise ValueError(f"mse-vs-dim needs at least 2 trials for an interval, got {trials}")
     enc = make_encoder(with_bits(label, bits), d, epsilon, radius=norm)
-    g = test_vector(d, norm)
+    g = e1_vector(d, norm)
     errs: list[torch.Tensor] = []
     exact: float | None = 0.0
     with progress(trials, f"{label} d={d} trials", level=logging.DEBUG) as bar:

@@ -8,6 +8,17 @@ import argparse
 from typing import Any
 
 
+def input_kinds(s: str) -> list[str]:
+    """argparse type for ``bench encode-speed --inputs``: comma-separated input kinds, each known, none twice."""
+    from .timing import INPUT_KINDS
+
+    out = [v.strip() for v in s.split(",") if v.strip()]
+    bad = [v for v in out if v not in INPUT_KINDS]
+    if bad or len(set(out)) != len(out):
+        raise argparse.ArgumentTypeError(f"expected distinct input kinds from {', '.join(INPUT_KINDS)}, got {s!r}")
+    return out
+
+
 def add_shuffle_parser(bs: Any, table: Any) -> None:
     """``bench shuffle`` (``table(rows, cols)`` prints a result table)."""
     from ..argtypes import out_file, positive_int, probability
@@ -62,7 +73,7 @@ def add_round_cost_parser(bs: Any, table: Any) -> None:
 
 def add_speed_parser(bs: Any, table: Any) -> None:
     """``bench encode-speed`` (``table(rows, cols)`` prints a result table)."""
-    from ..argtypes import DEVICE_HELP, device_arg, input_kinds, item_list, out_file, positive_float, positive_int
+    from ..argtypes import DEVICE_HELP, device_arg, item_list, out_file, positive_float, positive_int
 
     def cmd(args: argparse.Namespace) -> int:
         from ..checks import check_array

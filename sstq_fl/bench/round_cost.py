@@ -40,14 +40,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ..fl.partition import minibatches
+from ..fl.round_draws import minibatches
 from ..io import atomic_write_json, run_meta
 from ..stages import recording
 
 if TYPE_CHECKING:  # the engine is imported when a benchmark runs, not when the CLI is built
     from ..config.train import RunConfig
     from ..fl.engine import Trainer
-    from ..fl.task_base import Task
+    from ..fl.engine_task import EngineTask
 
 log = logging.getLogger("sstq_fl.bench")
 STAGES = ("gather", "gradients", "clip", "kashin", "encode", "wire", "unpack", "decode", "aggregate", "ledger",
@@ -88,7 +88,7 @@ def primitives(device: str, n_frame: int, chunk: int) -> dict[str, float]:
             "fwht_n": n_frame}
 
 
-def shaped_rate(task: Task, records: int, device: str = "cpu") -> float | None:
+def shaped_rate(task: EngineTask, records: int, device: str = "cpu") -> float | None:
     """FLOP/s of an MLP task's first-layer product over ``records`` rows on ``device`` (``None`` for other
     tasks)."""
     from ..fl.tasks import MLPTask
@@ -168,10 +168,10 @@ def stage_floors(facts: dict[str, Any], prim: dict[str, float], passes: float, k
 def reference_times(tr: Trainer, theta: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor) -> dict[str, float]:
     """The previous methods on one round's batch: ``vmap`` gradients, and Kashin with every row at once."""
     from ..encoders.maths.kashin import kashin
-    from ..fl.task_base import Task
+    from ..fl.engine_task import EngineTask
 
     task, clients = tr.task, xb.shape[0]
-    out = {"gradients": timed(lambda: Task.client_grads(task, theta, xb, yb), reps=1),
+    out = {"gradients": timed(lambda: EngineTask.client_grads(task, theta, xb, yb), reps=1),
            "gradients_now": timed(lambda: task.client_grads(theta, xb, yb), reps=1)}
     frame, cfg_k = getattr(tr.enc, "frame", None), getattr(tr.enc, "kashin_cfg", None)
     if frame is not None and cfg_k is not None:
@@ -187,7 +187,7 @@ def reference_times(tr: Trainer, theta: torch.Tensor, xb: torch.Tensor, yb: torc
     return out
 
 
-def cohort(base: RunConfig, task: Task, clients: int, rounds: int, prim: dict[str, float], reference: bool,
+def cohort(base: RunConfig, task: EngineTask, clients: int, rounds: int, prim: dict[str, float], reference: bool,
            sync: bool) -> dict[str, Any]:
     """One cohort size: stage times, floors, ratios (and the previous methods' times with ``reference``)."""
     from ..fl.engine import Trainer

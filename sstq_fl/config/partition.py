@@ -3,7 +3,7 @@
 The names and their meaning follow flwr-datasets' partitioners (Flower, flwr-datasets 0.5): ``iid``
 (IidPartitioner), ``dirichlet`` (DirichletPartitioner), ``shard`` (ShardPartitioner), ``pathological``
 (PathologicalPartitioner, its "random" class assignment) and ``natural-id`` (NaturalIdPartitioner).  The
-partitioner registry (:data:`sstq_fl.fl.partitioners.PARTITIONERS`) holds one function per name of
+partitioner registry (:data:`sstq_fl.data.partitioners.PARTITIONERS`) holds one function per name of
 :data:`PARTITIONS`; the training run (:class:`~sstq_fl.config.train.RunConfig`) takes every one of them, a DP
 generative pipeline (:class:`~sstq_fl.config.generative.PipelineConfig`) the label-only ones,
 :data:`GEN_PARTITIONS`.

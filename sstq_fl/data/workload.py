@@ -15,10 +15,10 @@ import numpy as np
 
 from .. import rng
 from ..config.partition import PartitionOptions
-from ..fl.partitioners import PARTITIONERS
 from ..privacy.dataset_ledger import dataset_digest
 from .idx import load_fashion_mnist
 from .mnist import load_private_split
+from .partitioners import PARTITIONERS
 
 
 def _stratified_shards(labels: np.ndarray, clients: int, seed: int) -> list[np.ndarray]:
@@ -33,7 +33,7 @@ def partition_records(labels: np.ndarray, clients: int, scheme: str = "iid", alp
                       seed: int = 0) -> list[np.ndarray]:
     """Record-level partition of the private set over ``clients`` simulated clients: ``scheme="iid"``
     (IID-stratified), ``"dirichlet"`` (each class split by Dirichlet(``alpha``) proportions, no client
-    without data) or another of :data:`~sstq_fl.fl.partitioners.PARTITIONERS` with its default options.
+    without data) or another of :data:`~sstq_fl.data.partitioners.PARTITIONERS` with its default options.
     Returns sorted, disjoint index arrays (their union is every record exactly once for iid and dirichlet)."""
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.size == 0 or not np.issubdtype(labels.dtype, np.integer):

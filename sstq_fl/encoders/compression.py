@@ -37,6 +37,7 @@ import numpy as np
 from .. import rng
 from ..lazy import lazy_module
 from .base import Encoder, Field, Messages, Param, WireError, register_encoder
+from .seeded import sampled_indices
 
 if TYPE_CHECKING:
     import torch
@@ -187,13 +188,7 @@ class RandK(CompressionOnly):
 
     def _indices(self, seeds: np.ndarray | None, coins: Any, n: int) -> torch.Tensor:
         """The ``k`` distinct coordinates of each client: from its public coin, or its own seed."""
-        if self.cfg["coin"] == "public":
-            if coins is None:
-                raise ValueError("randk with coin=public needs the public per-client coins")
-            c = rng.as_seeds(coins, n)
-            return torch.from_numpy(rng.sample_without_replacement(c, "randk-public-index", self.k, self.dim))
-        assert seeds is not None
-        return torch.from_numpy(rng.sample_without_replacement(seeds, "randk-index", self.k, self.dim))
+        return torch.from_numpy(sampled_indices(self, seeds, coins, n, self.k, self.dim))
 
     def _encode(self, x: torch.Tensor, seeds: np.ndarray, coins: Any) -> Messages:
         idx = self._indices(seeds, coins, x.shape[0]).to(x.device)

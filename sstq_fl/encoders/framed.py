@@ -24,9 +24,9 @@ search results, so at a chosen level no class declares ``unbiased``.  The one bo
 :meth:`~sstq_fl.encoders.maths.frames.Frame.certified_level`, ``√N max_j ‖Q_j‖`` (``√d`` on the one-stage frame):
 ``guarantee=unbiased`` makes it the public level, every input's minimum-norm start is then within it, nothing is
 ever clipped, and the instance declares ``unbiased``.  Its coefficients are one transform of every row with no
-branch on the data, so its encode time does not depend on the input in either randomness mode: at 100 clients of
-``d = 25,450`` a secure round takes 7.1 ms against the fixed schedule's 6.7 s (5.8 ms against 29.7 ms in
-reproducible mode; ``encode_speed_certified.json``).  The price is the level: at ``d = 100, 1,000, 10,000``
+branch on the data, so its encode time does not depend on the input in either randomness mode: one transform pair
+a row (``O(N log N)``) against the fixed schedule's whole iteration cap in secure mode
+(``benchmarks/results/frame_stack/encode_speed_certified.json``).  The price is the level: at ``d = 100, 1,000, 10,000``
 the exact MSE of ``sstq-flat:b=4`` is 14.6×, 141× and 1,412× the default level's, SQKR's 28×, 278× and
 2,774× (``benchmarks/results/frame_stack/e1_certified.json``): a representation that is flat
 by proof is not yet known at these sizes.

@@ -11,9 +11,8 @@ The authors assume ``‖x‖ = 1`` (no sign flip, ``R = 1``); for such inputs th
 **Projections** (``transform``).  ``dense``: ``W = √(d/k) Q^T`` with ``Q`` the ``d × k`` orthonormal factor
 of a Gaussian matrix, so the row space of ``W`` is uniform (Haar); the authors orthonormalise a matrix of
 *uniform* ``[0, 1)`` entries instead, whose row space leans towards ``(1, …, 1)``.  Drawing and
-orthonormalising ``W`` costs ``O(d k²)`` time and ``O(d k)`` memory on both sides (measured at ``d = 25,450``,
-``k = 1000`` on two shared cores: 33 s per client to encode, 25 s per message to decode, about 1 GB of
-temporaries): use ``srht`` there (6 ms and 2 ms).  ``srht`` (FastProjUnit): ``W = √(P/k) S (H/√P) D`` on the padded
+orthonormalising ``W`` costs ``O(d k²)`` time and ``O(d k)`` memory on both sides (about 1 GB of temporaries at
+``d = 25,450``, ``k = 1000``): use ``srht`` there.  ``srht`` (FastProjUnit): ``W = √(P/k) S (H/√P) D`` on the padded
 dimension ``P = 2^⌈log2 d⌉`` (``x`` zero-padded, the estimate's first ``d`` entries kept), ``D`` random
 signs, ``H`` Sylvester–Hadamard, ``S`` ``k`` rows drawn without replacement: ``O(P log P)`` per client.
 For ``d = P`` this is the authors' transform; they pad differently for other ``d``.

@@ -7,7 +7,7 @@ coins).  A candidate whose payload exceeds the budget, or that its encoder refus
 Each encoder keeps its best candidate.
 
 **The figure ranked** is the expected squared error of the decoded mean of ``n`` clients that all hold the
-same input ``x`` with ``‖x‖ = R`` (a fixed Gaussian direction, :func:`sstq_fl.bench.mse.test_vector`):
+same input ``x`` with ``‖x‖ = R`` (a fixed Gaussian direction, :func:`e1_vector`):
 
 * ``exact``: the encoder declares ``mse(x)`` and is unbiased (or unbiased unless clipped, and nothing was
   clipped): the messages are independent and unbiased, so the mean's error is ``mse(x)/n`` exactly;
@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import rng
 from .base import Encoder, make_encoder, registry
 
 WIDTH_VALUES: dict[str, tuple[int, ...]] = {
@@ -42,6 +43,14 @@ WIDTH_VALUES: dict[str, tuple[int, ...]] = {
 MAX_SCREEN_S = 10.0
 """A measured candidate whose screening messages would take longer than this here is not screened (unless no
 candidate is cheaper: then all are)."""
+
+
+
+def e1_vector(d: int, norm: float, seed: int = 0) -> torch.Tensor:
+    """E1's input: a fixed Gaussian direction in ``d`` dimensions (its own stream per ``d`` and ``seed``) at norm
+    ``norm``; the ranking's ``x`` and the benchmarks' (``bench mse``, ``bench frontier``, ``bench kashin``)."""
+    g = torch.from_numpy(rng.normal(np.array([seed], np.uint64), f"e1-vector-{d}", d)[0])
+    return g / torch.linalg.vector_norm(g) * norm
 
 
 @dataclass(frozen=True)
@@ -189,12 +198,10 @@ def recommend(dim: int, epsilon: float, clients: int, bits: int | None = None, r
               trials: int = 400, names: list[str] | None = None) -> list[Row]:
     """Every registered encoder's best candidate for ``(d, ε, n, budget)``, private ones first, each group by
     the MSE of the decoded mean (see the module docstring for what is exact and what is measured)."""
-    from ..bench.mse import test_vector
-
     if dim < 2 or not (epsilon > 0 and math.isfinite(epsilon)) or clients < 1 or (bits is not None and bits < 1):
         raise ValueError(f"recommend needs dim >= 2, a positive finite epsilon, clients >= 1 and bits >= 1; got "
                          f"dim={dim}, epsilon={epsilon}, clients={clients}, bits={bits}")
-    x = test_vector(dim, radius)
+    x = e1_vector(dim, radius)
     reg = registry()
     unknown = sorted(set(names or []) - set(reg))
     if unknown:

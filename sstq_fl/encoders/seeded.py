@@ -4,7 +4,8 @@ caller's public per-client coins (``coin=public``, then nothing extra is sent).
 
 The seed is independent of the input, so it leaks nothing about it; the encoders' ε holds for every value of it.
 One declaration of the two parameters (:func:`seed_params`), the wire field (:func:`seed_fields`), the client's
-draw (:func:`draw_seed`) and the 64-bit seed both sides derive (:func:`public_seeds`).
+draw (:func:`draw_seed`), the caller's public coins checked (:func:`public_coins`), the 64-bit seed both sides
+derive (:func:`public_seeds`) and the ``k`` coordinates an index-sampling encoder draws (:func:`sampled_indices`).
 """
 
 from __future__ import annotations
@@ -37,15 +38,31 @@ def draw_seed(enc: Encoder, seeds: np.ndarray) -> np.ndarray:
     return rng.randint(seeds, f"{enc.name}-seed", 1, 1 << enc.cfg["seed_bits"])[:, 0]
 
 
+def public_coins(enc: Encoder, coins: Any, n: int) -> np.ndarray:
+    """The public coin of each of ``n`` messages (``coin=public``): the caller's per-client coins (seeds or secure
+    keys, :func:`sstq_fl.rng.as_seeds`; one coin may serve every message); none is a one-line error."""
+    if coins is None:
+        raise ValueError(f"{enc.name} with coin=public needs the public per-client coins")
+    c = np.asarray(coins)
+    return rng.as_seeds(np.repeat(c.reshape(1), n) if c.size == 1 and n != 1 else c, n)
+
+
 def public_seeds(enc: Encoder, s: np.ndarray | None, coins: Any, n: int) -> np.ndarray:
     """The 64-bit seed of each of ``n`` messages: from the public coins (``coin=public``; one coin may serve every
     message) or the sent seed ``s``, each mixed with the encoder's public run seed."""
     if enc.cfg["coin"] == "public":
-        if coins is None:
-            raise ValueError(f"{enc.name} with coin=public needs the public per-client coins")
-        c = np.asarray(coins)
-        c = rng.as_seeds(np.repeat(c.reshape(1), n) if c.size == 1 and n != 1 else c, n)
-        return rng.raw_bits(c, f"{enc.name}-public-{enc.seed}", 1)[:, 0]
+        return rng.raw_bits(public_coins(enc, coins, n), f"{enc.name}-public-{enc.seed}", 1)[:, 0]
     if s is None:
         raise ValueError(f"{enc.name} with coin=message needs each message's seed")
     return rng.derive_seeds(np.uint64(enc.seed), np.asarray(s, dtype=np.uint64))
+
+
+def sampled_indices(enc: Encoder, seeds: np.ndarray | None, coins: Any, n: int, k: int, size: int) -> np.ndarray:
+    """``k`` distinct coordinates below ``size`` for each of ``n`` messages (``[n, k]``): from the public coins
+    (``coin=public``: the server derives them too, nothing is sent) or the clients' own ``seeds`` (``coin=private``:
+    sent), on the streams ``<name>-public-index`` and ``<name>-index``."""
+    if enc.cfg["coin"] == "public":
+        return rng.sample_without_replacement(public_coins(enc, coins, n), f"{enc.name}-public-index", k, size)
+    if seeds is None:
+        raise ValueError(f"{enc.name} with coin=private draws its indices from the clients' own seeds")
+    return rng.sample_without_replacement(seeds, f"{enc.name}-index", k, size)

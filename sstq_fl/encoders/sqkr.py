@@ -23,6 +23,7 @@ from ..lazy import lazy_module
 from ..privacy.events import flat_rr_probabilities
 from .base import Field, Messages, Param, WireError, register_encoder
 from .framed import FRAME_PARAMS, FramedEncoder
+from .seeded import sampled_indices
 
 if TYPE_CHECKING:
     import torch
@@ -63,13 +64,7 @@ class SQKR(FramedEncoder):
         return out
 
     def _indices(self, seeds: np.ndarray | None, coins: Any, n: int) -> torch.Tensor:
-        if self.cfg["coin"] == "public":
-            if coins is None:
-                raise ValueError("sqkr with coin=public needs the public per-client coins")
-            c = rng.as_seeds(coins, n)
-            return torch.from_numpy(rng.sample_without_replacement(c, "sqkr-public-index", self.k, self.N))
-        assert seeds is not None
-        return torch.from_numpy(rng.sample_without_replacement(seeds, "sqkr-index", self.k, self.N))
+        return torch.from_numpy(sampled_indices(self, seeds, coins, n, self.k, self.N))
 
     def _encode(self, x: torch.Tensor, seeds: np.ndarray, coins: Any, fixed: bool = False) -> Messages:
         idx = self._indices(seeds, coins, x.shape[0]).to(self.device)

@@ -13,12 +13,31 @@ import numpy as np
 import torch
 
 from .. import wire
+from ..config.partition import PartitionOptions
 from ..config.train import RunConfig
+from ..data.partitioners import PARTITIONERS
 from ..encoders import Encoder
 from ..stages import stage
-from .partition import client_coins, encoder_seeds, minibatches
-from .partitioners import partition_for
-from .tasks import Task, make_task
+from .round_draws import client_coins, encoder_seeds, minibatches
+from .tasks import EngineTask, make_task
+
+
+def options_for(cfg: RunConfig, task: EngineTask | None = None) -> PartitionOptions:
+    """The partitioners' parameters of a run: ``cfg``'s, and the task's ``natural_ids`` if it has them."""
+    return PartitionOptions.of(cfg, getattr(task, "natural_ids", None))
+
+
+def partition_for(cfg: RunConfig, task: EngineTask) -> list[np.ndarray]:
+    """Each client's training records in a run: ``cfg.partition``'s partitioner
+    (:data:`~sstq_fl.data.partitioners.PARTITIONERS`) over the task's training labels.  Every client must
+    hold a record (a client without data cannot draw a minibatch)."""
+    labels = task.data.y_train.detach().cpu().numpy()
+    shards = PARTITIONERS[cfg.partition](labels, cfg.clients, cfg.seed, options_for(cfg, task))
+    empty = [k for k, s in enumerate(shards) if len(s) == 0]
+    if empty:
+        raise ValueError(f"partition {cfg.partition} left {len(empty)} of {cfg.clients} clients without records "
+                         f"(client {empty[0]} first); raise min-partition-size or use fewer clients")
+    return shards
 
 
 class ClientData:
@@ -27,7 +46,7 @@ class ClientData:
     A client holds only this (no encoder, no ledger): :meth:`gradients` is what one client (or a
     batch of clients, vectorized) computes before its update is encoded."""
 
-    def __init__(self, cfg: RunConfig, task: Task | None = None):
+    def __init__(self, cfg: RunConfig, task: EngineTask | None = None):
         self.cfg = cfg
         self.task = task or make_task(cfg.task, cfg.seed, **cfg.task_kwargs())
         self.shards = partition_for(cfg, self.task)

@@ -64,9 +64,9 @@ from ..stages import stage
 from ..tracking import NullTracker, Tracker, final_metrics, open_tracker, round_metrics, run_params
 from .checkpoint import finished_run, read_checkpoint, read_theta, remove_checkpoints, sigint_held
 from .clients import ClientData
-from .partition import participates
 from .resume import check_plan, check_prefix, epsilon_by_round, saved_rounds
-from .tasks import LeastSquaresTask, Task, make_task
+from .round_draws import participates
+from .tasks import EngineTask, LeastSquaresTask, make_task
 from .trust import TRANSCRIPT as CENTRAL_TRANSCRIPT
 from .trust_models import trusted_stage
 
@@ -101,7 +101,7 @@ METRIC_RANGES: dict[str, tuple[float, float]] = {
 """Each per-round value's range (a user task's ``test_metric``: unbounded); figures clip intervals to it."""
 
 _WARNED: set[str] = set()
-_WARM: weakref.WeakKeyDictionary[Task, set[str]] = weakref.WeakKeyDictionary()
+_WARM: weakref.WeakKeyDictionary[EngineTask, set[str]] = weakref.WeakKeyDictionary()
 """The encoder specs each live task object was already warmed up with in this process (:meth:`Trainer.warm_up`)."""
 
 RUN_FILES = ("metrics.json", "checkpoint.json", "checkpoint_theta.npy", "transcript.jsonl", "curves.png", POOLED_FILE,
@@ -132,7 +132,7 @@ def _warn_once(msg: str) -> None:
 class Trainer:
     """One run: task, encoder, shards and ledger; ``train`` runs (or resumes) it into a folder."""
 
-    def __init__(self, cfg: RunConfig, task: Task | None = None, publish_train_loss: bool = True,
+    def __init__(self, cfg: RunConfig, task: EngineTask | None = None, publish_train_loss: bool = True,
                  keep_checkpoints: bool = False):
         """Build the run (``task``: an already loaded one to share; ``keep_checkpoints``: leave the
         checkpoint files in place once the run completes); raises ``ValueError`` on a bad encoder spec

@@ -25,9 +25,8 @@ from torch.func import functional_call, grad
 
 from .. import rng
 from ..errors import described, user_code
+from .engine_task import Dataset, EngineTask, into
 from .grouped import grouped_reason, layer_grads, per_client_loss
-from .task_base import Dataset, into
-from .task_base import Task as EngineTask
 from .user_task import Task
 
 log = logging.getLogger("sstq_fl.fl")

@@ -23,7 +23,7 @@ import numpy as np
 from ..privacy.errors import short_repr
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.transcript import Entry
-from .partition import participates
+from .round_draws import participates
 
 ACCOUNTING = ("epsilon_spent", "epsilon_central", "messages_central")
 """The per-round figures that come from the ledgers, never from a checkpoint."""

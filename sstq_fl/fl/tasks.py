@@ -1,6 +1,6 @@
 """The FL tasks by name: the built-in ones (MLPs, least squares), plug-ins, and a user's own task
 (``PKG.MODULE:NAME`` or ``path/to/file.py:NAME``, where ``NAME(**params)`` returns a
-:class:`sstq_fl.Task`), all resolved by :func:`make_task` into the engines' :class:`Task`.
+:class:`sstq_fl.Task`), all resolved by :func:`make_task` into the engines' :class:`~sstq_fl.fl.engine_task.EngineTask`.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from ..checks import check_array
 from ..config.train import split_task
 from ..errors import described, first_line
 from ..registry import Registry
+from .engine_task import Dataset, EngineTask
 from .grouped import clients_outer
-from .task_base import Dataset, Task
 
-__all__ = ["TASKS", "Dataset", "LeastSquaresTask", "MLPTask", "Task", "TaskFactory", "make_task"]
+__all__ = ["TASKS", "Dataset", "EngineTask", "LeastSquaresTask", "MLPTask", "TaskFactory", "make_task"]
 
 
-class MLPTask(Task):
+class MLPTask(EngineTask):
     """MLP ``in → hidden (ReLU) → classes`` on flat features; cross-entropy loss."""
 
     grad_method = "grouped"
@@ -102,7 +102,7 @@ class MLPTask(Task):
         return {"train_loss": train_loss, "test_accuracy": acc}
 
 
-class LeastSquaresTask(Task):
+class LeastSquaresTask(EngineTask):
     """E2: ``L(θ) = (1/2n)‖Aθ − b‖²`` with ``A_ij ~ N(0, 1)``, ``b = Aθ_true + σ ξ``; metric ``‖θ − θ*‖²``
     (``θ*`` the least-squares fit).  ``θ_true ~ N(0, s² I)``: the default ``s = 1/√d`` keeps
     ``‖θ_true‖ ≈ 1`` at every ``d`` (clean training converges; our own default), ``s = 1`` is the regime
@@ -136,21 +136,22 @@ class LeastSquaresTask(Task):
                 "distance_to_optimum": float(((theta - self.theta_star) ** 2).sum())}
 
 
-TaskFactory = Callable[..., Task]
-"""Builds a task: ``factory(seed, **kwargs) -> Task``; ``kwargs`` are :meth:`RunConfig.task_kwargs`
+TaskFactory = Callable[..., EngineTask]
+"""Builds a task: ``factory(seed, **kwargs) -> EngineTask``; ``kwargs`` are :meth:`RunConfig.task_kwargs`
 (``data_dir``, ``dim``, ``n``, ``noise``, ``theta_scale``) and the run's task params, of which a task
 uses those it needs.  A registered callable without a first parameter ``seed`` is a user's task
 function instead: ``NAME(**task_params) -> sstq_fl.Task``."""
 
-TASKS: Registry[Callable[..., Any]] = Registry("FL task", group="sstq_fl.tasks", accepts=callable,
-                                               kind="a task factory (seed, **kwargs) -> Task or NAME(**params) -> sstq_fl.Task")
+TASKS: Registry[Callable[..., Any]] = Registry(
+    "FL task", group="sstq_fl.tasks", accepts=callable,
+    kind="a task factory (seed, **kwargs) -> EngineTask or NAME(**params) -> sstq_fl.Task")
 """The FL tasks by name: the built-ins below, then the ``sstq_fl.tasks`` entry points (each a
 :data:`TaskFactory`).  The built-ins are registered in this module, so the registry needs no
 ``builtins=`` modules."""
 
 
 @TASKS.register("fmnist")
-def fmnist_task(seed: int, **kw: Any) -> Task:
+def fmnist_task(seed: int, **kw: Any) -> EngineTask:
     """MLP 784-32-10 on Fashion-MNIST (``data_dir``, else the loader's default locations)."""
     from ..data.idx import load_fashion_mnist
 
@@ -159,7 +160,7 @@ def fmnist_task(seed: int, **kw: Any) -> Task:
 
 
 @TASKS.register("cifar10")
-def cifar10_task(seed: int, **kw: Any) -> Task:
+def cifar10_task(seed: int, **kw: Any) -> EngineTask:
     """MLP 3072-32-10 on CIFAR-10 (``data_dir`` required: the extracted python batches)."""
     from ..data.cifar import load_cifar10
 
@@ -169,7 +170,7 @@ def cifar10_task(seed: int, **kw: Any) -> Task:
 
 
 @TASKS.register("lsq")
-def lsq_task(seed: int, **kw: Any) -> Task:
+def lsq_task(seed: int, **kw: Any) -> EngineTask:
     """E2's least squares (``dim``, ``n``, ``noise``, ``theta_scale``)."""
     return LeastSquaresTask(int(kw.get("dim", 100)), int(kw.get("n", 4000)), seed,
                             noise=float(kw.get("noise", 0.1)), theta_scale=kw.get("theta_scale"))
@@ -179,13 +180,13 @@ BUILTIN_TASKS = ("fmnist", "cifar10", "lsq")
 """The registered tasks of this package: their options are ``RunConfig`` fields, so they take no task params."""
 
 
-def make_task(name: str, seed: int = 0, task_params: dict[str, Any] | None = None, **kw: Any) -> Task:
+def make_task(name: str, seed: int = 0, task_params: dict[str, Any] | None = None, **kw: Any) -> EngineTask:
     """The task ``name``: a registered name (an unknown one is a one-line error listing the registered
     ones), or ``PKG.MODULE:NAME`` / ``path/to/file.py:NAME``, called as ``NAME(**task_params)``.
 
     A registered factory whose first parameter is ``seed`` is a :data:`TaskFactory`, called as
     ``factory(seed, **kw, **task_params)``; any other is called as ``factory(**task_params)``.  Either
-    may return an engine :class:`Task` or a user's :class:`sstq_fl.Task` (run by
+    may return an :class:`EngineTask` or a user's :class:`sstq_fl.Task` (run by
     :class:`~sstq_fl.fl.module_task.ModuleTask`).  Every failure is a one-line ``ValueError`` naming ``name``."""
     params = dict(task_params or {})
     if split_task(name) is not None:
@@ -195,10 +196,10 @@ def make_task(name: str, seed: int = 0, task_params: dict[str, Any] | None = Non
     return _built(name, TASKS[name], seed, params, kw)
 
 
-def _built(name: str, factory: Callable[..., Any], seed: int, params: dict[str, Any], kw: dict[str, Any]) -> Task:
+def _built(name: str, factory: Callable[..., Any], seed: int, params: dict[str, Any], kw: dict[str, Any]) -> EngineTask:
     """``factory``'s task (see :func:`make_task`), a user's :class:`sstq_fl.Task` wrapped for the engines."""
     from .module_task import ModuleTask
-    from .user_task import Task as UserTask
+    from .user_task import Task
 
     takes_seed = next(iter(_parameters(factory)), None) == "seed"
     try:
@@ -215,9 +216,9 @@ def _built(name: str, factory: Callable[..., Any], seed: int, params: dict[str, 
         if name in BUILTIN_TASKS:  # their messages name them
             raise
         raise ValueError(f"task {name!r}: {first_line(exc)}") from None
-    if isinstance(made, Task):
+    if isinstance(made, EngineTask):
         return made
-    if not isinstance(made, UserTask):
+    if not isinstance(made, Task):
         raise ValueError(f"task {name!r} returned {type(made).__name__}, not an sstq_fl.Task")
     try:
         return ModuleTask(name, made, seed, where_of(name))

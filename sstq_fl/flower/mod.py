@@ -73,7 +73,7 @@ from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFI
 from .. import wire
 from ..config.train import RunConfig
 from ..encoders import Encoder, make_encoder
-from ..fl.partition import encoder_seeds
+from ..fl.round_draws import encoder_seeds
 from ..rng import check_mode, fresh_keys
 from . import client_ledger
 from . import legacy_format as legacy

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from sstq_fl.bench.frontier import frontier_table, run
-from sstq_fl.bench.mse import test_vector as vector
 from sstq_fl.encoders import make_encoder
+from sstq_fl.encoders.recommend import e1_vector
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def test_points_are_exact_or_measured_with_an_interval(result):
     rows = res["rows"]
     vq = next(r for r in rows if r["spec"] == "vqsgd")
     assert vq["kind"] == "exact"
-    assert vq["mse"] == pytest.approx(float(make_encoder("vqsgd", 16, 1.0).mse(vector(16, 1.0)[None])[0]))
+    assert vq["mse"] == pytest.approx(float(make_encoder("vqsgd", 16, 1.0).mse(e1_vector(16, 1.0)[None])[0]))
     ma = [r for r in rows if r["encoder"] == "sstq-ma"]
     assert {r["spec"] for r in ma} == {"sstq-ma", *(f"sstq-ma:b={b}" for b in (1, 2, 3, 5, 6, 7, 8))}
     assert all(r["kind"] == "measured" and r["ci_low"] <= r["mse"] <= r["ci_high"] for r in ma)

@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from sstq_fl.bench.mse import test_vector as vector
 from sstq_fl.cli import main
 from sstq_fl.encoders import make_encoder, registry
-from sstq_fl.encoders.recommend import candidate_specs, measured, recommend
+from sstq_fl.encoders.recommend import candidate_specs, e1_vector, measured, recommend
 
 
 def test_candidates_vary_the_declared_width_within_its_range():
@@ -33,7 +32,7 @@ def test_every_row_fits_the_budget_and_private_rows_are_ranked_by_the_mean_mse()
 
 def test_an_exact_row_is_the_declared_mse_over_n():
     rows = {r.spec.split(":")[0]: r for r in recommend(30, 1.5, 200, names=["vqsgd", "privunit"])}
-    x = vector(30, 1.0)
+    x = e1_vector(30, 1.0)
     for name in ("vqsgd", "privunit"):
         declared = float(make_encoder(name, 30, 1.5).mse(x[None])[0])
         assert rows[name].kind == "exact"
@@ -43,7 +42,7 @@ def test_an_exact_row_is_the_declared_mse_over_n():
 def test_the_measured_figure_removes_the_sampling_noise_from_the_bias():
     """vqsgd is unbiased: the measured mean's MSE (bias² corrected by V/T, plus V/n) is its exact mse/n within the
     Monte-Carlo error, where the uncorrected ‖mean − x‖² would add V/T (here 25x the answer)."""
-    enc, x = make_encoder("vqsgd", 20, 1.0), vector(20, 1.0)
+    enc, x = make_encoder("vqsgd", 20, 1.0), e1_vector(20, 1.0)
     exact = float(enc.mse(x[None])[0])
     got, per_msg = measured(enc, x, clients=10_000, trials=400)
     assert per_msg == pytest.approx(exact, rel=0.15)
@@ -86,7 +85,7 @@ def test_no_candidate_in_budget_leaves_the_encoder_out():
 def test_the_cost_gate_times_one_message_and_refuses_wider_ones_untimed():
     from sstq_fl.encoders.recommend import CostGate
 
-    x = vector(24, 1.0)
+    x = e1_vector(24, 1.0)
     narrow, wide = make_encoder("privunit-mrc:bits=4", 24, 1.0), make_encoder("privunit-mrc:bits=9", 24, 1.0)
     public = make_encoder("privunit-mrc:bits=9,coin=public", 24, 1.0)
     assert CostGate(60.0, 10).estimate(narrow, x) == (True, "")

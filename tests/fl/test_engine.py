@@ -320,7 +320,7 @@ def test_a_second_trainer_on_the_same_task_and_encoder_skips_the_warm_up(tmp_pat
 def test_a_rounds_batch_and_gradients_reuse_buffers_and_equal_a_fresh_computation():
     """The gathered minibatch and the gradients go into buffers kept for the next round; the values are those
     of plain indexing and a buffer-free ``client_grads``."""
-    from sstq_fl.fl.partition import minibatches
+    from sstq_fl.fl.round_draws import minibatches
 
     tr = Trainer(RunConfig(encoder="sstq-flat:b=4", **LSQ))
     theta, ids = tr.task.init_params(0) + 0.1, np.arange(5)

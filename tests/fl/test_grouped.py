@@ -10,9 +10,9 @@ from torch import nn
 
 import sstq_fl
 from sstq_fl.fl import module_task
+from sstq_fl.fl.engine_task import Dataset, EngineTask
 from sstq_fl.fl.grouped import grouped_reason
 from sstq_fl.fl.module_task import ModuleTask
-from sstq_fl.fl.task_base import Dataset, Task
 from sstq_fl.fl.tasks import MLPTask
 
 CLIENTS, BATCH = 4, 3
@@ -87,7 +87,7 @@ def test_grouped_gradients_equal_vmap_for_every_supported_layer(name):
     theta = task.init_params(0) + 0.1 * torch.randn(task.dim, generator=torch.Generator().manual_seed(1))
     xb, yb = blocks(task)
     grouped = task.client_grads(theta, xb, yb)
-    reference = Task.client_grads(task, theta, xb, yb)
+    reference = EngineTask.client_grads(task, theta, xb, yb)
     assert grouped.shape == (CLIENTS, task.dim) and float(reference.abs().min(1).values.max()) >= 0
     torch.testing.assert_close(grouped, reference, rtol=1e-5, atol=1e-6)
     assert float(grouped.abs().sum(1).min()) > 0  # every client got a gradient
@@ -130,7 +130,7 @@ def test_an_inplace_activation_after_a_layer_is_caught_by_the_probe():
                                                                             nn.Linear(8, 3)), train=(x, y), test=(x, y)))
     assert task.grad_method == "vmap" and "differ from vmap's" in task.grad_reason
     theta, (xb, yb) = task.init_params(0), blocks(task)
-    torch.testing.assert_close(task.client_grads(theta, xb, yb), Task.client_grads(task, theta, xb, yb),
+    torch.testing.assert_close(task.client_grads(theta, xb, yb), EngineTask.client_grads(task, theta, xb, yb),
                                rtol=1e-5, atol=1e-6)
 
 
@@ -141,6 +141,6 @@ def test_the_builtin_mlp_gradients_equal_vmap():
     theta = task.init_params(3)
     xb, yb = x[:48].reshape(6, 8, 20), y[:48].reshape(6, 8)
     grouped = task.client_grads(theta, xb, yb)
-    torch.testing.assert_close(grouped, Task.client_grads(task, theta, xb, yb), rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(grouped, EngineTask.client_grads(task, theta, xb, yb), rtol=1e-5, atol=1e-7)
     assert grouped.shape == (6, task.dim) == (6, 20 * 7 + 7 + 7 * 10 + 10)
     assert math.isclose(float(grouped[0, -10:].sum()), 0.0, abs_tol=1e-6)  # softmax − one-hot sums to zero

@@ -31,7 +31,7 @@ from scipy import stats
 from sstq_fl import wire
 from sstq_fl.encoders import registry
 from sstq_fl.fl.engine import RunConfig, Trainer
-from sstq_fl.fl.partition import encoder_seeds
+from sstq_fl.fl.round_draws import encoder_seeds
 
 N = 3000  # messages per (encoder, mode)
 T = 3  # the round attacked

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("flwr")
 
 from sstq_fl.fl.engine import RunConfig, run  # noqa: E402
-from sstq_fl.fl.partition import participates  # noqa: E402
+from sstq_fl.fl.round_draws import participates  # noqa: E402
 from sstq_fl.flower.client_ledger import BUDGET_SPENT, LEDGER_DIR_ENV, ClientLedger  # noqa: E402
 from sstq_fl.privacy.pure_composition import pure_composition_epsilon  # noqa: E402
 

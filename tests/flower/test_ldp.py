@@ -17,7 +17,7 @@ from flwr.supercore.exit import ExitCode
 
 from sstq_fl import wire
 from sstq_fl.encoders import make_encoder
-from sstq_fl.fl.partition import encoder_seeds
+from sstq_fl.fl.round_draws import encoder_seeds
 from sstq_fl.flower import WIRE_STYPE, LdpDecoding, LdpEncodeMod
 from sstq_fl.flower.decoding import UNIFORM, EmptyRound, empty_round_cause
 from sstq_fl.flower.mod import flatten, public_spec

@@ -53,17 +53,16 @@ else:
 DEFAULT_RHO = 2.5
 CHUNK_BYTES = 1 << 24
 """Bytes of one ``[rows, N]`` buffer of a chunk of Kashin rows on a Hadamard frame (:meth:`Frame.row_chunk`):
-32 float64 rows at N = 65,536.  Chosen by measurement (``sstq-fl bench round-cost``, 1,000 clients,
-d = 25,450, 2 cores, two runs each): the Kashin stage took 0.65–0.67 s with 2 MiB chunks, 0.49 with 4,
-0.40 with 8, 0.34–0.35 with 16, 0.39 with 32 and 0.48 with 64 MiB.  Larger chunks spread each FWHT
-call and elementwise pass over both threads with less per-call overhead, until the working set spills
-out of the cache."""
+32 float64 rows at N = 65,536.  The work is ``O(rows · N log N)`` whatever the chunk; the chunk trades the fixed
+cost of each FWHT call and elementwise pass (smaller chunks pay it more often) against the working set's fit in
+the CPU cache (larger ones spill out of it).  Chosen with ``sstq-fl bench round-cost`` (its Kashin stage,
+1,000 clients at d = 25,450, over chunk sizes from 2 to 64 MiB; ``benchmarks/results/round_cost.json`` is the
+run at this size)."""
 GPU_CHUNK_BYTES = 1 << 30
 """The same for a frame on a GPU, where there is no cache to fit and every chunk costs a fixed launch and
-synchronisation latency.  Measured on one NVIDIA H200 (torch 2.11, pure-torch FWHT, ``sstq-flat:b=4``,
-d = 25,450): the Kashin stage took 0.086 s in 16 MiB chunks against 0.017 s in one batch at 1,000 clients,
-and 0.54 s against 0.11 s at 10,000 (2.6 GB a buffer).  1 GiB keeps the workspaces of a 10,000-client cohort
-within a few GiB of device memory while it runs in three chunks."""
+synchronisation latency: the fewer chunks the better, within device memory.  1 GiB keeps the workspaces of a
+10,000-client cohort at d = 25,450 (2.6 GB a buffer) within a few GiB while it runs in three chunks (chunked
+against one batch: ``benchmarks/results/gpu_encode/kashin_profile_h200.log``)."""
 
 
 def frame_size(d: int, rho: float = DEFAULT_RHO) -> int:

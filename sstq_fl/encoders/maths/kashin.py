@@ -9,7 +9,7 @@ representation is a vector ``a ∈ R^N`` with ``Qᵀ a = x`` exactly and all ent
 Three methods:
 
 ``linf`` (default; the method and its level are our own) — a level-targeted search
-(:func:`_linf_fast`): from the minimum-norm representation, three over-relaxed alternating
+(:func:`_linf`): from the minimum-norm representation, three over-relaxed alternating
 projections on a public schedule, then Douglas–Rachford splitting between the box ``{‖s‖_∞ ≤ 0.97 K}`` and the affine
 set ``{Qᵀ s = √N u}``; every iterate is exact and a row retires as soon as ``‖s‖_∞ ≤ K``.  Public
 level ``K = LINF_LEVEL = 1.9`` by default.  Evidence (``sstq-fl bench kashin-search``, ``benchmarks/results/kashin_search.json``;
@@ -64,9 +64,11 @@ Gaussian one, the whole cap for an input above the public level.  On the fixed s
 the method's public cap (``linf``: the warm-up, ``linf_iters`` Douglas–Rachford iterations and the
 ``lv`` fallback; ``lv``: ``max_passes`` passes; ``ap``: both), a public function of ``(d, N)`` and the
 parameters, with masks instead of early exits: a row keeps the value it had when it met its stop
-criterion, and zero rows run on zeros.  The result equals the adaptive one (bit for bit on the
-Hadamard frame, where every transform is row-wise; to float rounding on the Haar frame, whose dense
-products depend on the batch shape); only the time changes, to the adaptive worst case.
+criterion, and zero rows run on zeros.  Each method is one implementation with the schedule as a parameter
+(:class:`~sstq_fl.encoders.maths.row_schedule.Rows`: rows leave the batch, or are masked).  The result
+equals the adaptive one (bit for bit on the Hadamard frame, where every transform is row-wise; to float
+rounding on the Haar frame, whose dense products depend on the batch shape); only the time changes, to
+the adaptive worst case.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ from typing import TYPE_CHECKING
 
 from ...lazy import lazy_module
 from .frames import Frame
+from .row_schedule import Rows, masked, unit_rows
 
 if TYPE_CHECKING:
     import torch
@@ -175,7 +178,7 @@ def kashin(frame: Frame, x: torch.Tensor, cfg: KashinConfig, idx: torch.Tensor |
     of the memory traffic.  ``method='ap'`` always computes the full representation.
     ``fixed``: every row runs the method's public iteration cap, whatever its input, so the
     time does not depend on the input; the result is the adaptive one (rows that converge
-    earlier keep their value).
+    earlier keep their value; see :class:`~sstq_fl.encoders.maths.row_schedule.Rows`).
     """
     if x.dim() != 2 or x.shape[1] != frame.d:
         raise ValueError(f"x must be [clients, {frame.d}], got {tuple(x.shape)}")
@@ -184,65 +187,17 @@ def kashin(frame: Frame, x: torch.Tensor, cfg: KashinConfig, idx: torch.Tensor |
         parts = [kashin(frame, x[a:a + chunk], cfg, None if idx is None else idx[a:a + chunk], fixed)
                  for a in range(0, x.shape[0], chunk)]
         return KashinResult(*(torch.cat(f) for f in zip(*(astuple_shallow(r) for r in parts), strict=True)))
-    if fixed:
-        return _kashin_fixed(frame, x, cfg, idx)
     if cfg.method == "linf":
-        return _linf_fast(frame, x, cfg, idx)
+        return _linf(frame, x, cfg, idx, fixed)
     if cfg.method == "ap":
-        res = _lv(frame, x, cfg, None)
-        res = _alternating_projections(frame, x, cfg, res)
+        res = _alternating_projections(frame, x, cfg, fixed)
         if idx is not None:
             res.coeffs = res.coeffs.gather(1, idx)
         return res
-    return _lv(frame, x, cfg, idx)
+    return _lv(frame, x, cfg, idx, fixed)
 
 
-def _lv(frame: Frame, x: torch.Tensor, cfg: KashinConfig, idx: torch.Tensor | None) -> KashinResult:
-    n, dev = x.shape[0], x.device
-    norms = torch.linalg.vector_norm(x, dim=1)
-    width = frame.N if idx is None else idx.shape[1]
-    out = torch.zeros(n, width, dtype=x.dtype, device=dev)
-    passes = torch.zeros(n, dtype=torch.int64, device=dev)
-    resid = torch.zeros(n, dtype=torch.float64, device=dev)
-    fails = torch.zeros(n, dtype=torch.int64, device=dev)
-    conv = torch.ones(n, dtype=torch.bool, device=dev)
-    rows = torch.nonzero(norms > 0).flatten()
-    r = x[rows] / norms[rows, None]
-    fold_scale = frame.max_row_norm() * math.sqrt(frame.N)
-    done = torch.zeros(rows.numel(), dtype=torch.bool, device=dev)
-    # two [n, N] workspaces and one [n, d], reused by every pass (fresh large
-    # allocations page-fault and cost more than the transforms themselves)
-    ws_c, ws_e, ws_r = _workspace(rows.numel(), frame.N, frame.d, x.dtype, dev)
-    k = 0
-    while rows.numel():
-        c = frame.coef(r, ws_c[: rows.numel()])
-        fold = done | (k >= cfg.max_passes)
-        if bool(fold.any()):
-            _add(out, rows[fold], c[fold], idx, None)
-            conv[rows[fold]] = done[fold]
-            keep = ~fold
-            rows = rows[keep]
-            if not rows.numel():
-                break
-            c = ws_c[: rows.numel()].copy_(c[keep])
-        m = cfg.eta**k / math.sqrt(cfg.delta)
-        _add(out, rows, c, idx, m)
-        e = torch._C._nn.softshrink(c, m, out=ws_e[: rows.numel()])  # type: ignore[call-arg]
-        r = frame.synth_(e, ws_r[: rows.numel()])
-        rn = torch.linalg.vector_norm(r, dim=1).double()
-        fails[rows] += (rn > cfg.eta ** (k + 1) * (1 + 1e-6)).long()
-        passes[rows] = k + 1
-        resid[rows] = rn
-        zero = rn == 0
-        if bool(zero.any()):  # nothing left to fold in: retire now
-            rows, rn = rows[~zero], rn[~zero]
-            r = ws_r[: rows.numel()].copy_(r[~zero])
-        done = rn * fold_scale <= cfg.fold_tol
-        k += 1
-    out.mul_(norms[:, None])
-    return KashinResult(out, passes, resid, fails, conv)
-
-
+# ---------------------------------------------------------------- lv and ap
 _WS = threading.local()
 
 
@@ -263,47 +218,70 @@ def _workspace(n: int, big: int, small: int, dtype: torch.dtype, dev: torch.devi
     return have
 
 
-def _add(out: torch.Tensor, rows: torch.Tensor, c: torch.Tensor, idx: torch.Tensor | None, m: float | None) -> None:
-    """``out[rows] += clip(c, ±m)`` (no clipping when ``m`` is None), at ``idx`` if given."""
-    if idx is not None:
-        c = c.gather(1, idx[rows])
-    if m is not None:
-        c = c.clamp(-m, m)
-    if rows.numel() == out.shape[0]:
-        out.add_(c)  # rows is the full, sorted range: no scatter needed
-    else:
-        out.index_add_(0, rows, c)
-
-
-def _alternating_projections(frame: Frame, x: torch.Tensor, cfg: KashinConfig, start: KashinResult) -> KashinResult:
-    """Alternate ``s ← clip(s, ±L)`` and ``s ← s + √N Q (u − Qᵀ s/√N)`` row by row."""
-    norms = torch.linalg.vector_norm(x, dim=1)
-    s = start.coeffs
-    rows = torch.nonzero(norms > 0).flatten()
-    s.div_(torch.where(norms > 0, norms, 1.0)[:, None])
-    lim = cfg.ap_level
-    stop = lim * (1.0 + cfg.ap_tol)
-    conv = torch.zeros(x.shape[0], dtype=torch.bool, device=x.device)
-    conv[norms == 0] = True
-    passes = start.passes.clone()
-    best, best_lvl = s.clone(), s.abs().amax(dim=1)  # every iterate below reconstructs x exactly
-    for it in range(cfg.ap_iters + 1):
-        sub = s[rows]
-        lvl = sub.abs().amax(dim=1)
-        better = lvl < best_lvl[rows]
-        best[rows[better]], best_lvl[rows[better]] = sub[better], lvl[better]
-        ok = lvl <= stop
-        conv[rows[ok]] = True
-        rows, sub = rows[~ok], sub[~ok]
-        if not rows.numel() or it == cfg.ap_iters:
+def _lv(frame: Frame, x: torch.Tensor, cfg: KashinConfig, idx: torch.Tensor | None,
+        fixed: bool = False) -> KashinResult:
+    """Lyubarskii & Vershynin's truncation passes (module doc); on the fixed schedule exactly ``max_passes``
+    passes on every row, a row folding its residual in once, when its stop criterion is met."""
+    n, dev = x.shape[0], x.device
+    norms, u = unit_rows(x)
+    rows = Rows(norms > 0, fixed)
+    r = rows.take(u)
+    out = torch.zeros(n, frame.N if idx is None else idx.shape[1], dtype=x.dtype, device=dev)
+    passes, fails = torch.zeros(n, dtype=torch.int64, device=dev), torch.zeros(n, dtype=torch.int64, device=dev)
+    resid, conv = torch.zeros(n, dtype=torch.float64, device=dev), torch.ones(n, dtype=torch.bool, device=dev)
+    done = torch.zeros(rows.count, dtype=torch.bool, device=dev)
+    fold_scale = frame.max_row_norm() * math.sqrt(frame.N)
+    # two [n, N] workspaces and one [n, d], reused by every pass (fresh large
+    # allocations page-fault and cost more than the transforms themselves)
+    ws_c, ws_e, ws_r = _workspace(rows.count, frame.N, frame.d, x.dtype, dev)
+    for k in range(cfg.max_passes + 1):
+        if rows.empty:
             break
-        u = x[rows] / norms[rows, None]
-        sub.clamp_(-lim, lim)
+        c = frame.coef(r, ws_c[: rows.count])
+        fold = rows.running(done | (k >= cfg.max_passes))
+        out, conv, c = rows.retire(fold, out, c, idx, conv, done, c, add=True)
+        if rows.empty or k == cfg.max_passes:
+            break
+        m = cfg.eta**k / math.sqrt(cfg.delta)
+        out = rows.accumulate(out, c, idx, m)
+        e = torch._C._nn.softshrink(c, m, out=ws_e[: rows.count])  # type: ignore[call-arg]
+        r = frame.synth_(e, ws_r[: rows.count])
+        rn = torch.linalg.vector_norm(r, dim=1).double()
+        fails = rows.bump(fails, rows.running(rn > cfg.eta ** (k + 1) * (1 + 1e-6)))
+        passes, resid = rows.assign(passes, k + 1), rows.assign(resid, rn)
+        rn, r = rows.drop(rn == 0, rn, r)  # nothing left to fold in: retire now
+        done = rn * fold_scale <= cfg.fold_tol
+    out.mul_(norms[:, None])
+    return KashinResult(out, passes, resid, fails, conv)
+
+
+def _alternating_projections(frame: Frame, x: torch.Tensor, cfg: KashinConfig, fixed: bool = False) -> KashinResult:
+    """From ``lv``'s representation, alternate ``s ← clip(s, ±L)`` and ``s ← s + √N Q (u − Qᵀ s/√N)`` row by
+    row, keeping each row's best (exact) iterate; on the fixed schedule exactly ``ap_iters`` iterations."""
+    start = _lv(frame, x, cfg, None, fixed)
+    norms, u = unit_rows(x)
+    rows = Rows(norms > 0, fixed)
+    s = start.coeffs.div_(torch.where(norms > 0, norms, 1.0)[:, None])
+    lim, stop = cfg.ap_level, cfg.ap_level * (1.0 + cfg.ap_tol)
+    conv, passes = norms == 0, start.passes.clone()
+    out = s.clone()  # every iterate below reconstructs x exactly
+    u, s = rows.take(u), rows.take(s)
+    best, best_lvl = s.clone(), s.abs().amax(dim=1)
+    for it in range(cfg.ap_iters + 1):
+        lvl = s.abs().amax(dim=1)
+        better = rows.running(lvl < best_lvl)
+        best, best_lvl = rows.update(better, s, best), rows.update(better, lvl, best_lvl)
+        ok = lvl <= stop
+        leave = rows.running(ok | (it == cfg.ap_iters))
+        out, conv, u, s, best, best_lvl = rows.retire(leave, out, best, None, conv, ok, u, s, best, best_lvl)
+        if rows.empty or it == cfg.ap_iters:
+            break
+        sub = s.clamp(-lim, lim)
         sub.add_(frame.coef(u - frame.synth_(sub.clone())))
-        s[rows] = sub
-        passes[rows] += 1
-    best.mul_(norms[:, None])
-    return KashinResult(best, passes, start.residual, start.contraction_failures, conv)
+        s = rows.update(None, sub, s)
+        passes = rows.bump(passes)
+    out.mul_(norms[:, None])
+    return KashinResult(out, passes, start.residual, start.contraction_failures, conv)
 
 
 # ---------------------------------------------------------------- linf: encode-time method
@@ -326,7 +304,8 @@ LINF_DR_RATIO = 0.97
 """The Douglas–Rachford phase aims at the box ``‖s‖_∞ ≤ 0.97 K`` (inside the public ``K``)."""
 
 
-def _linf_fast(frame: Frame, x: torch.Tensor, cfg: KashinConfig, idx: torch.Tensor | None = None) -> KashinResult:
+def _linf(frame: Frame, x: torch.Tensor, cfg: KashinConfig, idx: torch.Tensor | None = None,
+          fixed: bool = False) -> KashinResult:
     """Exact representation with ``‖s‖_∞ ≤ K ‖x‖`` (``K = cfg.linf_level``), row by row.
 
     Start at the minimum-norm representation ``s = √N Q u``; ``LINF_WARMUP`` over-relaxed
@@ -339,36 +318,29 @@ def _linf_fast(frame: Frame, x: torch.Tensor, cfg: KashinConfig, idx: torch.Tens
     ``cfg.linf_iters`` iterations the best exact iterate is returned (``converged`` False; the
     encoder then clips and counts).  ``passes`` counts transform pairs.  With ``idx`` only
     those coefficients are returned.  Rows never interact: a row's result and iteration
-    count depend on that row alone.
+    count depend on that row alone.  On the fixed schedule every row runs all the iterations (and, with
+    ``linf_fallback``, the ``lv`` fallback): the adaptive method's worst case.
     """
     n, dev = x.shape[0], x.device
-    norms = torch.linalg.vector_norm(x, dim=1)
+    norms, u = unit_rows(x)
+    rows = Rows(norms > 0, fixed)
+    u = rows.take(u)
     out = torch.zeros(n, frame.N if idx is None else idx.shape[1], dtype=x.dtype, device=dev)
     passes = torch.zeros(n, dtype=torch.int64, device=dev)
     conv = torch.ones(n, dtype=torch.bool, device=dev)
-    rows = torch.nonzero(norms > 0).flatten()
-    u = x[rows] / norms[rows, None]
-    ws, s, wr = _workspace(rows.numel(), frame.N, frame.d, x.dtype, dev)
-    s = frame.coef(u, s[: rows.numel()])
-    stop = cfg.linf_level * (1.0 - 1e-5)
-    for it in range(min(LINF_WARMUP, cfg.linf_iters) + 1):
+    ws, s, wr = _workspace(rows.count, frame.N, frame.d, x.dtype, dev)
+    s = frame.coef(u, s[: rows.count])
+    stop, warm = cfg.linf_level * (1.0 - 1e-5), min(LINF_WARMUP, cfg.linf_iters)
+    for it in range(warm + 1):
         ok = _sup(s) <= stop
-        leave = ok | (it == cfg.linf_iters)
-        if bool(leave.all()):  # the usual end: no row selection (boolean indexing costs more than an iteration)
-            out[rows] = _pick(s, None if idx is None else idx[rows])
-            conv[rows] = ok
-            rows = rows[:0]
-            break
-        if bool(leave.any()):
-            _leave(out, rows, s, leave, idx)
-            conv[rows[leave]] = ok[leave]
-            rows, u, s = rows[~leave], u[~leave], s[~leave]
-        if it == LINF_WARMUP:
+        leave = rows.running(ok | (it == cfg.linf_iters))
+        out, conv, u, s = rows.retire(leave, out, s, idx, conv, ok, u, s)
+        if rows.empty or it == warm:
             break
         _warm_step(frame, s, ws, wr, *LINF_WARM_SCHEDULES[cfg.linf_warmup][it])
-        passes[rows] += 1
-    if rows.numel():
-        _douglas_rachford(frame, u, s.clone(), cfg, rows, out, idx, passes, conv)
+        passes = rows.bump(passes)
+    if not rows.empty and cfg.linf_iters > LINF_WARMUP:
+        out, conv = _douglas_rachford(frame, u, s.clone(), cfg, rows, out, idx, passes, conv)
     out.mul_(norms[:, None])
     zeros = torch.zeros(n, dtype=torch.float64, device=dev)
     return KashinResult(out, passes, zeros, torch.zeros(n, dtype=torch.int64, device=dev), conv)
@@ -380,14 +352,6 @@ def _sup(s: torch.Tensor) -> torch.Tensor:
     return torch.maximum(s.amax(dim=1), s.amin(dim=1).neg_())
 
 
-def _leave(out: torch.Tensor, rows: torch.Tensor, s: torch.Tensor, leave: torch.Tensor, idx: torch.Tensor | None) -> None:
-    """``out[rows[leave]] = s[leave]`` (at ``idx`` if given: gathered before the rows are selected)."""
-    if idx is None:
-        out[rows[leave]] = s[leave]
-    else:
-        out[rows[leave]] = s.gather(1, idx[rows])[leave]
-
-
 def _warm_step(frame: Frame, s: torch.Tensor, ws: torch.Tensor, wr: torch.Tensor, target: float, relax: float) -> None:
     """In place, ``s ← P_aff(s − β e)`` with ``e = s − clip(s, ±L₀)`` (``L₀ = target``, ``β = relax``) for an
     exact ``s``: as ``Qᵀ s = √N u`` already, ``P_aff(s − β e) = s − β e + β Q Qᵀ e`` (no copy of ``s``)."""
@@ -397,11 +361,13 @@ def _warm_step(frame: Frame, s: torch.Tensor, ws: torch.Tensor, wr: torch.Tensor
     s.add_(frame.gram_(e, wr), alpha=relax)
 
 
-def _douglas_rachford(frame: Frame, u: torch.Tensor, s: torch.Tensor, cfg: KashinConfig, rows: torch.Tensor,
-                      out: torch.Tensor, idx: torch.Tensor | None, passes: torch.Tensor, conv: torch.Tensor) -> None:
-    """Douglas–Rachford phase of :func:`_linf_fast` for the rows still above ``K``.  Rows that
-    reach the iteration cap return the better of their best iterate and ``lv``'s representation
-    (the box may not meet the affine set for them: then the DR iterates drift away)."""
+def _douglas_rachford(frame: Frame, u: torch.Tensor, s: torch.Tensor, cfg: KashinConfig, rows: Rows,
+                      out: torch.Tensor, idx: torch.Tensor | None, passes: torch.Tensor,
+                      conv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Douglas–Rachford phase of :func:`_linf` for the rows still above ``K``; returns ``out`` and ``conv`` with
+    their results (``passes`` in place).  Rows that reach the iteration cap return the better of their
+    best iterate and ``lv``'s representation (the box may not meet the affine set for them: then the DR
+    iterates drift away)."""
     box, stop = LINF_DR_RATIO * cfg.linf_level, cfg.linf_level * (1.0 - 1e-5)
     z, best = s.clone(), s.clone()
     best_lvl = _sup(s)
@@ -410,173 +376,34 @@ def _douglas_rachford(frame: Frame, u: torch.Tensor, s: torch.Tensor, cfg: Kashi
         p = z.clamp(-box, box)
         s = frame.affine_(torch.add(p, p, out=s).sub_(z), tgt, ws, wr)
         z.add_(s).sub_(p)
-        passes[rows] += 1
+        passes = rows.bump(passes)
         lvl = _sup(s)
         better = lvl < best_lvl
-        best[better], best_lvl[better] = s[better], lvl[better]
+        best, best_lvl = rows.update(better, s, best), rows.update(better, lvl, best_lvl)
         ok = lvl <= stop
-        leave = ok | (it + 1 == cfg.linf_iters)
-        if bool(leave.any()):
-            if cfg.linf_fallback and bool((leave & ~ok).any()):
-                _lv_fallback(frame, u, cfg, best, best_lvl, leave & ~ok)
-            _leave(out, rows, best, leave, idx)
-            conv[rows[leave]] = ok[leave]
-            keep = ~leave
-            rows, u, s, z, best, best_lvl = rows[keep], u[keep], s[keep], z[keep], best[keep], best_lvl[keep]
-            tgt = tgt[keep]
-            ws, wr = ws[: rows.numel()], wr[: rows.numel()]
-            if not rows.numel():
-                return
+        leave = rows.running(ok | (it + 1 == cfg.linf_iters))
+        if cfg.linf_fallback and it + 1 == cfg.linf_iters:
+            best = _lv_fallback(frame, u, cfg, best, best_lvl, leave & ~ok, rows.fixed)
+        out, conv, u, s, z, best, best_lvl, tgt = rows.retire(leave, out, best, idx, conv, ok, u, s, z, best,
+                                                              best_lvl, tgt)
+        if rows.empty:
+            break
+        ws, wr = ws[: rows.count], wr[: rows.count]
+    return out, conv
 
 
 def _lv_fallback(frame: Frame, u: torch.Tensor, cfg: KashinConfig, best: torch.Tensor, best_lvl: torch.Tensor,
-                 rows: torch.Tensor) -> None:
-    """In place, ``best[rows] ← lv(u[rows])`` where that has the lower level."""
+                 rows: torch.Tensor, fixed: bool) -> torch.Tensor:
+    """``best`` with ``best[rows] ← lv(u[rows])`` where that has the lower level, in place; on the fixed
+    schedule ``lv`` runs on every row."""
+    if fixed:
+        alt = _lv(frame, u, cfg, None, fixed=True).coeffs
+        return masked(rows & (_sup(alt) < best_lvl), alt, best)
+    if not bool(rows.any()):
+        return best
     at = torch.nonzero(rows).flatten()
     alt = _lv(frame, u[at], cfg, None).coeffs
     lvl = _sup(alt)
     take = lvl < best_lvl[at]
     best[at[take]], best_lvl[at[take]] = alt[take], lvl[take]
-
-
-# ---------------------------------------------------------------- linf_min: level with certificate
-# ---------------------------------------------------------------- fixed schedule: input-independent time
-# The same iterations as the adaptive methods above, on every row, for the public number of iterations
-# (``cfg.linf_iters``, ``cfg.max_passes``, ``cfg.ap_iters``), with no early exit and no data-dependent
-# shapes: a row that meets its stop criterion keeps the value it had then (a mask), and zero rows run on
-# zeros.  Each row's arithmetic is the adaptive method's, so the results are equal to it.
-
-
-def _unit_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(‖x‖, x/‖x‖)`` per row, zero rows kept as zeros (they run the schedule on zeros)."""
-    norms = torch.linalg.vector_norm(x, dim=1)
-    return norms, x / torch.where(norms > 0, norms, 1.0)[:, None]
-
-
-def _pick(s: torch.Tensor, idx: torch.Tensor | None) -> torch.Tensor:
-    return s if idx is None else s.gather(1, idx)
-
-
-def _masked(mask: torch.Tensor, value: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
-    """``other`` with the rows where ``mask`` holds replaced by ``value``'s, in place (no data-dependent shape)."""
-    return torch.where(mask.view(-1, *([1] * (value.dim() - 1))), value, other, out=other)
-
-
-def _lv_fixed(frame: Frame, x: torch.Tensor, cfg: KashinConfig, idx: torch.Tensor | None) -> KashinResult:
-    """:func:`_lv` (Lyubarskii & Vershynin, IEEE Trans. Inf. Theory 2010) for exactly ``max_passes``
-    truncation passes on every row; a row folds its residual in once, when its stop criterion is met."""
-    n, dev = x.shape[0], x.device
-    norms, r = _unit_rows(x)
-    out = torch.zeros(n, frame.N if idx is None else idx.shape[1], dtype=x.dtype, device=dev)
-    passes, fails = torch.zeros(n, dtype=torch.int64, device=dev), torch.zeros(n, dtype=torch.int64, device=dev)
-    resid, conv = torch.zeros(n, dtype=torch.float64, device=dev), torch.ones(n, dtype=torch.bool, device=dev)
-    live, done = norms > 0, torch.zeros(n, dtype=torch.bool, device=dev)
-    fold_scale = frame.max_row_norm() * math.sqrt(frame.N)
-    ws_c, ws_e, ws_r = _workspace(n, frame.N, frame.d, x.dtype, dev)
-    for k in range(cfg.max_passes + 1):
-        c = frame.coef(r, ws_c[:n])
-        fold = live & (done | (k >= cfg.max_passes))
-        out.add_(_masked(fold, _pick(c, idx), torch.zeros_like(out)))
-        conv, live = torch.where(fold, done, conv), live & ~fold
-        if k == cfg.max_passes:
-            break
-        m = cfg.eta**k / math.sqrt(cfg.delta)
-        out.add_(_masked(live, _pick(c, idx).clamp(-m, m), torch.zeros_like(out)))
-        r = frame.synth_(torch._C._nn.softshrink(c, m, out=ws_e[:n]), ws_r[:n])  # type: ignore[call-arg]
-        rn = torch.linalg.vector_norm(r, dim=1).double()
-        fails += (live & (rn > cfg.eta ** (k + 1) * (1 + 1e-6))).long()
-        passes, resid = torch.where(live, k + 1, passes), torch.where(live, rn, resid)
-        live, done = live & (rn != 0), rn * fold_scale <= cfg.fold_tol
-    out.mul_(norms[:, None])
-    return KashinResult(out, passes, resid, fails, conv)
-
-
-def _linf_fixed(frame: Frame, x: torch.Tensor, cfg: KashinConfig, idx: torch.Tensor | None) -> KashinResult:
-    """:func:`_linf_fast` on every row for exactly ``LINF_WARMUP`` warm-up steps, ``linf_iters − LINF_WARMUP``
-    Douglas–Rachford iterations and (with ``linf_fallback``) one ``lv`` fallback (the adaptive method's worst
-    case); a row keeps the iterate it had when it first reached ``K``."""
-    n, dev = x.shape[0], x.device
-    norms, u = _unit_rows(x)
-    out = torch.zeros(n, frame.N if idx is None else idx.shape[1], dtype=x.dtype, device=dev)
-    passes, conv = torch.zeros(n, dtype=torch.int64, device=dev), torch.ones(n, dtype=torch.bool, device=dev)
-    live = norms > 0
-    ws, s, wr = _workspace(n, frame.N, frame.d, x.dtype, dev)
-    s = frame.coef(u, s[:n])
-    stop, warm = cfg.linf_level * (1.0 - 1e-5), min(LINF_WARMUP, cfg.linf_iters)
-    for it in range(warm + 1):
-        ok = _sup(s) <= stop
-        leave = live & (ok | (it == cfg.linf_iters))
-        out, conv, live = _masked(leave, _pick(s, idx), out), torch.where(leave, ok, conv), live & ~leave
-        if it == warm:
-            break
-        _warm_step(frame, s, ws, wr, *LINF_WARM_SCHEDULES[cfg.linf_warmup][it])
-        passes += live.long()
-    if cfg.linf_iters > LINF_WARMUP:
-        out = _douglas_rachford_fixed(frame, u, s.clone(), cfg, live, out, idx, passes, conv)
-    out.mul_(norms[:, None])
-    zeros = torch.zeros(n, dtype=torch.float64, device=dev)
-    return KashinResult(out, passes, zeros, torch.zeros(n, dtype=torch.int64, device=dev), conv)
-
-
-def _douglas_rachford_fixed(frame: Frame, u: torch.Tensor, s: torch.Tensor, cfg: KashinConfig, live: torch.Tensor,
-                            out: torch.Tensor, idx: torch.Tensor | None, passes: torch.Tensor,
-                            conv: torch.Tensor) -> torch.Tensor:
-    """:func:`_douglas_rachford` for all ``linf_iters − LINF_WARMUP`` iterations on every row, then the ``lv``
-    fallback on every row; returns ``out`` with each ``live`` row's result (``passes``, ``conv`` in place)."""
-    box, stop = LINF_DR_RATIO * cfg.linf_level, cfg.linf_level * (1.0 - 1e-5)
-    z, best = s.clone(), s.clone()
-    best_lvl = _sup(s)
-    ws, wr, tgt = torch.empty_like(s), torch.empty_like(u), frame.target(u)
-    for _ in range(LINF_WARMUP, cfg.linf_iters):
-        p = z.clamp(-box, box)
-        s = frame.affine_(torch.add(p, p, out=s).sub_(z), tgt, ws, wr)
-        z.add_(s).sub_(p)
-        passes += live.long()
-        lvl = _sup(s)
-        better = lvl < best_lvl
-        best, best_lvl = _masked(better, s, best), torch.where(better, lvl, best_lvl)
-        leave = live & (lvl <= stop)
-        out, live = _masked(leave, _pick(best, idx), out), live & ~leave
-    if cfg.linf_fallback:
-        alt = _lv_fixed(frame, u, cfg, None).coeffs
-        best = _masked(_sup(alt) < best_lvl, alt, best)
-    conv.copy_(conv & ~live)
-    return _masked(live, _pick(best, idx), out)
-
-
-def _ap_fixed(frame: Frame, x: torch.Tensor, cfg: KashinConfig) -> KashinResult:
-    """``lv`` then :func:`_alternating_projections` for exactly ``ap_iters`` iterations on every row; a row
-    stops changing once its level is within the target."""
-    start = _lv_fixed(frame, x, cfg, None)
-    norms, u = _unit_rows(x)
-    s = start.coeffs.div_(torch.where(norms > 0, norms, 1.0)[:, None])
-    lim, stop = cfg.ap_level, cfg.ap_level * (1.0 + cfg.ap_tol)
-    live, conv = norms > 0, norms == 0
-    passes = start.passes.clone()
-    best, best_lvl = s.clone(), s.abs().amax(dim=1)
-    for it in range(cfg.ap_iters + 1):
-        lvl = s.abs().amax(dim=1)
-        better = live & (lvl < best_lvl)
-        best, best_lvl = _masked(better, s, best), torch.where(better, lvl, best_lvl)
-        ok = live & (lvl <= stop)
-        conv, live = conv | ok, live & ~ok
-        if it == cfg.ap_iters:
-            break
-        sub = s.clamp(-lim, lim)
-        sub.add_(frame.coef(u - frame.synth_(sub.clone())))
-        s = _masked(live, sub, s)
-        passes += live.long()
-    best.mul_(norms[:, None])
-    return KashinResult(best, passes, start.residual, start.contraction_failures, conv)
-
-
-def _kashin_fixed(frame: Frame, x: torch.Tensor, cfg: KashinConfig, idx: torch.Tensor | None) -> KashinResult:
-    """:func:`kashin` on the fixed, public schedule of ``cfg.method``."""
-    if cfg.method == "linf":
-        return _linf_fixed(frame, x, cfg, idx)
-    if cfg.method == "ap":
-        res = _ap_fixed(frame, x, cfg)
-        if idx is not None:
-            res.coeffs = res.coeffs.gather(1, idx)
-        return res
-    return _lv_fixed(frame, x, cfg, idx)
+    return best

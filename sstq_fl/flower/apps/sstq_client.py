@@ -95,7 +95,7 @@ def train(msg: Message, context: Context) -> Message:
     """One SGD step at unit learning rate: reply ``θ − g`` (float64, so that ``θ − (θ − g) = g`` exactly)."""
     import torch
 
-    from sstq_fl.fl.partition import client_coins
+    from sstq_fl.fl.round_draws import client_coins
 
     cfg = run_config(msg, context)
     data = client_data(json.dumps(asdict(cfg), sort_keys=True))

@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from sstq_fl.bench.kashin import certified_level, flat_vector, natural_inputs, sphere_search, walsh_flats
-from sstq_fl.bench.mse import test_vector as e1_vector
 from sstq_fl.encoders import make_encoder
 from sstq_fl.encoders.maths.frames import make_frame
 from sstq_fl.encoders.maths.kashin import LINF_LEVEL, KashinConfig, kashin
 from sstq_fl.encoders.maths.kashin_levels import achieved_level, adversarial_inputs
 from sstq_fl.encoders.maths.linf_min import dual_bound, linf_min
+from sstq_fl.encoders.recommend import e1_vector
 
 from ...conftest import unit_rows
 
@@ -348,3 +348,57 @@ def test_the_certified_path_is_the_minimum_norm_start_that_linf_returns():
         res = kashin(enc.frame, x, enc.kashin_cfg, idx)
         assert int(res.passes.max()) == 0 and stats["clipped"] == 0 and stats["kashin_passes_mean"] == 0
         assert torch.allclose(got, res.coeffs.double() * ball_scale(x, enc.radius), rtol=0, atol=1e-12)
+
+
+FIXED_CONFIGS = [KashinConfig(), KashinConfig(method="lv"), KashinConfig(method="ap", ap_iters=40),
+                 KashinConfig(linf_iters=2), KashinConfig(linf_level=1.6, linf_iters=40),
+                 KashinConfig(linf_iters=6, linf_fallback=False), KashinConfig(linf_warmup="constant", linf_iters=30),
+                 KashinConfig(linf_iters=3), KashinConfig(linf_iters=0), KashinConfig(method="lv", max_passes=3),
+                 KashinConfig(method="ap", ap_iters=0)]
+FIXED_SCHEDULE_RESULTS = {  # (config, full): (passes, converged as bits, contraction failures, Σ residual, Σ|s|, Σ s²)
+    (0, True): ([0, 2, 300, 6, 2, 2, 2, 0], 251, 0, 0.0, 52685.79688513836, 1087470.959654453),
+    (0, False): ([0, 2, 300, 6, 2, 2, 2, 0], 251, 0, 0.0, 260.4279776842292, 6316.68943667219),
+    (1, True): ([0, 3, 40, 6, 4, 4, 4, 0], 251, 40, 0.1723109828477724, 49680.08191845767, 1014863.0992491862),
+    (1, False): ([0, 3, 40, 6, 4, 4, 4, 0], 251, 40, 0.1723109828477724, 250.17568924039205, 6130.274365379491),
+    (2, True): ([0, 11, 80, 46, 12, 14, 15, 0], 243, 40, 0.1723109828477724, 50089.91605899886, 1024206.0901296037),
+    (2, False): ([0, 11, 80, 46, 12, 14, 15, 0], 243, 40, 0.1723109828477724, 246.93034756602003, 5822.1759453363975),
+    (3, True): ([0, 2, 2, 2, 2, 2, 2, 0], 243, 0, 0.0, 52637.493075193466, 1087371.0251093088),
+    (3, False): ([0, 2, 2, 2, 2, 2, 2, 0], 243, 0, 0.0, 260.30663508503915, 6316.467964834212),
+    (4, True): ([0, 7, 40, 40, 6, 6, 7, 0], 243, 0, 0.0, 53663.96736847597, 1104120.7753725683),
+    (4, False): ([0, 7, 40, 40, 6, 6, 7, 0], 243, 0, 0.0, 256.70352562861217, 5981.215443774816),
+    (5, True): ([0, 2, 6, 6, 2, 2, 2, 0], 251, 0, 0.0, 52685.79688513836, 1087470.959654453),
+    (5, False): ([0, 2, 6, 6, 2, 2, 2, 0], 251, 0, 0.0, 260.4279776842292, 6316.68943667219),
+    (6, True): ([0, 2, 30, 6, 2, 3, 3, 0], 251, 0, 0.0, 50011.1941612924, 1032550.9989095897),
+    (6, False): ([0, 2, 30, 6, 2, 3, 3, 0], 251, 0, 0.0, 239.42363720797255, 5445.030343771827),
+    (7, True): ([0, 2, 3, 3, 2, 2, 2, 0], 243, 0, 0.0, 52642.90887961941, 1087355.4623142679),
+    (7, False): ([0, 2, 3, 3, 2, 2, 2, 0], 243, 0, 0.0, 260.31260981987936, 6316.229225674946),
+    (8, True): ([0, 0, 0, 0, 0, 0, 0, 0], 129, 0, 0.0, 45388.366052333775, 965947.0796106684),
+    (8, False): ([0, 0, 0, 0, 0, 0, 0, 0], 129, 0, 0.0, 241.6004289900197, 6925.87790262085),
+    (9, True): ([0, 3, 3, 3, 3, 3, 3, 0], 131, 3, 0.37656482280912323, 49668.911107028056, 1014833.1567875262),
+    (9, False): ([0, 3, 3, 3, 3, 3, 3, 0], 131, 3, 0.37656482280912323, 250.12390074151614, 6130.168405829922),
+    (10, True): ([0, 3, 40, 6, 4, 4, 4, 0], 129, 40, 0.1723109828477724, 49680.08191845767, 1014863.0992491862),
+    (10, False): ([0, 3, 40, 6, 4, 4, 4, 0], 129, 40, 0.1723109828477724, 250.17568924039205, 6130.274365379491),
+}
+"""The fixed schedule's results on :func:`fixed_schedule_inputs` (SQKR's Hadamard frame, d = 300), made with
+its implementation as separate functions, before the adaptive and fixed schedules shared one."""
+
+
+def fixed_schedule_inputs() -> tuple:
+    from sstq_fl.bench.timing import timing_inputs
+
+    enc = make_encoder("sqkr", 300, 3.0)
+    g = torch.Generator().manual_seed(1)
+    x = torch.cat(list(timing_inputs(enc).values()) + [torch.randn(3, 300, dtype=torch.float64, generator=g),
+                                                         torch.zeros(1, 300, dtype=torch.float64)])
+    return enc.frame, x, torch.randint(0, enc.frame.N, (x.shape[0], 4), generator=g)
+
+
+@pytest.mark.parametrize("case", sorted(FIXED_SCHEDULE_RESULTS))
+def test_the_fixed_schedule_gives_its_recorded_results(case):
+    frame, x, idx = fixed_schedule_inputs()
+    res = kashin(frame, x, FIXED_CONFIGS[case[0]], None if case[1] else idx, fixed=True)
+    passes, conv, fails, resid, l1, l2 = FIXED_SCHEDULE_RESULTS[case]
+    c = res.coeffs.double()
+    assert res.passes.tolist() == passes and sum(int(b) << i for i, b in enumerate(res.converged.tolist())) == conv
+    assert int(res.contraction_failures.sum()) == fails and float(res.residual.sum()) == pytest.approx(resid, rel=1e-12)
+    assert float(c.abs().sum()) == pytest.approx(l1, rel=1e-12) and float((c * c).sum()) == pytest.approx(l2, rel=1e-12)

@@ -1,25 +1,10 @@
+"""A round's draws (:mod:`sstq_fl.fl.round_draws`): minibatches, participation and the randint they use."""
+
 import numpy as np
 import pytest
 
-from sstq_fl.fl.partition import dirichlet_shards, iid_shards, minibatch, participates
-
-
-def test_iid_shards_disjoint_and_complete():
-    shards = iid_shards(1003, 10, seed=4)
-    allidx = np.concatenate(shards)
-    assert len(allidx) == 1003 and len(np.unique(allidx)) == 1003
-    assert {len(s) for s in shards} <= {100, 101}
-    assert all(np.array_equal(a, b) for a, b in zip(shards, iid_shards(1003, 10, seed=4)))
-
-
-def test_dirichlet_shards_are_label_skewed():
-    labels = np.repeat(np.arange(10), 300)
-    shards = dirichlet_shards(labels, 10, 0.1, seed=1)
-    assert len(np.unique(np.concatenate(shards))) == 3000
-    dominant = [np.bincount(labels[s], minlength=10).max() / len(s) for s in shards]
-    assert np.median(dominant) > 0.5
-    with pytest.raises(ValueError, match="alpha"):
-        dirichlet_shards(labels, 10, 0.0, seed=1)
+from sstq_fl.data.partitioners import iid_shards
+from sstq_fl.fl.round_draws import minibatch, participates
 
 
 def test_minibatches_and_participation_depend_only_on_seed_round_client():
@@ -33,7 +18,7 @@ def test_minibatches_and_participation_depend_only_on_seed_round_client():
 
 
 def test_batched_minibatches_equal_per_client_ones():
-    from sstq_fl.fl.partition import minibatches
+    from sstq_fl.fl.round_draws import minibatches
 
     shards = iid_shards(1000, 7, seed=2)
     shards[3] = shards[3][:10]  # one small shard: drawn with replacement
@@ -48,7 +33,7 @@ def test_minibatches_are_the_per_row_draws_on_each_rows_own_seed(secure):
     """The batched gather equals drawing each row alone from its own seed: without replacement from a shard at
     least the batch, with replacement (``rng.randint`` below the shard's size) from a smaller one."""
     from sstq_fl import rng
-    from sstq_fl.fl.partition import minibatches
+    from sstq_fl.fl.round_draws import minibatches
 
     g = np.random.default_rng(3)
     shards = [g.permutation(10_000)[: int(z)] for z in g.integers(1, 40, size=200)]

@@ -25,7 +25,7 @@ class Dataset:
     y_test: torch.Tensor
 
 
-class Task(ABC):
+class EngineTask(ABC):
     name: str
     dim: int
     data: Dataset
@@ -51,5 +51,5 @@ class Task(ABC):
 
 
 def into(out: torch.Tensor | None, value: torch.Tensor) -> torch.Tensor:
-    """``value``, copied into ``out`` when one is given (the ``out`` of :meth:`Task.client_grads`)."""
+    """``value``, copied into ``out`` when one is given (the ``out`` of :meth:`EngineTask.client_grads`)."""
     return value if out is None else out.copy_(value)

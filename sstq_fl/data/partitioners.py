@@ -5,24 +5,19 @@ The names and their meaning follow flwr-datasets' partitioners (Flower, flwr-dat
 ``pathological`` (PathologicalPartitioner, its "random" class assignment) and ``natural-id``
 (NaturalIdPartitioner).  Each is one function ``(labels, clients, seed, options) -> shards``: the
 sorted, disjoint record-index arrays of clients ``0..clients-1``, a function of ``seed`` alone (each
-draws from its own :func:`~sstq_fl.rng.derive_seed` stream).  :func:`partition_for` is what a run
-calls.
+draws from its own :func:`~sstq_fl.rng.derive_seed` stream).  A run's partition is
+:func:`sstq_fl.fl.clients.partition_for`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import rng
 from ..config.partition import PartitionOptions
 from ..registry import Registry
-
-if TYPE_CHECKING:
-    from ..config.train import RunConfig
-    from .tasks import Task
 
 DIRICHLET_DRAWS = 11
 """The most draws the Dirichlet partitioner makes before giving up (flwr-datasets: the first and 10 more)."""
@@ -201,21 +196,3 @@ def natural_id(labels: np.ndarray, clients: int, seed: int, options: PartitionOp
                          f"{clients} clients; set clients to {len(distinct)}")
     order = np.argsort(which.reshape(-1), kind="stable")
     return np.split(order, np.cumsum(np.bincount(which.reshape(-1), minlength=clients))[:-1])
-
-
-# ----------------------------------------------------------------------------- a run's partition
-def options_for(cfg: RunConfig, task: Task | None = None) -> PartitionOptions:
-    """The partitioners' parameters of a run: ``cfg``'s, and the task's ``natural_ids`` if it has them."""
-    return PartitionOptions.of(cfg, getattr(task, "natural_ids", None))
-
-
-def partition_for(cfg: RunConfig, task: Task) -> list[np.ndarray]:
-    """Each client's training records in a run: ``cfg.partition``'s partitioner over the task's training
-    labels.  Every client must hold a record (a client without data cannot draw a minibatch)."""
-    labels = task.data.y_train.detach().cpu().numpy()
-    shards = PARTITIONERS[cfg.partition](labels, cfg.clients, cfg.seed, options_for(cfg, task))
-    empty = [k for k, s in enumerate(shards) if len(s) == 0]
-    if empty:
-        raise ValueError(f"partition {cfg.partition} left {len(empty)} of {cfg.clients} clients without records "
-                         f"(client {empty[0]} first); raise min-partition-size or use fewer clients")
-    return shards

@@ -1,16 +1,13 @@
-"""Per-round minibatches, participation and coins, all derived per (seed, round, client); the client
-partitions themselves are :mod:`sstq_fl.fl.partitioners`' (``iid_shards`` and ``dirichlet_shards`` are
-re-exported here)."""
+"""A round's draws: minibatches, participation and coins, all derived per (seed, round, client) (the
+client partitions themselves are :mod:`sstq_fl.data.partitioners`')."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .. import rng
-from .partitioners import dirichlet_shards, iid_shards
 
-__all__ = ["client_coins", "dirichlet_shards", "encoder_seeds", "iid_shards", "minibatch", "minibatches",
-           "participates"]
+__all__ = ["client_coins", "encoder_seeds", "minibatch", "minibatches", "participates"]
 
 
 def minibatch(shard: np.ndarray, batch: int, seed: int, round: int, client: int) -> np.ndarray:

@@ -1,21 +1,17 @@
-"""The partitioners (flwr-datasets' names and meaning): each one's stated property, its one-line errors,
-and the run's partition (:func:`partition_for`) on the vectorized engine."""
+"""The partitioners (flwr-datasets' names and meaning): each one's stated property and its one-line errors."""
 
 import os
 
 import numpy as np
 import pytest
-import torch
 
 from sstq_fl import rng
 from sstq_fl.config.partition import PartitionOptions
-from sstq_fl.config.train import RunConfig
-from sstq_fl.fl import partitioners as P
-from sstq_fl.fl.partitioners import PARTITIONERS, iid_shards, partition_for
+from sstq_fl.data import partitioners as P
+from sstq_fl.data.partitioners import PARTITIONERS, dirichlet_shards, iid_shards
 
 LABELS = np.random.default_rng(0).permutation(np.repeat(np.arange(10), 200))  # 2,000 records, 10 classes
 FMNIST = os.path.isdir("/usr/share/datasets/fashion-mnist")
-
 
 def old_dirichlet_shards(labels, clients, alpha, seed):
     """The Dirichlet split as it was before the partitioners (one draw, no minimum): results made with it
@@ -43,13 +39,6 @@ def one_line_error(fn, *args, match, **kwargs):
     with pytest.raises(ValueError, match=match) as info:
         fn(*args, **kwargs)
     assert "\n" not in str(info.value)
-
-
-def test_the_registry_holds_flwr_datasets_names_and_they_are_the_run_configs_choices():
-    assert PARTITIONERS.names() == ["dirichlet", "iid", "natural-id", "pathological", "shard"]
-    for name in PARTITIONERS.names():
-        RunConfig(partition=name)
-    one_line_error(lambda: RunConfig(partition="shards"), match="partition must be one of")
 
 
 @pytest.mark.parametrize("name", ["iid", "dirichlet", "shard", "pathological", "natural-id"])
@@ -139,38 +128,22 @@ def test_natural_id_gives_client_k_the_records_of_the_kth_sorted_id():
     one_line_error(P.natural_id, np.zeros(400), 4, 0, PartitionOptions(natural_ids=ids), match="one id per training")
 
 
-def test_the_partition_options_are_declared_with_ranges():
-    for bad, why in (({"min_partition_size": -1}, "min-partition-size must be an integer ≥ 0"),
-                     ({"shards_per_client": 0}, "shards-per-client must be a positive integer"),
-                     ({"classes_per_client": 0}, "classes-per-client must be a positive integer"),
-                     ({"alpha": 0.0}, "alpha must be a finite positive number")):
-        one_line_error(RunConfig, match=why, **bad)
+def test_iid_shards_disjoint_and_complete():
+    shards = iid_shards(1003, 10, seed=4)
+    allidx = np.concatenate(shards)
+    assert len(allidx) == 1003 and len(np.unique(allidx)) == 1003
+    assert {len(s) for s in shards} <= {100, 101}
+    assert all(np.array_equal(a, b) for a, b in zip(shards, iid_shards(1003, 10, seed=4)))
 
 
-def test_partition_for_reads_the_tasks_labels_and_natural_ids():
-    from sstq_fl.fl.engine import ClientData
-    from sstq_fl.fl.tasks import make_task
-
-    task = make_task("lsq", 0, dim=5, n=120)
-    one_line_error(lambda: ClientData(RunConfig(task="lsq", clients=4, partition="shard"), task),
-                   match="partition shard splits by class and needs 1-D integer class labels")
-    task.natural_ids = np.arange(120) // 40  # type: ignore[attr-defined]
-    shards = ClientData(RunConfig(task="lsq", clients=3, partition="natural-id"), task).shards
-    assert [s.tolist() for s in shards] == [list(range(k * 40, k * 40 + 40)) for k in range(3)]
-    assert partition_for(RunConfig(task="lsq", clients=3), task)[0].tolist() == iid_shards(120, 3, 0)[0].tolist()
-    task.data.y_train = torch.zeros(120, dtype=torch.int64)  # one class, Dirichlet(0.01) over 60 clients
-    cfg = RunConfig(task="lsq", clients=60, partition="dirichlet", alpha=0.01, min_partition_size=0)
-    one_line_error(partition_for, cfg, task, match="partition dirichlet left .* of 60 clients without records")
-
-
-@pytest.mark.skipif(not FMNIST, reason="dataset-fashion-mnist not installed")
-@pytest.mark.parametrize("partition", ["shard", "pathological", "dirichlet"])
-def test_a_label_partition_trains_a_round_of_fmnist(tmp_path, partition):
-    from sstq_fl.fl.engine import run
-
-    m = run(RunConfig(task="fmnist", encoder="clean", clients=10, rounds=1, clip=1.0, lr=0.5, partition=partition),
-            tmp_path / partition, progress=False)
-    assert len(m["rounds"]) == 1 and np.isfinite(m["rounds"][-1]["train_loss"])
+def test_dirichlet_shards_are_label_skewed():
+    labels = np.repeat(np.arange(10), 300)
+    shards = dirichlet_shards(labels, 10, 0.1, seed=1)
+    assert len(np.unique(np.concatenate(shards))) == 3000
+    dominant = [np.bincount(labels[s], minlength=10).max() / len(s) for s in shards]
+    assert np.median(dominant) > 0.5
+    with pytest.raises(ValueError, match="alpha"):
+        dirichlet_shards(labels, 10, 0.0, seed=1)
 
 
 def test_the_registry_holds_the_declared_partitions():

@@ -1,1 +1,0 @@
-"""Flower server apps and strategies for sstq-fl."""
