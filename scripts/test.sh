@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check sstq_fl tests benchmarks docker examples scripts
+.venv/bin/ruff check sstq_fl tests benchmarks clients strategies docker examples scripts
 .venv/bin/mypy
 SMOKE_LOG=$(mktemp "${TMPDIR:-/tmp}/sstq-fl-wheel-smoke.XXXXXX")
 bash scripts/wheel_smoke.sh >"$SMOKE_LOG" 2>&1 &

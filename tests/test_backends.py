@@ -1,5 +1,5 @@
-"""Flower stays at the edges: no core module imports Flower or the apps (:mod:`sstq_fl.flower.apps`, the
-components of ``flwr run .``); only :mod:`sstq_fl.flower` (the mod, the wrapper, the shared
+"""Flower stays at the edges: no core module imports Flower, the apps (:mod:`sstq_fl.flower.apps`) or the
+clone's ``strategies/`` and ``clients/``; only :mod:`sstq_fl.flower` (the mod, the wrapper, the shared
 plumbing, and in :mod:`sstq_fl.flower.apps` the project's own apps) imports Flower, and nothing in it
 outside :mod:`sstq_fl.flower.apps` imports an app; the core
 reaches the Flower engines only through :mod:`sstq_fl.backends` (entry points)."""
@@ -12,7 +12,7 @@ import pytest
 from sstq_fl.backends import backend
 
 CORE = Path(__file__).resolve().parents[1] / "sstq_fl"
-EDGE = ("flwr",)
+EDGE = ("flwr", "strategies", "clients")
 
 
 def _imports(path: Path) -> list[str]:
@@ -49,18 +49,25 @@ def test_only_sstq_fl_flower_imports_flower_and_it_imports_no_app_folder():
     flower = [p for p in CORE.rglob("*.py") if _in_flower(p) and not _in_apps(p)]
     assert any(m.split(".")[0] == "flwr" for p in flower for m in _imports(p))  # the check sees Flower imports
     assert [(p.name, m) for p in flower for m in _imports(p)
-            if m.startswith("sstq_fl.flower.apps")] == []
+            if m.split(".")[0] in ("strategies", "clients") or m.startswith("sstq_fl.flower.apps")] == []
 
 
-def test_the_flwr_run_components_are_the_installed_apps_and_flower_resolves_them():
+def test_the_flwr_run_components_name_the_installed_apps_and_flower_resolves_them():
+    """``strategies/`` and ``clients/`` are the clone's ``flwr run .`` components; each names its installed app."""
     import tomllib
 
     from flwr.supercore.object_ref import validate
 
     components = tomllib.loads((CORE.parent / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["components"]
-    assert sorted(components) == ["clientapp", "serverapp"]
+    assert components == {"serverapp": "strategies.sstq_server:app", "clientapp": "clients.sstq_client:app"}
     for ref in components.values():
-        assert ref.startswith("sstq_fl.flower.apps.") and validate(ref, project_dir=CORE.parent) == (True, None)
+        assert validate(ref, project_dir=CORE.parent) == (True, None)
+
+
+def test_the_apps_import_no_clone_folder():
+    apps = [p for p in CORE.rglob("*.py") if _in_apps(p)]
+    assert len(apps) >= 4
+    assert [(p.name, m) for p in apps for m in _imports(p) if m.split(".")[0] in ("strategies", "clients")] == []
 
 
 def test_the_flower_backends_are_installed_and_an_unknown_one_is_a_one_line_error():

@@ -277,16 +277,16 @@ def _signal_matching(pattern: str, sig: int) -> None:
 
 def faulty_app(tmp: Path) -> Path:
     """A copy of the repository's Flower app whose ClientApp is the fault-injecting test app
-    (tests/flower/faults.py, as ``sstq_fl/flower/apps/faulty_client.py`` in the copy): the shipped app has no fault
-    hook."""
+    (tests/flower/faults.py, as ``clients/faulty_client.py``): the shipped app has no fault hook."""
     app = tmp / "faulty-app"
-    shutil.copytree(ROOT / "sstq_fl", app / "sstq_fl", ignore=shutil.ignore_patterns("__pycache__"))
+    for part in ("sstq_fl", "clients", "strategies"):
+        shutil.copytree(ROOT / part, app / part, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "README.md", app / "README.md")
-    shutil.copy(ROOT / "tests" / "flower" / "faults.py", app / "sstq_fl" / "flower" / "apps" / "faulty_client.py")
+    shutil.copy(ROOT / "tests" / "flower" / "faults.py", app / "clients" / "faulty_client.py")
     toml = (ROOT / "pyproject.toml").read_text()
-    shipped = 'clientapp = "sstq_fl.flower.apps.sstq_client:app"'
-    assert shipped in toml
-    (app / "pyproject.toml").write_text(toml.replace(shipped, 'clientapp = "sstq_fl.flower.apps.faulty_client:faulty_app"'))
+    assert 'clientapp = "clients.sstq_client:app"' in toml
+    (app / "pyproject.toml").write_text(toml.replace('clientapp = "clients.sstq_client:app"',
+                                                     'clientapp = "clients.faulty_client:faulty_app"'))
     return app
 
 

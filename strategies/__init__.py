@@ -1,0 +1,1 @@
+"""Flower server apps and strategies for sstq-fl."""
