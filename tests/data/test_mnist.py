@@ -159,20 +159,22 @@ def test_split_is_the_documented_fixed_stratified_split():
         split_private(images[:-1], labels)
 
 
-def test_public_fmnist_is_all_70k_style_images(tmp_path):
-    rs = np.random.default_rng(2)
+def _public_idx(folder, seed: int) -> None:
+    """A public Fashion-MNIST folder in its IDX format: 6 training and 3 test images."""
+    rs = np.random.default_rng(seed)
     for s, n in (("train", 6), ("t10k", 3)):
-        write_idx(tmp_path / f"{s}-images-idx3-ubyte.gz", rs.integers(0, 256, (n, 28, 28)))
-        write_idx(tmp_path / f"{s}-labels-idx1-ubyte.gz", rs.integers(0, 10, n))
+        write_idx(folder / f"{s}-images-idx3-ubyte.gz", rs.integers(0, 256, (n, 28, 28)))
+        write_idx(folder / f"{s}-labels-idx1-ubyte.gz", rs.integers(0, 10, n))
+
+
+def test_public_fmnist_is_all_70k_style_images(tmp_path):
+    _public_idx(tmp_path, 2)
     x, y = load_public_fmnist(str(tmp_path))
     assert x.shape == (9, 1, 28, 28) and x.dtype == np.float32 and y.shape == (9,) and 0 <= x.min() <= x.max() <= 1
 
 
 def test_public_records_keep_the_first_n_or_n_drawn_by_the_seed(tmp_path):
-    rs = np.random.default_rng(3)
-    for s, n in (("train", 6), ("t10k", 3)):
-        write_idx(tmp_path / f"{s}-images-idx3-ubyte.gz", rs.integers(0, 256, (n, 28, 28)))
-        write_idx(tmp_path / f"{s}-labels-idx1-ubyte.gz", rs.integers(0, 10, n))
+    _public_idx(tmp_path, 3)
     x, y = load_public_fmnist(str(tmp_path))
     for draw in ("first", "seeded"):  # 0: all of them, in their order
         px, py = public_records(0, draw, seed=5, root=str(tmp_path))

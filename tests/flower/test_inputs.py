@@ -157,7 +157,7 @@ def test_one_ctrl_c_stops_a_flower_run_promptly(tmp_path):
 def test_a_keyboard_interrupt_from_the_flower_engine_gets_the_same_line(tmp_path, monkeypatch, capsys):
     import sstq_fl.flower.apps.sstq_server as server
 
-    def interrupted(cfg, out, resume=False, progress=None, keep_checkpoints=False):
+    def interrupted(cfg, out, resume=False, progress=None, keep_checkpoints=False, **placement):
         (out / "checkpoint.json").parent.mkdir(parents=True, exist_ok=True)
         (out / "checkpoint.json").write_text(json.dumps({"round": 2}))
         raise KeyboardInterrupt

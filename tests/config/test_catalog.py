@@ -6,7 +6,7 @@ from pathlib import Path
 from sstq_fl.cli import main
 from sstq_fl.config.catalog import BEGIN, END, app_run_config_defaults, options_reference, pyproject_block
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REGENERATE = "regenerate it with `sstq-fl options --pyproject pyproject.toml`"
 
 

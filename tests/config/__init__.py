@@ -1,0 +1,1 @@
+"""Tests of sstq_fl.config, the configuration room."""
