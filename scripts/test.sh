@@ -12,7 +12,7 @@ bash scripts/wheel_smoke.sh >"$SMOKE_LOG" 2>&1 &
 SMOKE=$!
 trap 'kill "$SMOKE" 2>/dev/null || true; rm -f "$SMOKE_LOG"' EXIT
 tests=0
-.venv/bin/python -m pytest -q -n 3 --dist loadgroup "$@" || tests=$?   # 3 workers on 2 cores: Ray, Flower and subprocess tests wait more than they compute; xdist groups: tests/conftest.py
+.venv/bin/python -m pytest -q -n 2 --dist loadgroup "$@" || tests=$?   # 2 workers; xdist groups: tests/conftest.py
 smoke=0
 wait "$SMOKE" || smoke=$?
 echo "== wheel smoke (scripts/wheel_smoke.sh, run beside the tests): exit $smoke"

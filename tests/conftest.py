@@ -12,7 +12,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-# xdist workers (three on two cores, scripts/test.sh): one thread each, not workers of two threads each
+# two xdist workers on two cores (scripts/test.sh): one thread each, not two workers of two threads each
 torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
 
 
@@ -54,13 +54,13 @@ def flower_log():
 def xdist_group(nodeid: str) -> str | None:
     """The xdist group of a test: ``"deployment"`` for ``tests/deployment/``, else none.
 
-    Under ``pytest -n 3 --dist loadgroup`` (scripts/test.sh) a group's tests run one after another on one worker.
+    Under ``pytest -n 2 --dist loadgroup`` (scripts/test.sh) a group's tests run one after another on one worker.
     ``tests/deployment/`` (real SuperLink/SuperNode processes under a round timeout) is one group, so that its two
     federations never run at once.  The tests that start Ray (Flower's simulation engine, ``flwr run``, Ray sweeps;
     most of them in ``tests/flower/``) are in none: each starts its own local cluster (``ray.init()``; a
     ``ray start --head`` of a test writes its address under its own ``--temp-dir``, where no other ``ray.init()``
     looks; ``flwr run`` gets a private ``FLWR_HOME`` and free ports), stops only its own processes, and runs under
-    the default round timeout (600 s), so two of them on two workers neither meet nor time out."""
+    the default round timeout (600 s), so two of them on the two workers neither meet nor time out."""
     return "deployment" if nodeid.startswith("tests/deployment/") else None
 
 
