@@ -46,7 +46,9 @@ _TUNED: list[bool] = []
 
 def apply_process_options(opts: ProcessOptions) -> dict[str, bool]:
     """Apply ``opts`` to this process (call it once, before importing PyTorch and before any thread starts);
-    return which settings now hold."""
+    return which settings now hold.  The two variables are read by no module of this package: their readers are
+    the OpenMP runtime (when PyTorch loads it) and Ray's worker processes, whose only interface for them is the
+    environment this process passes on."""
     if opts.omp_passive:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if opts.ray_keep_devices:
